@@ -1,0 +1,57 @@
+# Sinewgrid — the two commands a newcomer needs: `make demo` and `make test`.
+# Each one creates .venv and installs the project on a fresh machine.
+
+SHELL := /bin/bash
+VENV  := .venv
+PY    := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+
+# The storage root and the Dagster instance folder (override on the command line).
+export SINEWGRID_HOME ?= $(CURDIR)/.sinewgrid
+export DAGSTER_HOME   ?= $(SINEWGRID_HOME)/dagster
+
+# Python 3.11 first: the CPU build of torch that this project pins lies on disk for 3.11.
+# Then any 3.11+ on PATH, then pyenv's.
+PYTHON ?= $(shell for p in python3.11 python3.12 python3.13 python3; do \
+	  if command -v $$p >/dev/null 2>&1 && $$p -c 'import sys; sys.exit(sys.version_info < (3, 11))' 2>/dev/null; then command -v $$p; exit; fi; done; \
+	  for v in 3.11 3.12 3.13; do p=$$(PYENV_VERSION=$$(pyenv versions --bare 2>/dev/null | grep "^$$v" | tail -1) pyenv which python 2>/dev/null); \
+	  if [ -n "$$p" ]; then echo $$p; exit; fi; done)
+
+.PHONY: help venv demo test ui bench clean-home clean
+
+help:
+	@echo "make demo   run the Cell loop end to end on this machine (seed drops, two lab rounds, summary)"
+	@echo "make test   run the whole test suite"
+	@echo "make ui     open the Dagster UI (http://127.0.0.1:3000) on the same storage root"
+	@echo "make bench  print the benchmark figures (validation and omics write throughput)"
+	@echo "storage root: $(SINEWGRID_HOME)   Dagster instance: $(DAGSTER_HOME)"
+
+venv: $(STAMP)
+
+$(STAMP): pyproject.toml
+	@if [ -z "$(PYTHON)" ]; then echo "Sinewgrid needs Python 3.11 or newer (python3.11 on PATH or through pyenv)." >&2; exit 1; fi
+	@echo "Creating $(VENV) with $(PYTHON)"
+	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	@$(PY) -m pip install --quiet --upgrade pip
+	@$(PY) -m pip install --quiet -e '.[test]'
+	@touch $(STAMP)
+
+demo: $(STAMP)
+	$(VENV)/bin/sinewgrid demo
+
+test: $(STAMP)
+	$(PY) -m pytest
+
+ui: $(STAMP)
+	@mkdir -p "$(DAGSTER_HOME)"
+	$(VENV)/bin/sinewgrid init-instance
+	$(VENV)/bin/dagster dev -w workspace.yaml -h 127.0.0.1 -p 3000
+
+bench: $(STAMP)
+	$(PY) -m benchmarks.run
+
+clean-home:
+	rm -rf "$(SINEWGRID_HOME)"
+
+clean: clean-home
+	rm -rf $(VENV) *.egg-info

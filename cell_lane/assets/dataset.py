@@ -1,0 +1,74 @@
+"""The versioned omics training set: PBMC expression joined with every validated assay round."""
+
+
+import io
+import posixpath
+
+import dagster as dg
+import pandas as pd
+
+from cell_lane.assets.ingest import KIND, VALIDATED_ASSAY
+from cell_lane.omics import gene_labels, join_labels, load_reference_expression, publish_dataset
+from shared_resources.resources import StorageResource
+from shared_resources.storage import fs_for, read_json, write_json_atomic
+
+OMICS_DATASET = dg.AssetKey(["cell", "omics_dataset"])
+
+
+def latest_dataset(storage_root_uri: str) -> dict:
+    """The pointer the omics_dataset asset publishes: {version, matrix_version, uri}."""
+    return read_json(posixpath.join(storage_root_uri, "latest.json"))
+
+
+def load_validated_effects(curated_assays_uri: str) -> pd.DataFrame:
+    fs, base = fs_for(curated_assays_uri)
+    frames = [pd.read_parquet(io.BytesIO(fs.cat_file(p))) for p in sorted(fs.glob(posixpath.join(base, "*", "effects.parquet")))]
+    return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=["perturbation", "effect", "drop_id"])
+
+
+@dg.asset(
+    key=OMICS_DATASET,
+    deps=[VALIDATED_ASSAY],
+    group_name="cell_dataset",
+    kinds={"anndata", "zarr"},
+)
+def omics_dataset(context: dg.AssetExecutionContext, storage: StorageResource) -> dg.MaterializeResult:
+    """The training set: real PBMC single-cell expression (700 cells) with each gene's measured
+    knock-down effect from every validated plate so far.
+
+    Stored as AnnData on zarr; open it with `anndata.read_zarr(<path>)`. Each version is named by
+    a hash of its content, so the same plates always give the same version.
+    """
+    store = storage.get()
+    effects = load_validated_effects(store.curated(KIND))
+    labels = gene_labels(effects)
+    dataset = join_labels(load_reference_expression(), labels)
+    zarr_uri, written = publish_dataset(dataset, store.curated("omics"))
+    write_json_atomic(
+        posixpath.join(store.curated("omics"), "latest.json"),
+        {"version": dataset.version, "matrix_version": dataset.matrix_version, "uri": zarr_uri},
+    )
+    if dataset.unmatched_genes:
+        context.log.warning(
+            f"{len(dataset.unmatched_genes)} assayed genes are not in the expression matrix and carry no label: "
+            + ", ".join(dataset.unmatched_genes[:20])
+        )
+    var = dataset.adata.var
+    labelled = var[var["assay_n"] > 0].sort_values("assay_effect", ascending=False)
+    return dg.MaterializeResult(
+        metadata={
+            "version": dataset.version,
+            "path": dg.MetadataValue.path(zarr_uri),
+            "newly_written": written,
+            "cells": dataset.adata.n_obs,
+            "genes": dataset.adata.n_vars,
+            "labelled_genes": len(labelled),
+            "drops": len(set(effects["drop_id"])) if len(effects) else 0,
+            "unmatched_genes": len(dataset.unmatched_genes),
+            "strongest_effects": dg.MetadataValue.md(
+                labelled[["assay_effect", "assay_sd", "assay_n"]].head(10).round(3).rename_axis("gene").reset_index().to_markdown(index=False)
+                if len(labelled) else "no assay results yet"
+            ),
+        },
+        data_version=dg.DataVersion(dataset.version),
+    )

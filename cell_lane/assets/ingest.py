@@ -1,0 +1,181 @@
+"""Ingest: a lab drop becomes a raw copy, then a validated plate table — or goes to quarantine."""
+
+
+import io
+import posixpath
+
+import dagster as dg
+import pandas as pd
+
+from cell_lane.checks import DROP_MANIFEST_CHECK, LAYOUT_RULES, PLATE_LAYOUT_CHECK, PLATE_SCHEMA_CHECK, Z_PRIME_CHECK
+from cell_lane.partitions import assay_drops
+from cell_lane.plate_validation import Z_PRIME_THRESHOLD, Violation, check_plate_file, normalised_effects
+from shared_resources.landing import (
+    MANIFEST_NAME,
+    DropIssue,
+    parse_manifest,
+    quarantine_drop,
+    read_verified_files,
+    write_raw,
+)
+from shared_resources.resources import StorageResource
+from shared_resources.storage import read_bytes, read_json, write_bytes_atomic
+
+KIND = "assays"
+RAW_ASSAY = dg.AssetKey(["cell", "raw_assay"])
+VALIDATED_ASSAY = dg.AssetKey(["cell", "validated_assay"])
+MANIFEST_FIELDS = ("assay", "instrument", "project")
+
+
+def _issues_markdown(issues: list[DropIssue], limit: int = 50) -> str:
+    lines = ["| file | row | well | column | rule | what to do |", "|---|---|---|---|---|---|"]
+    for i in issues[:limit]:
+        lines.append(
+            f"| {i.file or ''} | {i.row if i.row is not None else ''} | {i.well or ''} | {i.column or ''} | "
+            f"`{i.rule}` | {i.message.replace('|', '/')} |"
+        )
+    if len(issues) > limit:
+        lines.append(f"| … | | | | | and {len(issues) - limit} more in QUARANTINE.json |")
+    return "\n".join(lines)
+
+
+def _as_issue(v: Violation) -> DropIssue:
+    return DropIssue(v.rule, v.message, v.file, v.row, v.well, v.column)
+
+
+@dg.asset(
+    key=RAW_ASSAY,
+    partitions_def=assay_drops,
+    group_name="cell_ingest",
+    kinds={"csv", "parquet"},
+    check_specs=[
+        dg.AssetCheckSpec(
+            DROP_MANIFEST_CHECK,
+            asset=RAW_ASSAY,
+            blocking=True,
+            description="The drop's manifest is complete and every file matches its sha256 and size.",
+        )
+    ],
+)
+def raw_assay(context: dg.AssetExecutionContext, storage: StorageResource) -> dg.MaterializeResult:
+    """The lab's plate files exactly as they were sent, copied byte for byte into the raw zone.
+
+    One partition per lab drop. A drop whose manifest is broken or whose files do not
+    match their checksums is copied to quarantine with the reason, and stops here.
+    """
+    store = storage.get()
+    drop_id = context.partition_key
+    manifest_uri = posixpath.join(store.landing(KIND, drop_id), MANIFEST_NAME)
+    manifest, issues = parse_manifest(read_bytes(manifest_uri), drop_id, MANIFEST_FIELDS)
+    contents: dict[str, bytes] = {}
+    if manifest is not None and not issues:
+        contents, issues = read_verified_files(store, KIND, manifest)
+    if issues:
+        where = quarantine_drop(store, KIND, drop_id, issues, stage="raw")
+        context.log.error(f"drop {drop_id} quarantined at {where}:\n" + "\n".join(i.describe() for i in issues))
+        return dg.MaterializeResult(
+            metadata={"status": "quarantined", "quarantine": dg.MetadataValue.path(where), "reasons": dg.MetadataValue.md(_issues_markdown(issues))},
+            check_results=[
+                dg.AssetCheckResult(
+                    check_name=DROP_MANIFEST_CHECK,
+                    passed=False,
+                    metadata={"issues": len(issues), "first": issues[0].describe(), "quarantine": dg.MetadataValue.path(where)},
+                )
+            ],
+        )
+    where = write_raw(store, KIND, manifest, contents)
+    files = pd.DataFrame([{"path": f.path, "bytes": f.bytes, "sha256": f.sha256[:16] + "…"} for f in manifest.files])
+    return dg.MaterializeResult(
+        metadata={
+            "status": "accepted",
+            "raw": dg.MetadataValue.path(where),
+            "files": dg.MetadataValue.md(files.to_markdown(index=False)),
+            "bytes": sum(f.bytes for f in manifest.files),
+            **{k: str(manifest.fields[k]) for k in MANIFEST_FIELDS},
+        },
+        check_results=[dg.AssetCheckResult(check_name=DROP_MANIFEST_CHECK, passed=True, metadata={"files": len(manifest.files)})],
+    )
+
+
+@dg.asset(
+    key=VALIDATED_ASSAY,
+    deps=[RAW_ASSAY],
+    partitions_def=assay_drops,
+    group_name="cell_ingest",
+    kinds={"pandera", "parquet"},
+    check_specs=[
+        dg.AssetCheckSpec(PLATE_SCHEMA_CHECK, asset=VALIDATED_ASSAY, blocking=True, description="Columns, types and values follow the drop protocol."),
+        dg.AssetCheckSpec(PLATE_LAYOUT_CHECK, asset=VALIDATED_ASSAY, blocking=True, description="Valid, unique wells on a 96- or 384-well plate, with at least two positive and two negative controls per plate."),
+        dg.AssetCheckSpec(Z_PRIME_CHECK, asset=VALIDATED_ASSAY, description="Every plate's Z′-factor (from its controls) is at least 0.5; lower is flagged, not rejected."),
+    ],
+)
+def validated_assay(context: dg.AssetExecutionContext, storage: StorageResource) -> dg.MaterializeResult:
+    """Plate results that passed validation, typed and normalised per plate (effect 0 = negative
+    control, 1 = positive control) — what the models learn from.
+
+    A plate that breaks a rule sends the whole drop to quarantine with a table of what is
+    wrong (file, row, well, rule) and what the lab should do; other drops keep flowing.
+    """
+    store = storage.get()
+    drop_id = context.partition_key
+    raw = store.raw(KIND, drop_id)
+    manifest = read_json(posixpath.join(raw, MANIFEST_NAME))
+    results = [check_plate_file(read_bytes(posixpath.join(raw, f["path"])), f["path"]) for f in manifest["files"]]
+    violations = [v for r in results for v in r.violations]
+    tables = [r.table for r in results if r.table is not None]
+    if tables and not violations:
+        combined = pd.concat(tables, ignore_index=True)
+        clash = combined[combined.duplicated(["plate_barcode", "well"], keep=False)]
+        for (barcode, well), rows in clash.groupby(["plate_barcode", "well"]):
+            files = sorted(set(rows["source_file"]))
+            violations.append(
+                Violation(files[0], "duplicate_well", f"plate {barcode} well {well} appears in {', '.join(files)}; each well may be reported once per drop.", well=well, plate_barcode=barcode)
+            )
+    z_primes = {barcode: z for r in results for barcode, z in r.z_primes.items()}
+    z_table = pd.DataFrame({"plate_barcode": list(z_primes), "z_prime": [round(z, 3) for z in z_primes.values()]})
+    low_z = sorted(b for b, z in z_primes.items() if z < Z_PRIME_THRESHOLD)
+    z_check = dg.AssetCheckResult(
+        check_name=Z_PRIME_CHECK,
+        passed=not low_z and bool(z_primes),
+        severity=dg.AssetCheckSeverity.WARN,
+        metadata={"z_primes": dg.MetadataValue.md(z_table.to_markdown(index=False) if len(z_table) else "no plate had enough controls"), "below_0_5": ", ".join(low_z) or "none"},
+    )
+    schema_issues = [_as_issue(v) for v in violations if v.rule not in LAYOUT_RULES]
+    layout_issues = [_as_issue(v) for v in violations if v.rule in LAYOUT_RULES]
+    checks = [
+        dg.AssetCheckResult(check_name=PLATE_SCHEMA_CHECK, passed=not schema_issues, metadata={"issues": len(schema_issues), **({"first": schema_issues[0].describe()} if schema_issues else {})}),
+        dg.AssetCheckResult(check_name=PLATE_LAYOUT_CHECK, passed=not layout_issues, metadata={"issues": len(layout_issues), **({"first": layout_issues[0].describe()} if layout_issues else {})}),
+        z_check,
+    ]
+    if violations:
+        issues = schema_issues + layout_issues
+        where = quarantine_drop(store, KIND, drop_id, issues, stage="validation")
+        context.log.error(f"drop {drop_id} quarantined at {where}:\n" + "\n".join(i.describe() for i in issues[:20]))
+        return dg.MaterializeResult(
+            metadata={"status": "quarantined", "quarantine": dg.MetadataValue.path(where), "reasons": dg.MetadataValue.md(_issues_markdown(issues))},
+            check_results=checks,
+        )
+
+    table = pd.concat(tables, ignore_index=True)
+    effects = normalised_effects(table).assign(drop_id=drop_id)
+    curated = store.curated(KIND, drop_id)
+    for name, frame in (("plates.parquet", table), ("effects.parquet", effects)):
+        buffer = io.BytesIO()
+        frame.to_parquet(buffer, index=False)
+        write_bytes_atomic(posixpath.join(curated, name), buffer.getvalue())
+    counts = table["sample_type"].value_counts().to_dict()
+    if low_z:
+        context.log.warning(f"plates with Z′ below {Z_PRIME_THRESHOLD}: {', '.join(low_z)}; their results are used but flagged")
+    return dg.MaterializeResult(
+        metadata={
+            "status": "valid",
+            "curated": dg.MetadataValue.path(curated),
+            "plates": len(z_primes) or table["plate_barcode"].nunique(),
+            "wells": len(table),
+            "samples": int(counts.get("sample", 0)),
+            "genes": int(effects["perturbation"].nunique()),
+            "min_z_prime": dg.MetadataValue.float(round(min(z_primes.values()), 3)) if z_primes else dg.MetadataValue.float(float("nan")),
+            "preview": dg.MetadataValue.md(effects.head(10).round(3).to_markdown(index=False)),
+        },
+        check_results=checks,
+    )

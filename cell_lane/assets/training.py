@@ -1,0 +1,123 @@
+"""Training: pretrain the foundation model on a steady pool, fine-tune it on a burst pool."""
+
+
+import hashlib
+import json
+import posixpath
+
+import dagster as dg
+
+from cell_lane.assets.dataset import OMICS_DATASET, latest_dataset
+from shared_resources.compute import ComputeResource
+from shared_resources.pools import Capacity
+from shared_resources.resources import StorageResource
+from shared_resources.step_spec import StepSpec
+from shared_resources.storage import read_json, write_json_atomic
+
+FOUNDATION_MODEL = dg.AssetKey(["cell", "foundation_model"])
+FINETUNED_MODEL = dg.AssetKey(["cell", "finetuned_model"])
+
+
+def _short_hash(payload: dict) -> str:
+    return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()[:10]
+
+
+class PretrainSettings(dg.Config):
+    """Masked-expression pretraining settings (change them in the launchpad)."""
+
+    steps: int = 400
+    batch_size: int = 64
+    mask_fraction: float = 0.15
+    embedding_dim: int = 32
+    learning_rate: float = 2e-3
+    seed: int = 0
+    checkpoint_every_steps: int = 50
+
+
+class FinetuneSettings(dg.Config):
+    """Fine-tune settings: K-fold effect heads on the foundation's gene embeddings."""
+
+    folds: int = 5
+    steps_per_fold: int = 300
+    learning_rate: float = 3e-3
+    seed: int = 0
+    checkpoint_every_steps: int = 100
+
+
+def pointer_uri(storage: StorageResource, asset: str) -> str:
+    return storage.get().artifacts("cell", asset, "latest.json")
+
+
+@dg.asset(key=FOUNDATION_MODEL, deps=[OMICS_DATASET], group_name="cell_training", kinds={"pytorch", "safetensors"})
+def foundation_model(
+    context: dg.AssetExecutionContext, config: PretrainSettings, storage: StorageResource, compute: ComputeResource
+) -> dg.MaterializeResult:
+    """A model of how genes co-vary across cells, learnt by hiding part of each cell's expression
+    and predicting it back. Its gene embeddings are the starting point of every fine-tune.
+
+    Runs on steady capacity; checkpoints every few steps and resumes after a preemption.
+    Pretraining depends only on the expression matrix, so a new assay round reuses it.
+    """
+    dataset = latest_dataset(storage.get().curated("omics"))
+    workload_config = {
+        "dataset_uri": dataset["uri"],
+        "steps": config.steps,
+        "batch_size": config.batch_size,
+        "mask_fraction": config.mask_fraction,
+        "dim": config.embedding_dim,
+        "lr": config.learning_rate,
+        "seed": config.seed,
+    }
+    lineage = f"cell/foundation_model/{dataset['matrix_version']}-{_short_hash({k: v for k, v in workload_config.items() if k != 'dataset_uri'})}"
+    spec = StepSpec(
+        name="cell.foundation_model",
+        entry_point="cell_lane.workloads.pretrain",
+        tenant="cell",
+        gpus=1,
+        capacity=Capacity.steady,
+        checkpoint_every_steps=config.checkpoint_every_steps,
+        expected_hours=0.5,
+        config=workload_config,
+    )
+    step = compute.run(context, spec, lineage=lineage)
+    write_json_atomic(pointer_uri(storage, "foundation_model"), {"checkpoint_uri": step.checkpoint_uri, "lineage": lineage})
+    return dg.MaterializeResult(metadata={**step.metadata(), "lineage": lineage, "dataset_version": dataset["version"]})
+
+
+@dg.asset(key=FINETUNED_MODEL, deps=[FOUNDATION_MODEL, OMICS_DATASET], group_name="cell_training", kinds={"pytorch", "parquet"})
+def finetuned_model(
+    context: dg.AssetExecutionContext, config: FinetuneSettings, storage: StorageResource, compute: ComputeResource
+) -> dg.MaterializeResult:
+    """Predicts how strongly knocking down each gene changes the assay readout, with an
+    uncertainty, from the foundation's gene embeddings and all assay results so far.
+
+    `held_out_rmse` is the error on genes the model did not see (K-fold); `baseline_rmse` is
+    the error of always guessing the average — the model is useful while it stays below.
+    Runs on burst (spot) capacity and resumes from its checkpoint when preempted.
+    """
+    store = storage.get()
+    dataset = latest_dataset(store.curated("omics"))
+    foundation = read_json(pointer_uri(storage, "foundation_model"))
+    settings = {"folds": config.folds, "steps_per_fold": config.steps_per_fold, "lr": config.learning_rate, "seed": config.seed}
+    run_id = f"{dataset['version']}-{_short_hash({**settings, 'foundation': foundation['lineage']})}"
+    spec = StepSpec(
+        name="cell.finetuned_model",
+        entry_point="cell_lane.workloads.finetune",
+        tenant="cell",
+        gpus=1,
+        capacity=Capacity.burst,
+        checkpoint_every_steps=config.checkpoint_every_steps,
+        expected_hours=0.1,
+        config={
+            **settings,
+            "dataset_uri": dataset["uri"],
+            "foundation_checkpoint_uri": foundation["checkpoint_uri"],
+            "predictions_uri": store.artifacts("cell", "finetuned_model", run_id, "predictions.parquet"),
+        },
+    )
+    step = compute.run(context, spec, lineage=f"cell/finetuned_model/{run_id}")
+    write_json_atomic(
+        pointer_uri(storage, "finetuned_model"),
+        {"run_id": run_id, "predictions_uri": spec.config["predictions_uri"], "dataset_version": dataset["version"]},
+    )
+    return dg.MaterializeResult(metadata={**step.metadata(), "dataset_version": dataset["version"], "finetune_id": run_id})

@@ -1,0 +1,42 @@
+"""What every backend does: run one attempt of a step through Dagster Pipes."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any, Protocol
+
+import dagster as dg
+
+from shared_resources.pools import Pool
+from shared_resources.step_spec import StepSpec
+
+
+class AttemptOutcome(StrEnum):
+    succeeded = "succeeded"
+    preempted = "preempted"  # the platform took the capacity back; resume from checkpoint
+    failed = "failed"  # the workload itself failed; retrying will not help
+
+
+@dataclass
+class AttemptResult:
+    outcome: AttemptOutcome
+    exit_code: int | None
+    messages: list[dict[str, Any]] = field(default_factory=list)
+    metadata: dict[str, Any] = field(default_factory=dict)  # the workload's reported result
+
+    @property
+    def committed_seconds(self) -> float:
+        """Training time this attempt saved in a checkpoint (its productive time)."""
+        seconds = [float(m.get("committed_seconds", 0.0)) for m in self.messages if m.get("event") == "checkpoint"]
+        return max(seconds, default=0.0)
+
+
+class StepBackend(Protocol):
+    def run_attempt(
+        self,
+        context: dg.AssetExecutionContext,
+        pool: Pool,
+        spec: StepSpec,
+        extras: dict[str, Any],
+    ) -> AttemptResult: ...

@@ -1,0 +1,176 @@
+"""The `compute` resource: run a step on the pool placement picks, resume it when preempted.
+
+Assets decide what runs; this resource decides where, launches the workload through
+Dagster Pipes on the pool's backend, relaunches it from its checkpoint when the capacity
+is taken away, records every attempt in the ledger, and returns metadata for the asset.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from dataclasses import dataclass, field
+from typing import Any
+
+import dagster as dg
+from pydantic import PrivateAttr
+
+from shared_resources.backends import AttemptOutcome, StepBackend, backend_for
+from shared_resources.ledger import AttemptRecord, ledger_markdown, record_attempt
+from shared_resources.placement import PlacementPlan, plan_placement
+from shared_resources.pools import Pool, load_pools
+from shared_resources.step_spec import StepSpec
+from shared_resources.storage import Storage
+
+
+@dataclass
+class StepRun:
+    """What happened to one step: where it ran, every attempt, and the workload's result."""
+
+    spec: StepSpec
+    plan: PlacementPlan
+    pool: Pool
+    checkpoint_uri: str
+    attempts: list[AttemptRecord] = field(default_factory=list)
+    result: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def preemptions(self) -> int:
+        return sum(1 for a in self.attempts if a.outcome == AttemptOutcome.preempted)
+
+    @property
+    def wall_seconds(self) -> float:
+        return sum(a.wall_seconds for a in self.attempts)
+
+    @property
+    def productive_seconds(self) -> float:
+        return sum(a.productive_seconds for a in self.attempts)
+
+    @property
+    def gpu_hours(self) -> float:
+        return sum(a.gpu_hours for a in self.attempts)
+
+    @property
+    def cost_usd(self) -> float:
+        return sum(a.cost_usd for a in self.attempts)
+
+    @property
+    def goodput(self) -> float:
+        return self.productive_seconds / self.wall_seconds if self.wall_seconds else 0.0
+
+    def metadata(self) -> dict[str, Any]:
+        """Materialization metadata: the workload's result plus placement, cost and goodput."""
+        return {
+            **self.result,
+            "pool": self.pool.name,
+            "provider": self.pool.provider,
+            "purchasing": self.pool.purchasing.value,
+            "backend": self.pool.backend.value,
+            "attempts": len(self.attempts),
+            "preemptions": self.preemptions,
+            "wall_seconds": dg.MetadataValue.float(round(self.wall_seconds, 2)),
+            "productive_seconds": dg.MetadataValue.float(round(self.productive_seconds, 2)),
+            "goodput": dg.MetadataValue.float(round(self.goodput, 4)),
+            "gpu_hours": dg.MetadataValue.float(round(self.gpu_hours, 5)),
+            "cost_usd": dg.MetadataValue.float(round(self.cost_usd, 5)),
+            "checkpoints": dg.MetadataValue.path(self.checkpoint_uri),
+            "placement": dg.MetadataValue.md(self.plan.evidence_markdown()),
+            "ledger": dg.MetadataValue.md(ledger_markdown(self.attempts)),
+        }
+
+
+class StepFailedError(dg.Failure):
+    pass
+
+
+class ComputeResource(dg.ConfigurableResource):
+    """Runs GPU steps on the capacity pool the placement policy picks.
+
+    `pools_file` is a pool catalog (YAML); empty means the packaged default, which maps
+    every pool to this machine.
+    """
+
+    storage_root: str
+    pools_file: str = ""
+
+    _backend_override: StepBackend | None = PrivateAttr(default=None)
+
+    def pools(self) -> dict[str, Pool]:
+        return load_pools(self.pools_file or None)
+
+    def plan(self, spec: StepSpec) -> PlacementPlan:
+        return plan_placement(spec, self.pools())
+
+    def with_backend(self, backend: StepBackend) -> ComputeResource:
+        """A copy that sends every step to `backend` (drills and tests use this to inject failures)."""
+        copy = self.model_copy()
+        copy._backend_override = backend
+        return copy
+
+    def run(
+        self,
+        context: dg.AssetExecutionContext,
+        spec: StepSpec,
+        *,
+        lineage: str,
+    ) -> StepRun:
+        """Place `spec`, run it, resume it after each preemption, and account for every attempt."""
+        storage = Storage.at(self.storage_root)
+        plan = self.plan(spec)
+        pool = plan.first
+        context.log.info(f"placement for {spec.name}: {pool.name} ({pool.purchasing.value})\n{plan.evidence_markdown()}")
+        backend = self._backend_override or backend_for(pool.backend.value)
+        step = StepRun(spec=spec, plan=plan, pool=pool, checkpoint_uri=storage.checkpoints(lineage))
+        partition = context.partition_key if context.has_partition_key else None
+        asset = context.asset_key.to_user_string()
+        for attempt in range(1, spec.max_preemptions + 2):
+            extras = {
+                "config": spec.config,
+                "checkpoint_uri": step.checkpoint_uri,
+                "checkpoint_every_steps": spec.checkpoint_every_steps,
+                "lineage": {"step": spec.name, "lineage": lineage, "run_id": context.run_id, "asset": asset},
+                "attempt": attempt,
+                "pool": pool.name,
+                "storage_root": self.storage_root,
+            }
+            started = dt.datetime.now(dt.UTC)
+            result = backend.run_attempt(context, pool, spec, extras)
+            ended = dt.datetime.now(dt.UTC)
+            record = AttemptRecord.for_attempt(
+                run_id=context.run_id,
+                step=spec.name,
+                asset=asset,
+                partition=partition,
+                attempt=attempt,
+                pool=pool,
+                gpus=spec.gpus,
+                started=started,
+                ended=ended,
+                productive_seconds=result.committed_seconds,
+                outcome=result.outcome.value,
+                exit_code=result.exit_code,
+            )
+            record_attempt(storage.ledger(), record)
+            step.attempts.append(record)
+            if result.outcome is AttemptOutcome.succeeded:
+                step.result = result.metadata
+                return step
+            if result.outcome is AttemptOutcome.preempted:
+                context.log.warning(
+                    f"{spec.name} attempt {attempt} on {pool.name} was preempted (exit {result.exit_code}); "
+                    "relaunching from its latest checkpoint"
+                )
+                continue
+            raise StepFailedError(
+                description=(
+                    f"{spec.name} failed on pool {pool.name} (exit code {result.exit_code}); the workload's "
+                    "log above says why. Fix the workload or its config and re-materialize."
+                ),
+                metadata={"ledger": dg.MetadataValue.md(ledger_markdown(step.attempts))},
+            )
+        raise StepFailedError(
+            description=(
+                f"{spec.name} was preempted {step.preemptions} times on {pool.name}, more than its limit of "
+                f"{spec.max_preemptions}. Raise `max_preemptions` or move it to steadier capacity."
+            ),
+            metadata={"ledger": dg.MetadataValue.md(ledger_markdown(step.attempts))},
+        )

@@ -1,0 +1,35 @@
+"""Typed Dagster resources shared by both lanes, and the one place the environment is read."""
+
+from __future__ import annotations
+
+import os
+
+import dagster as dg
+
+from shared_resources.compute import ComputeResource
+from shared_resources.storage import Storage, default_home
+
+POOLS_ENV = "SINEWGRID_POOLS"
+
+
+class StorageResource(dg.ConfigurableResource):
+    """The storage root every asset reads and writes under (a folder or an `s3://` URI)."""
+
+    root: str
+
+    def get(self) -> Storage:
+        return Storage.at(self.root)
+
+
+def platform_resources(root: str | None = None, pools_file: str | None = None) -> dict[str, dg.ConfigurableResource]:
+    """The `storage` and `compute` resources for this environment.
+
+    `SINEWGRID_HOME` picks the storage root (default `.sinewgrid/` in the checkout) and
+    `SINEWGRID_POOLS` the pool catalog (default: the packaged one, all pools local).
+    """
+    root = root or default_home()
+    pools_file = pools_file if pools_file is not None else os.environ.get(POOLS_ENV, "")
+    return {
+        "storage": StorageResource(root=root),
+        "compute": ComputeResource(storage_root=root, pools_file=pools_file),
+    }

@@ -1,0 +1,44 @@
+"""Flatten torch training state (model, optimizer, RNG) into safetensors-ready tensors.
+
+Workload side only: imports torch, never Dagster.
+"""
+
+from __future__ import annotations
+
+import torch
+
+
+def optimizer_tensors(optimizer: torch.optim.Optimizer) -> dict[str, torch.Tensor]:
+    """Per-parameter optimizer state as flat tensors (`<param index>.<name>`)."""
+    state = optimizer.state_dict()["state"]
+    flat = {}
+    for index, values in state.items():
+        for name, value in values.items():
+            tensor = value if torch.is_tensor(value) else torch.tensor(value)
+            flat[f"{index}.{name}"] = tensor.detach().clone()
+    return flat
+
+
+def load_optimizer_tensors(optimizer: torch.optim.Optimizer, flat: dict[str, torch.Tensor]) -> None:
+    state_dict = optimizer.state_dict()
+    restored: dict[int, dict[str, torch.Tensor]] = {}
+    for key, tensor in flat.items():
+        index, name = key.split(".", 1)
+        restored.setdefault(int(index), {})[name] = tensor
+    state_dict["state"] = restored
+    optimizer.load_state_dict(state_dict)
+
+
+def rng_tensors(generator: torch.Generator) -> dict[str, torch.Tensor]:
+    return {"generator": generator.get_state(), "torch_global": torch.get_rng_state()}
+
+
+def load_rng_tensors(generator: torch.Generator, flat: dict[str, torch.Tensor]) -> None:
+    generator.set_state(flat["generator"])
+    torch.set_rng_state(flat["torch_global"])
+
+
+def pick_device(requested: str = "auto") -> torch.device:
+    if requested == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    return torch.device(requested)
