@@ -1,0 +1,1 @@
+"""Sinewgrid's command line and the helpers behind it (above both lanes; imports them by module name)."""

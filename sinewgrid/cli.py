@@ -1,0 +1,192 @@
+"""`sinewgrid`: drive the loop from a terminal against the same instance the UI shows."""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+import time
+import warnings
+
+import typer
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+
+from sinewgrid.instance import ensure_instance_home, get_instance
+
+app = typer.Typer(help="Sinewgrid: the control plane for ML work on rented GPUs.", no_args_is_help=True, add_completion=False, pretty_exceptions_show_locals=False)
+lab_app = typer.Typer(help="The lab stand-in (LabSimulator) used by the demo.", no_args_is_help=True)
+app.add_typer(lab_app, name="lab")
+console = Console(width=None if sys.stdout.isatty() else 150)
+
+
+def _quiet() -> None:
+    """Dagster logs every event at INFO; the command line shows its own progress instead."""
+    warnings.filterwarnings("ignore")
+    os.environ.setdefault("DAGSTER_DISABLE_TELEMETRY", "1")
+    for name in ("dagster", "sinewgrid.workload"):
+        logging.getLogger(name).setLevel(logging.WARNING)
+
+
+def _storage():
+    from shared_resources.storage import Storage
+
+    return Storage.from_env()
+
+
+@app.command("init-instance")
+def init_instance() -> None:
+    """Create the Dagster instance folder (DAGSTER_HOME) with its dagster.yaml."""
+    home = ensure_instance_home()
+    console.print(f"Dagster instance: [bold]{home}[/]   storage root: [bold]{_storage().root}[/]")
+
+
+@app.command()
+def seed(
+    plates: int = typer.Option(2, help="How many good first-round plates to drop."),
+    bad: bool = typer.Option(True, help="Also drop one deliberately bad export, to see quarantine at work."),
+) -> None:
+    """Put sample lab drops (first-round plates) into the landing zone."""
+    from cell_lane.lab_simulator import LabSimulator
+
+    storage = _storage()
+    with console.status("writing sample drops…"):
+        drops = LabSimulator(storage).seed_drops(plates=plates, include_bad=bad)
+    for drop in drops:
+        console.print(f"  dropped [cyan]{storage.landing('assays', drop)}[/]")
+
+
+def _print_ticks(ticks) -> bool:
+    ok = True
+    table = Table(title="sensor tick", show_lines=False)
+    for column in ("sensor", "new partitions", "runs", "result"):
+        table.add_column(column)
+    for tick in ticks:
+        runs = "\n".join(
+            f"{r.job}{f'[{r.partition}]' if r.partition else ''} {'[green]ok[/]' if r.success else '[red]failed[/]'} {r.seconds:.1f}s"
+            + (f"\n  [red]{r.failure}[/]" if r.failure else "")
+            for r in tick.runs
+        )
+        ok &= all(r.success for r in tick.runs)
+        result = tick.skipped or (f"{len(tick.already_run)} already run" if tick.already_run else "")
+        table.add_row(f"{tick.location}/{tick.sensor}", ", ".join(tick.new_partitions), runs, result)
+    console.print(table)
+    return ok
+
+
+def _tick() -> list:
+    from sinewgrid.ticker import tick_all
+
+    instance = get_instance()
+    logging.getLogger("dagster").setLevel(logging.ERROR)
+    with console.status("evaluating sensors…") as status:
+        ticks = tick_all(
+            instance,
+            on_run=lambda job, part: status.update(f"running {job}{f' [{part}]' if part else ''}…"),
+            log_level=os.environ.get("SINEWGRID_LOG_LEVEL", "ERROR"),
+        )
+    return ticks
+
+
+@app.command()
+def tick() -> None:
+    """Evaluate every sensor once and run what it requests, in this process."""
+    _quiet()
+    _print_ticks(_tick())
+
+
+@lab_app.command("answer")
+def lab_answer() -> None:
+    """Let the lab stand-in run every worklist in the outbox; results land as new drops."""
+    from cell_lane.lab_simulator import LabSimulator
+
+    with console.status("the lab stand-in is running plates…"):
+        drops = LabSimulator(_storage()).answer_outbox()
+    console.print(f"new drops: {', '.join(drops) or 'none (no unanswered worklists)'}")
+
+
+@app.command()
+def summary() -> None:
+    """Print what ran where, how long it took, what it cost and how the model's error moved."""
+    _quiet()
+    _print_summary()
+
+
+def _print_summary(truth=None) -> None:
+    from sinewgrid.summary import ledger_by_step, quarantined, training_rounds, truth_rmse
+
+    storage = _storage()
+    instance = get_instance()
+    steps = ledger_by_step(storage)
+    table = Table(title="GPU steps: where they ran and what they cost")
+    for column in ("step", "pool", "purchasing", "attempts", "preempted", "wall s", "productive s", "goodput", "GPU-h", "cost"):
+        table.add_column(column, justify="right" if column not in ("step", "pool", "purchasing") else "left")
+    for row in steps.itertuples():
+        table.add_row(
+            row.step, row.pool, row.purchasing, str(row.attempts), str(row.preempted), f"{row.wall_seconds:.1f}",
+            f"{row.productive_seconds:.1f}", f"{row.goodput:.0%}" if row.goodput == row.goodput else "—",
+            f"{row.gpu_hours:.4f}", f"${row.cost_usd:.4f}",
+        )
+    if len(steps):
+        table.add_row("total", "", "", str(int(steps["attempts"].sum())), str(int(steps["preempted"].sum())),
+                      f"{steps['wall_seconds'].sum():.1f}", f"{steps['productive_seconds'].sum():.1f}", "",
+                      f"{steps['gpu_hours'].sum():.4f}", f"${steps['cost_usd'].sum():.4f}", style="bold")
+    console.print(table)
+
+    rounds = training_rounds(instance)
+    table = Table(title="The model, round by round (held-out error: lower is better)")
+    for column in ("round", "assayed genes", "held-out RMSE", "baseline RMSE", "Spearman", "pool", "cost"):
+        table.add_column(column, justify="right")
+    if truth is not None:
+        table.add_column("RMSE vs lab truth*", justify="right")
+    for r in rounds:
+        cells = [str(r.round), str(r.assayed_genes), f"{r.held_out_rmse:.3f}", f"{r.baseline_rmse:.3f}", f"{r.spearman:.2f}", r.pool, f"${r.cost_usd:.4f}"]
+        if truth is not None:
+            cells.append(f"{truth_rmse(r.predictions_uri, truth):.3f}")
+        table.add_row(*cells)
+    console.print(table)
+    if truth is not None:
+        console.print("  * on genes never assayed, against the LabSimulator's hidden truth (only the simulator can know it)")
+
+    bad = quarantined(storage)
+    if bad:
+        console.print(f"[yellow]Quarantined drops ({len(bad)}):[/]")
+        for report in bad:
+            console.print(f"  [bold]{report['drop_id']}[/] at the {report['stage']} stage — {len(report['issues'])} issue(s):")
+            for issue in report["issues"][:4]:
+                console.print(f"    - {escape(issue.get('file') or 'drop')} ({issue['rule']}): {escape(issue['message'])}")
+    console.print(f"\nStorage root: {storage.root}   Dagster instance: {os.environ.get('DAGSTER_HOME')}")
+    console.print("Open the UI on the same instance with [bold]make ui[/] (http://127.0.0.1:3000).")
+
+
+@app.command()
+def demo(rounds: int = typer.Option(2, min=1, help="Lab rounds to run after the seed round.")) -> None:
+    """Seed sample drops, tick through the lab rounds, then print the summary."""
+    _quiet()
+    from cell_lane.lab_simulator import LabSimulator
+
+    storage = _storage()
+    lab = LabSimulator(storage)
+    started = time.monotonic()
+    console.rule("[bold]Sinewgrid demo: the Cell loop on this machine")
+    console.print(f"storage root {storage.root}")
+    console.print("\n[bold]Round 1[/]: the lab drops its first plates (one of them a bad export)")
+    for drop in lab.seed_drops():
+        console.print(f"  dropped {drop}")
+    ok = _print_ticks(_tick())
+    for round_number in range(2, rounds + 2):
+        console.print(f"\n[bold]Round {round_number}[/]: the lab runs the plate the model proposed")
+        with console.status("the lab stand-in is running plates…"):
+            new = lab.answer_outbox()
+        console.print(f"  new drops: {', '.join(new) or 'none'}")
+        ok &= _print_ticks(_tick())
+    console.rule("[bold]Summary")
+    _print_summary(truth=lab.truth)
+    console.print(f"demo finished in {time.monotonic() - started:.0f}s")
+    if not ok:
+        console.print("[yellow]Some runs failed (the bad example drop is expected to: it goes to quarantine).[/]")
+
+
+if __name__ == "__main__":
+    app()

@@ -1,0 +1,45 @@
+"""The Dagster instance the command line and the UI share (SQLite under the storage root by default)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import dagster as dg
+import yaml
+
+from shared_resources.storage import Storage
+
+DEFAULT_DAGSTER_YAML = {
+    "telemetry": {"enabled": False},
+    # Storage defaults to SQLite files in this folder; deploy/dagster.yaml is the
+    # production instance on PostgreSQL.
+}
+
+
+def dagster_home() -> Path:
+    """`$DAGSTER_HOME`, else `<storage root>/dagster` (a local root is needed for SQLite)."""
+    if os.environ.get("DAGSTER_HOME"):
+        return Path(os.environ["DAGSTER_HOME"]).expanduser().resolve()
+    storage = Storage.from_env()
+    if not storage.is_local:
+        raise SystemExit(
+            f"SINEWGRID_HOME is {storage.root}; set DAGSTER_HOME to a local folder (or a PostgreSQL-backed "
+            "instance, see deploy/dagster.yaml) for the Dagster instance."
+        )
+    return Path(storage.root) / "dagster"
+
+
+def ensure_instance_home() -> Path:
+    home = dagster_home()
+    home.mkdir(parents=True, exist_ok=True)
+    config = home / "dagster.yaml"
+    if not config.exists():
+        config.write_text(yaml.safe_dump(DEFAULT_DAGSTER_YAML, sort_keys=False))
+    os.environ["DAGSTER_HOME"] = str(home)
+    return home
+
+
+def get_instance() -> dg.DagsterInstance:
+    ensure_instance_home()
+    return dg.DagsterInstance.get()

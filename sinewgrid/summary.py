@@ -1,0 +1,89 @@
+"""What the loop did, read back from the instance and the ledger: for the demo and `sinewgrid summary`."""
+
+from __future__ import annotations
+
+import io
+import json
+from dataclasses import dataclass
+
+import dagster as dg
+import numpy as np
+import pandas as pd
+
+from shared_resources.ledger import read_ledger
+from shared_resources.storage import Storage, fs_for, read_bytes
+
+FINETUNED = dg.AssetKey(["cell", "finetuned_model"])
+FOUNDATION = dg.AssetKey(["cell", "foundation_model"])
+
+
+def _value(metadata: dict, key: str):
+    entry = metadata.get(key)
+    return getattr(entry, "value", entry)
+
+
+@dataclass
+class RoundRow:
+    round: int
+    run_id: str
+    assayed_genes: int
+    held_out_rmse: float
+    baseline_rmse: float
+    spearman: float
+    pool: str
+    cost_usd: float
+    predictions_uri: str
+
+
+def training_rounds(instance: dg.DagsterInstance) -> list[RoundRow]:
+    records = instance.fetch_materializations(dg.AssetRecordsFilter(asset_key=FINETUNED), limit=1000, ascending=True).records
+    rows = []
+    for i, record in enumerate(records, start=1):
+        md = record.asset_materialization.metadata
+        rows.append(
+            RoundRow(
+                round=i,
+                run_id=record.run_id,
+                assayed_genes=int(_value(md, "n_assayed_genes") or 0),
+                held_out_rmse=float(_value(md, "held_out_rmse") or np.nan),
+                baseline_rmse=float(_value(md, "baseline_rmse") or np.nan),
+                spearman=float(_value(md, "held_out_spearman") or np.nan),
+                pool=str(_value(md, "pool")),
+                cost_usd=float(_value(md, "cost_usd") or 0.0),
+                predictions_uri=str(_value(md, "predictions_uri")),
+            )
+        )
+    return rows
+
+
+def ledger_by_step(storage: Storage) -> pd.DataFrame:
+    ledger = read_ledger(storage.ledger())
+    if ledger.empty:
+        return ledger
+    return (
+        ledger.groupby(["step", "pool", "purchasing"], as_index=False)
+        .agg(
+            attempts=("attempt", "size"),
+            preempted=("outcome", lambda s: int((s == "preempted").sum())),
+            wall_seconds=("wall_seconds", "sum"),
+            productive_seconds=("productive_seconds", "sum"),
+            gpu_hours=("gpu_hours", "sum"),
+            cost_usd=("cost_usd", "sum"),
+        )
+        .assign(goodput=lambda f: f["productive_seconds"] / f["wall_seconds"].where(f["wall_seconds"] > 0))
+    )
+
+
+def quarantined(storage: Storage, kind: str = "assays") -> list[dict]:
+    fs, base = fs_for(storage.quarantine(kind))
+    if not fs.exists(base):
+        return []
+    return [json.loads(fs.cat_file(p)) for p in sorted(fs.glob(f"{base}/*/QUARANTINE.json"))]
+
+
+def truth_rmse(predictions_uri: str, truth: pd.Series) -> float:
+    """Error of a round's predictions against the lab stand-in's hidden truth, on genes never assayed."""
+    table = pd.read_parquet(io.BytesIO(read_bytes(predictions_uri)))
+    unassayed = table[~table["assayed"]]
+    true = truth.reindex(unassayed["gene"]).to_numpy()
+    return float(np.sqrt(np.nanmean((unassayed["predicted_effect"].to_numpy() - true) ** 2)))

@@ -1,0 +1,139 @@
+"""Evaluate every sensor of a code location once and run what it asks for, in this process.
+
+This is what the Dagster daemon does on each tick, done once and synchronously, so the
+loop can be driven from a terminal or a test against the same instance the UI shows.
+Sensor cursors are kept in the instance's key-value store; run keys are honoured as
+the daemon honours them (a run key already used by the sensor is not run again).
+"""
+
+from __future__ import annotations
+
+import importlib
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import dagster as dg
+import yaml
+from dagster._core.definitions.dynamic_partitions_request import AddDynamicPartitionsRequest
+
+from shared_resources.storage import REPO_ROOT
+
+RUN_KEY_TAG = "dagster/run_key"
+SENSOR_NAME_TAG = "dagster/sensor_name"
+
+
+@dataclass
+class RunOutcome:
+    job: str
+    partition: str | None
+    run_id: str
+    success: bool
+    seconds: float
+    failure: str | None = None
+
+
+@dataclass
+class SensorTick:
+    location: str
+    sensor: str
+    skipped: str | None = None
+    new_partitions: list[str] = field(default_factory=list)
+    runs: list[RunOutcome] = field(default_factory=list)
+    already_run: list[str] = field(default_factory=list)
+
+
+def workspace_locations(workspace: Path = REPO_ROOT / "workspace.yaml") -> dict[str, str]:
+    """Code location name → definitions module, read from workspace.yaml."""
+    doc = yaml.safe_load(workspace.read_text())
+    locations = {}
+    for entry in doc.get("load_from", []):
+        module = entry.get("python_module")
+        if module:
+            locations[module.get("location_name", module["module_name"])] = module["module_name"]
+    return locations
+
+
+def load_definitions(module_name: str) -> dg.Definitions:
+    module = importlib.import_module(module_name)
+    return module.defs
+
+
+def _cursor_key(location: str, sensor: str) -> str:
+    return f"sinewgrid/cli/sensor_cursor/{location}/{sensor}"
+
+
+def _first_failure(result: dg.ExecuteInProcessResult) -> str | None:
+    for event in result.all_events:
+        if event.is_step_failure and event.step_failure_data and event.step_failure_data.error:
+            return f"{event.step_key}: {event.step_failure_data.error.message.strip().splitlines()[0]}"
+    return None if result.success else "run failed"
+
+
+def tick_sensor(
+    location: str,
+    defs: dg.Definitions,
+    sensor: dg.SensorDefinition,
+    instance: dg.DagsterInstance,
+    on_run: Callable[[str, str | None], None] | None = None,
+    log_level: str | None = None,
+) -> SensorTick:
+    key = _cursor_key(location, sensor.name)
+    cursor = instance.run_storage.get_cursor_values({key}).get(key)
+    tick = SensorTick(location, sensor.name)
+    with dg.build_sensor_context(
+        instance_ref=instance.get_ref(), cursor=cursor, definitions=defs, sensor_name=sensor.name, resources=defs.resources
+    ) as context:
+        data = sensor.evaluate_tick(context)
+    for request in data.dynamic_partitions_requests or []:
+        if isinstance(request, AddDynamicPartitionsRequest):
+            instance.add_dynamic_partitions(request.partitions_def_name, list(request.partition_keys))
+            tick.new_partitions.extend(request.partition_keys)
+    if data.cursor is not None and data.cursor != cursor:
+        instance.run_storage.set_cursor_values({key: data.cursor})
+    if not data.run_requests:
+        tick.skipped = data.skip_message or "nothing requested"
+    for request in data.run_requests or []:
+        job_name = request.job_name or sensor.job_name
+        if request.run_key:
+            used = instance.get_runs(
+                filters=dg.RunsFilter(tags={SENSOR_NAME_TAG: sensor.name, RUN_KEY_TAG: request.run_key}), limit=1
+            )
+            if used:
+                tick.already_run.append(request.run_key)
+                continue
+        if on_run:
+            on_run(job_name, request.partition_key)
+        job = defs.resolve_job_def(job_name)
+        tags = {**request.tags, SENSOR_NAME_TAG: sensor.name, **({RUN_KEY_TAG: request.run_key} if request.run_key else {})}
+        started = time.monotonic()
+        run_config = dict(request.run_config or {})
+        if log_level:
+            run_config.setdefault("loggers", {"console": {"config": {"log_level": log_level}}})
+        result = job.execute_in_process(
+            instance=instance,
+            partition_key=request.partition_key,
+            run_config=run_config or None,
+            tags=tags,
+            raise_on_error=False,
+        )
+        tick.runs.append(
+            RunOutcome(job_name, request.partition_key, result.run_id, result.success, time.monotonic() - started, _first_failure(result))
+        )
+    return tick
+
+
+def tick_all(
+    instance: dg.DagsterInstance,
+    locations: dict[str, str] | None = None,
+    on_run: Callable[[str, str | None], None] | None = None,
+    log_level: str | None = None,
+) -> list[SensorTick]:
+    """One tick of every sensor in every code location, in the order they are defined."""
+    ticks = []
+    for location, module_name in (locations or workspace_locations()).items():
+        defs = load_definitions(module_name)
+        for sensor in defs.sensors or []:
+            ticks.append(tick_sensor(location, defs, sensor, instance, on_run, log_level))
+    return ticks
