@@ -1,0 +1,117 @@
+"""Benchmarks: speed figures of the project, each printed next to a plain baseline.
+
+Speed is measured here and only here (tests never assert timings). Run them with
+``make bench`` or ``python -m benchmarks.run``; see ``benchmarks/README.md``.
+
+This module holds the shared timing helper; the figures live in
+``benchmarks.validation`` (plate validation throughput) and
+``benchmarks.omics_write`` (omics dataset write throughput).
+"""
+
+from __future__ import annotations
+
+import gc
+import statistics
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+__all__ = ["REPEATS", "MIN_REPEAT_SECONDS", "Timing", "time_pair"]
+
+REPEATS = 5
+"""Timed repeats per measurement; the figure is the median of these."""
+
+MIN_REPEAT_SECONDS = 0.05
+"""For calls faster than this, one repeat averages enough calls to last at least this long."""
+
+
+@dataclass
+class Timing:
+    """Seconds per call of one measured function: median of the repeats, plus the raw repeats."""
+
+    calls_per_repeat: int
+    seconds: list[float] = field(default_factory=list)  # seconds per call, one per repeat
+
+    @property
+    def median(self) -> float:
+        return statistics.median(self.seconds)
+
+    @property
+    def best(self) -> float:
+        return min(self.seconds)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "statistic": "median",
+            "median_s": self.median,
+            "best_s": self.best,
+            "repeats": len(self.seconds),
+            "calls_per_repeat": self.calls_per_repeat,
+            "seconds_per_call_each_repeat": self.seconds,
+        }
+
+
+def _calls_for(fn: Callable[[], Any], min_seconds: float) -> int:
+    """How many calls make one repeat last at least ``min_seconds`` (one warm-up call included)."""
+    start = time.perf_counter()
+    fn()
+    once = time.perf_counter() - start
+    if once >= min_seconds:
+        return 1
+    return max(1, min(10_000, int(min_seconds / max(once, 1e-7)) + 1))
+
+
+def time_pair(
+    subject: Callable[[], Any],
+    baseline: Callable[[], Any],
+    *,
+    repeats: int = REPEATS,
+    min_repeat_seconds: float = MIN_REPEAT_SECONDS,
+    before_each: Callable[[], None] | None = None,
+    after_each: Callable[[], None] | None = None,
+) -> tuple[Timing, Timing]:
+    """Time ``subject`` and ``baseline`` in alternation (subject, baseline, subject, ...).
+
+    Each function gets one untimed warm-up call, then ``repeats`` timed repeats
+    with ``time.perf_counter``. Alternating the two keeps slow drift of the
+    machine (other processes, CPU clock) from favouring either one.
+
+    With ``before_each`` / ``after_each`` (for example: make / remove a fresh
+    output folder), every repeat is exactly one call and those hooks run
+    outside the timed region. Without them, fast calls are repeated inside one
+    timed repeat until it lasts ``min_repeat_seconds``, and the repeat's time
+    is divided by the number of calls.
+    """
+    hooks = before_each is not None or after_each is not None
+
+    def prepare() -> None:
+        if before_each is not None:
+            before_each()
+
+    def finish() -> None:
+        if after_each is not None:
+            after_each()
+
+    timings: list[Timing] = []
+    for fn in (subject, baseline):
+        prepare()
+        if hooks:
+            fn()  # warm-up
+            calls = 1
+        else:
+            calls = _calls_for(fn, min_repeat_seconds)  # includes the warm-up call
+        finish()
+        timings.append(Timing(calls_per_repeat=calls))
+
+    for _ in range(repeats):
+        for fn, timing in zip((subject, baseline), timings):
+            prepare()
+            gc.collect()
+            calls = timing.calls_per_repeat
+            start = time.perf_counter()
+            for _ in range(calls):
+                fn()
+            elapsed = time.perf_counter() - start
+            finish()
+            timing.seconds.append(elapsed / calls)
+    return timings[0], timings[1]

@@ -1,0 +1,39 @@
+"""Small builders shared by tests: plates and drops as a lab would send them."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from cell_lane.plate_layout import GENES_PER_PLATE, plate_layout
+from shared_resources.landing import write_drop
+from shared_resources.storage import Storage
+
+GENES = ["CD3E", "CD14", "LYZ", "MS4A1", "NKG7", "GNLY", "FCGR3A", "CST3", "PPBP", "IL7R"]
+
+
+def good_plate(barcode: str = "P001", genes: list[str] | None = None, seed: int = 0) -> pd.DataFrame:
+    rng = np.random.default_rng(seed)
+    table = plate_layout(genes or GENES, barcode)
+    kind = table["sample_type"]
+    table.loc[kind == "neg_ctrl", "readout"] = rng.normal(1000, 30, (kind == "neg_ctrl").sum()).round(2)
+    table.loc[kind == "pos_ctrl", "readout"] = rng.normal(250, 20, (kind == "pos_ctrl").sum()).round(2)
+    table.loc[kind == "sample", "readout"] = rng.normal(700, 80, (kind == "sample").sum()).round(2)
+    return table
+
+
+def drop_plate(storage: Storage, drop_id: str, table: pd.DataFrame | None = None, **fields) -> str:
+    table = good_plate() if table is None else table
+    return write_drop(
+        storage,
+        "assays",
+        drop_id,
+        {"plates/plate.csv": table.to_csv(index=False).encode()},
+        assay=fields.pop("assay", "viability"),
+        instrument=fields.pop("instrument", "reader-1"),
+        project=fields.pop("project", "test"),
+        **fields,
+    )
+
+
+__all__ = ["GENES", "GENES_PER_PLATE", "good_plate", "drop_plate"]

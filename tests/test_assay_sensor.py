@@ -1,0 +1,86 @@
+"""The assay sensor: complete drops only, one partition per drop, idempotent, cursor-bounded."""
+
+from __future__ import annotations
+
+import json
+
+import dagster as dg
+
+from cell_lane.definitions import assay_drop_sensor, defs
+from sensors.landing_drops import DropCursor
+from shared_resources.resources import StorageResource
+from tests.helpers import drop_plate
+
+
+def _tick(instance, home, cursor=None):
+    context = dg.build_sensor_context(
+        instance_ref=instance.get_ref(), cursor=cursor, definitions=defs, resources={"storage": StorageResource(root=str(home))}
+    )
+    result = assay_drop_sensor.evaluate_tick(context)
+    for request in result.dynamic_partitions_requests or []:
+        instance.add_dynamic_partitions(request.partitions_def_name, list(request.partition_keys))
+    return result
+
+
+def test_complete_drop_becomes_one_partition_and_one_run(instance, home, storage):
+    drop_plate(storage, "drop-a")
+    result = _tick(instance, home)
+    assert [r.partition_key for r in result.run_requests] == ["drop-a"]
+    assert result.dynamic_partitions_requests[0].partition_keys == ["drop-a"]
+    assert instance.get_dynamic_partitions("assay_drops") == ["drop-a"]
+
+
+def test_drop_without_manifest_waits(instance, home, storage):
+    folder = storage.landing("assays", "half-written")
+    (home / "landing" / "assays" / "half-written" / "plates").mkdir(parents=True)
+    (home / "landing" / "assays" / "half-written" / "plates" / "p.csv").write_text("plate_barcode,well\n")
+    result = _tick(instance, home)
+    assert result.run_requests == []
+    assert "no new complete drops" in result.skip_message
+    # once the manifest is written, the drop is picked up
+    drop_plate(storage, "half-written")
+    result = _tick(instance, home, result.cursor)
+    assert [r.partition_key for r in result.run_requests] == ["half-written"]
+    assert folder.endswith("half-written")
+
+
+def test_same_drop_seen_twice_yields_one_partition(instance, home, storage):
+    drop_plate(storage, "drop-a")
+    first = _tick(instance, home)
+    # a fresh cursor (e.g. the UI daemon after `sinewgrid tick`) sees the drop again
+    again = _tick(instance, home, cursor=None)
+    assert len(first.run_requests) == 1
+    assert again.run_requests == []
+    assert instance.get_dynamic_partitions("assay_drops") == ["drop-a"]
+
+
+def test_cursor_only_opens_new_drops(instance, home, storage):
+    drop_plate(storage, "drop-a")
+    first = _tick(instance, home)
+    drop_plate(storage, "drop-b")
+    second = _tick(instance, home, first.cursor)
+    assert [r.partition_key for r in second.run_requests] == ["drop-b"]
+    cursor = DropCursor.parse(second.cursor)
+    assert "drop-b" in cursor.ids_at_mtime
+    third = _tick(instance, home, second.cursor)
+    assert third.run_requests == []
+
+
+def test_several_drops_in_one_tick_each_get_a_run(instance, home, storage):
+    for name in ("d1", "d2", "d3"):
+        drop_plate(storage, name)
+    result = _tick(instance, home)
+    assert sorted(r.partition_key for r in result.run_requests) == ["d1", "d2", "d3"]
+    assert len({r.run_key for r in result.run_requests}) == 3
+
+
+def test_folder_name_that_cannot_be_a_partition_is_quarantined(instance, home, storage):
+    bad = home / "landing" / "assays" / "bad name!"
+    bad.mkdir(parents=True)
+    (bad / "manifest.json").write_text(json.dumps({"drop_id": "bad name!", "files": []}))
+    drop_plate(storage, "good-drop")
+    result = _tick(instance, home)
+    assert [r.partition_key for r in result.run_requests] == ["good-drop"]
+    report = json.loads((home / "quarantine" / "assays" / "bad name!" / "QUARANTINE.json").read_text())
+    assert report["issues"][0]["rule"] == "drop_id"
+    assert (bad / "manifest.json").exists()  # landing untouched

@@ -1,0 +1,145 @@
+"""Checkpoints: manifest-last publishing, torn and corrupt ones skipped, and exact resume."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import torch
+
+from cell_lane.omics import join_labels, publish_dataset
+from shared_resources.checkpoints import CheckpointStore
+from shared_resources.workload import PREEMPTED_EXIT_CODE
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def test_roundtrip_and_manifest(tmp_path):
+    store = CheckpointStore(str(tmp_path / "ck"))
+    store.save(10, {"model": {"w": torch.arange(6.0).reshape(2, 3)}}, meta={"loss": 1.5}, lineage={"run": "r1"})
+    loaded = store.latest_valid()
+    assert loaded.step == 10 and not loaded.final
+    assert torch.equal(loaded.tensors["model"]["w"], torch.arange(6.0).reshape(2, 3))
+    manifest = json.loads((tmp_path / "ck" / "step-00000010" / "manifest.json").read_text())
+    assert manifest["lineage"] == {"run": "r1"} and manifest["meta"] == {"loss": 1.5}
+    assert set(manifest["files"]) == {"model.safetensors"}
+    assert len(manifest["files"]["model.safetensors"]["sha256"]) == 64
+
+
+def test_torn_checkpoint_is_skipped_with_a_warning(tmp_path):
+    warnings: list[str] = []
+    store = CheckpointStore(str(tmp_path / "ck"), warn=warnings.append)
+    store.save(10, {"model": {"w": torch.ones(3)}})
+    store.save(20, {"model": {"w": torch.full((3,), 2.0)}})
+    (tmp_path / "ck" / "step-00000020" / "manifest.json").unlink()  # the writer died before publishing
+    loaded = store.latest_valid()
+    assert loaded.step == 10 and torch.equal(loaded.tensors["model"]["w"], torch.ones(3))
+    assert any("torn" in w and "step-00000020" in w for w in warnings)
+
+
+def test_corrupt_checkpoint_is_skipped_with_a_warning(tmp_path):
+    warnings: list[str] = []
+    store = CheckpointStore(str(tmp_path / "ck"), warn=warnings.append)
+    store.save(10, {"model": {"w": torch.ones(3)}})
+    store.save(20, {"model": {"w": torch.full((3,), 2.0)}})
+    target = tmp_path / "ck" / "step-00000020" / "model.safetensors"
+    data = bytearray(target.read_bytes())
+    data[-1] ^= 0xFF
+    target.write_bytes(bytes(data))
+    assert store.latest_valid().step == 10
+    assert any("corrupt" in w for w in warnings)
+
+
+def test_no_valid_checkpoint_gives_none(tmp_path):
+    store = CheckpointStore(str(tmp_path / "nothing"))
+    assert store.latest_valid() is None
+
+
+@pytest.fixture(scope="module")
+def dataset_uri(tmp_path_factory, reference_expression) -> str:
+    base = tmp_path_factory.mktemp("omics")
+    uri, _ = publish_dataset(join_labels(reference_expression, pd.DataFrame()), str(base))
+    return uri
+
+
+def _extras(tmp_path: Path, dataset_uri: str, name: str, steps: int) -> Path:
+    path = tmp_path / f"{name}.json"
+    path.write_text(
+        json.dumps(
+            {
+                "config": {"dataset_uri": dataset_uri, "steps": steps, "seed": 3},
+                "checkpoint_uri": str(tmp_path / name),
+                "checkpoint_every_steps": 50,
+            }
+        )
+    )
+    return path
+
+
+def _launch(extras: Path) -> subprocess.Popen:
+    return subprocess.Popen(
+        [sys.executable, "-m", "cell_lane.workloads.pretrain", "--extras", str(extras)],
+        cwd=REPO,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
+
+
+def _wait_for(path: Path, process: subprocess.Popen, timeout: float = 180) -> None:
+    deadline = time.monotonic() + timeout
+    while not path.exists():
+        assert process.poll() is None, f"workload ended before {path} appeared: {process.stderr.read().decode()[-2000:]}"
+        assert time.monotonic() < deadline, f"{path} never appeared"
+        time.sleep(0.05)
+
+
+def _final_model(folder: Path) -> dict[str, torch.Tensor]:
+    checkpoint = CheckpointStore(str(folder)).latest_valid()
+    assert checkpoint is not None and checkpoint.final
+    return checkpoint.tensors["model"]
+
+
+STEPS = 1500
+
+
+def test_killed_pretraining_resumes_to_the_same_weights(tmp_path, dataset_uri):
+    reference = _launch(_extras(tmp_path, dataset_uri, "uninterrupted", STEPS))
+    assert reference.wait(timeout=600) == 0, reference.stderr.read().decode()[-2000:]
+
+    extras = _extras(tmp_path, dataset_uri, "killed", STEPS)
+    victim = _launch(extras)
+    _wait_for(tmp_path / "killed" / "step-00000100" / "manifest.json", victim)
+    victim.send_signal(signal.SIGKILL)  # no warning, no last checkpoint: like a lost node
+    assert victim.wait(timeout=60) == -signal.SIGKILL
+    steps_before = CheckpointStore(str(tmp_path / "killed")).steps()
+    assert max(steps_before) < STEPS, "the kill must land mid-run"
+
+    resumed = _launch(extras)
+    assert resumed.wait(timeout=600) == 0, resumed.stderr.read().decode()[-2000:]
+    assert "resuming from" in resumed.stderr.read().decode()
+
+    expected, actual = _final_model(tmp_path / "uninterrupted"), _final_model(tmp_path / "killed")
+    assert expected.keys() == actual.keys()
+    for name in expected:
+        assert torch.equal(expected[name], actual[name]), f"{name} differs after resume"
+
+
+def test_sigterm_checkpoints_and_exits_with_the_preempted_code(tmp_path, dataset_uri):
+    extras = _extras(tmp_path, dataset_uri, "preempted", STEPS)
+    process = _launch(extras)
+    _wait_for(tmp_path / "preempted" / "step-00000050" / "manifest.json", process)
+    os.kill(process.pid, signal.SIGTERM)
+    assert process.wait(timeout=60) == PREEMPTED_EXIT_CODE
+    store = CheckpointStore(str(tmp_path / "preempted"))
+    last = store.latest_valid()
+    assert last is not None and 50 <= last.step < STEPS and not last.final
+    resumed = _launch(extras)
+    assert resumed.wait(timeout=600) == 0
+    assert store.latest_valid().final

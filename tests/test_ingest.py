@@ -1,0 +1,185 @@
+"""Bad input gets a specific reason in quarantine, nothing a lab sent is lost, good drops flow."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+
+import dagster as dg
+import pandas as pd
+import pytest
+
+from cell_lane.assets.ingest import raw_assay, validated_assay
+from tests.helpers import drop_plate, good_plate
+
+ASSETS = [raw_assay, validated_assay]
+
+
+def _ingest(instance, resources, drop_id: str) -> dg.ExecuteInProcessResult:
+    instance.add_dynamic_partitions("assay_drops", [drop_id])
+    return dg.materialize(ASSETS, instance=instance, resources=resources, partition_key=drop_id, raise_on_error=False)
+
+
+def _snapshot(folder: Path) -> dict[str, str]:
+    return {str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+def _quarantine(home: Path, drop_id: str) -> dict:
+    return json.loads((home / "quarantine" / "assays" / drop_id / "QUARANTINE.json").read_text())
+
+
+def _check(result, name: str) -> bool:
+    evaluations = [e.event_specific_data for e in result.all_events if e.event_type_value == "ASSET_CHECK_EVALUATION"]
+    return next(e.passed for e in evaluations if e.check_name == name)
+
+
+def test_good_drop_is_copied_byte_for_byte_and_validated(instance, resources, home, storage):
+    drop_plate(storage, "good")
+    result = _ingest(instance, resources, "good")
+    assert result.success
+    landing = home / "landing" / "assays" / "good" / "plates" / "plate.csv"
+    raw = home / "raw" / "assays" / "good" / "plates" / "plate.csv"
+    assert raw.read_bytes() == landing.read_bytes()
+    effects = pd.read_parquet(home / "curated" / "assays" / "good" / "effects.parquet")
+    assert set(effects["perturbation"]) == set(good_plate()["perturbation"][lambda s: s != ""])
+    assert _check(result, "plate_schema") and _check(result, "plate_layout_and_controls") and _check(result, "z_prime_at_least_0_5")
+    assert not (home / "quarantine" / "assays" / "good").exists()
+
+
+def _write(home: Path, drop_id: str, files: dict[str, bytes], manifest: dict | str | None) -> Path:
+    folder = home / "landing" / "assays" / drop_id
+    folder.mkdir(parents=True, exist_ok=True)
+    for name, data in files.items():
+        (folder / name).parent.mkdir(parents=True, exist_ok=True)
+        (folder / name).write_bytes(data)
+    if manifest is not None:
+        (folder / "manifest.json").write_text(manifest if isinstance(manifest, str) else json.dumps(manifest))
+    return folder
+
+
+def _manifest(drop_id: str, files: dict[str, bytes], **overrides) -> dict:
+    entries = [{"path": n, "sha256": hashlib.sha256(d).hexdigest(), "bytes": len(d)} for n, d in files.items()]
+    return {"drop_id": drop_id, "assay": "a", "instrument": "i", "project": "p", "files": entries, **overrides}
+
+
+GOOD_CSV = good_plate().to_csv(index=False).encode()
+
+
+def _case_wrong_checksum(home):
+    m = _manifest("x", {"p.csv": GOOD_CSV})
+    m["files"][0]["sha256"] = "0" * 64
+    return {"p.csv": GOOD_CSV}, m
+
+
+def _case_truncated(home):
+    m = _manifest("x", {"p.csv": GOOD_CSV})
+    return {"p.csv": GOOD_CSV[:-200]}, m
+
+
+def _case_missing_file(home):
+    m = _manifest("x", {"p.csv": GOOD_CSV, "q.csv": GOOD_CSV})
+    return {"p.csv": GOOD_CSV}, m
+
+
+def _case_empty_drop(home):
+    return {}, _manifest("x", {})
+
+
+def _case_bad_json(home):
+    return {"p.csv": GOOD_CSV}, '{"drop_id": "x", "files": [}'
+
+
+def _case_missing_field(home):
+    m = _manifest("x", {"p.csv": GOOD_CSV})
+    del m["instrument"]
+    return {"p.csv": GOOD_CSV}, m
+
+
+def _case_wrong_drop_id(home):
+    return {"p.csv": GOOD_CSV}, _manifest("someone-else", {"p.csv": GOOD_CSV})
+
+
+@pytest.mark.parametrize(
+    ("case", "rule"),
+    [
+        (_case_wrong_checksum, "checksum_mismatch"),
+        (_case_truncated, "size_mismatch"),
+        (_case_missing_file, "missing_file"),
+        (_case_empty_drop, "empty_drop"),
+        (_case_bad_json, "manifest_json"),
+        (_case_missing_field, "manifest_field"),
+        (_case_wrong_drop_id, "manifest_drop_id"),
+    ],
+)
+def test_bad_drop_is_quarantined_at_raw_with_its_reason(instance, resources, home, case, rule):
+    files, manifest = case(home)
+    if isinstance(manifest, dict) and manifest["drop_id"] == "x":
+        manifest["drop_id"] = "bad"
+    folder = _write(home, "bad", files, manifest)
+    before = _snapshot(folder)
+    result = _ingest(instance, resources, "bad")
+    assert not result.success  # the blocking check stops the drop here
+    assert not _check(result, "drop_manifest_and_checksums")
+    report = _quarantine(home, "bad")
+    assert report["stage"] == "raw"
+    assert rule in {i["rule"] for i in report["issues"]}
+    assert _snapshot(folder) == before, "landing must not change"
+    assert _snapshot(home / "quarantine" / "assays" / "bad" / "original") == before, "quarantine keeps the originals"
+    assert not (home / "raw" / "assays" / "bad").exists()
+    assert not (home / "curated" / "assays" / "bad").exists()
+    assert (home / "quarantine" / "assays" / "bad" / "QUARANTINE.md").read_text().startswith("# Drop `bad`")
+
+
+def _plate_bytes(mutate) -> bytes:
+    table = good_plate()
+    return mutate(table)
+
+
+@pytest.mark.parametrize(
+    ("make", "rule"),
+    [
+        (lambda t: t.to_csv(index=False, sep=";").encode(), "delimiter"),
+        (lambda t: t.to_csv(index=False).encode("utf-16"), "encoding"),
+        (lambda t: t.drop(columns=["readout"]).to_csv(index=False).encode(), "missing_column"),
+        (lambda t: t.assign(notes="x").to_csv(index=False).encode(), "extra_column"),
+        (lambda t: t.assign(well=t["well"].where(t.index != 3, t["well"][2])).to_csv(index=False).encode(), "duplicate_well"),
+        (lambda t: t[t["sample_type"] != "pos_ctrl"].to_csv(index=False).encode(), "missing_controls"),
+        (lambda t: t.astype({"readout": object}).assign(readout=lambda f: f["readout"].where(f.index != 10, "n/a!")).to_csv(index=False).encode(), "non_numeric_readout"),
+        (lambda t: t.to_csv(index=False).encode() + b"P001,H99,sample\n", "malformed_csv"),
+    ],
+)
+def test_bad_plate_is_quarantined_at_validation_with_its_reason(instance, resources, home, storage, make, rule):
+    data = make(good_plate())
+    folder = _write(home, "badplate", {"plates/p.csv": data}, _manifest("badplate", {"plates/p.csv": data}))
+    before = _snapshot(folder)
+    result = _ingest(instance, resources, "badplate")
+    assert not result.success
+    report = _quarantine(home, "badplate")
+    assert report["stage"] == "validation"
+    assert rule in {i["rule"] for i in report["issues"]}, report["issues"]
+    assert all(i["file"] == "plates/p.csv" for i in report["issues"])
+    assert _snapshot(folder) == before
+    assert not (home / "curated" / "assays" / "badplate").exists()
+
+
+def test_good_drops_still_flow_next_to_a_bad_one(instance, resources, home, storage):
+    drop_plate(storage, "good-1")
+    bad = good_plate()
+    bad = bad[bad["sample_type"] != "neg_ctrl"]
+    drop_plate(storage, "bad-1", bad)
+    drop_plate(storage, "good-2", good_plate(seed=3))
+    outcomes = {d: _ingest(instance, resources, d).success for d in ("good-1", "bad-1", "good-2")}
+    assert outcomes == {"good-1": True, "bad-1": False, "good-2": True}
+    assert sorted(p.name for p in (home / "curated" / "assays").iterdir()) == ["good-1", "good-2"]
+
+
+def test_low_z_prime_is_flagged_not_rejected(instance, resources, home, storage):
+    table = good_plate()
+    noisy = table["sample_type"] == "neg_ctrl"
+    table.loc[noisy, "readout"] = [1000, 500, 1400, 700, 1300, 600, 1200, 900]
+    drop_plate(storage, "noisy", table)
+    result = _ingest(instance, resources, "noisy")
+    assert result.success
+    assert not _check(result, "z_prime_at_least_0_5")
+    assert (home / "curated" / "assays" / "noisy" / "effects.parquet").exists()
