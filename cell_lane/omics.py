@@ -74,9 +74,9 @@ def join_labels(expression: ad.AnnData, labels: pd.DataFrame) -> JoinedDataset:
     """Attach assay labels to the genes of the matrix and give the result a content version."""
     adata = expression.copy()
     joined = labels.reindex(columns=list(LABEL_COLUMNS)).reindex(adata.var_names)
-    adata.var["assay_effect"] = joined["assay_effect"].astype("float64").to_numpy()
-    adata.var["assay_sd"] = joined["assay_sd"].astype("float64").to_numpy()
-    adata.var["assay_n"] = joined["assay_n"].fillna(0).astype("int64").to_numpy()
+    adata.var["assay_effect"] = pd.to_numeric(joined["assay_effect"]).astype("float64").to_numpy()
+    adata.var["assay_sd"] = pd.to_numeric(joined["assay_sd"]).astype("float64").to_numpy()
+    adata.var["assay_n"] = pd.to_numeric(joined["assay_n"]).fillna(0).astype("int64").to_numpy()
     adata.var["assay_drops"] = joined["assay_drops"].fillna("").astype(str).to_numpy()
     unmatched = sorted(set(labels.index) - set(adata.var_names))
     matrix_hash = hashlib.sha256()

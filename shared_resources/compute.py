@@ -12,9 +12,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import dagster as dg
-from pydantic import PrivateAttr
 
-from shared_resources.backends import AttemptOutcome, StepBackend, backend_for
+from shared_resources.backends import AttemptOutcome, backend_for
 from shared_resources.ledger import AttemptRecord, ledger_markdown, record_attempt
 from shared_resources.placement import PlacementPlan, plan_placement
 from shared_resources.pools import Pool, load_pools
@@ -92,19 +91,11 @@ class ComputeResource(dg.ConfigurableResource):
     storage_root: str
     pools_file: str = ""
 
-    _backend_override: StepBackend | None = PrivateAttr(default=None)
-
     def pools(self) -> dict[str, Pool]:
         return load_pools(self.pools_file or None)
 
     def plan(self, spec: StepSpec) -> PlacementPlan:
         return plan_placement(spec, self.pools())
-
-    def with_backend(self, backend: StepBackend) -> ComputeResource:
-        """A copy that sends every step to `backend` (drills and tests use this to inject failures)."""
-        copy = self.model_copy()
-        copy._backend_override = backend
-        return copy
 
     def run(
         self,
@@ -118,7 +109,7 @@ class ComputeResource(dg.ConfigurableResource):
         plan = self.plan(spec)
         pool = plan.first
         context.log.info(f"placement for {spec.name}: {pool.name} ({pool.purchasing.value})\n{plan.evidence_markdown()}")
-        backend = self._backend_override or backend_for(pool.backend.value)
+        backend = backend_for(pool.backend.value)
         step = StepRun(spec=spec, plan=plan, pool=pool, checkpoint_uri=storage.checkpoints(lineage))
         partition = context.partition_key if context.has_partition_key else None
         asset = context.asset_key.to_user_string()

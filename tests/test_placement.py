@@ -1,0 +1,86 @@
+"""Pool catalog validation and placement v1: feasible pools ranked by cost, with the evidence."""
+
+from __future__ import annotations
+
+import pytest
+
+from shared_resources.placement import NoFeasiblePoolError, plan_placement, spot_rework_fraction
+from shared_resources.pools import Capacity, PoolCatalogError, load_pools
+from shared_resources.step_spec import StepSpec
+
+
+def _spec(**kw) -> StepSpec:
+    return StepSpec(name="t.step", entry_point="x", tenant=kw.pop("tenant", "cell"), **kw)
+
+
+def test_default_catalog_loads_and_maps_to_this_machine():
+    pools = load_pools()
+    assert {"local", "cell-steady", "cell-burst", "cell-burst-ondemand"} <= set(pools)
+    assert all(p.backend.value == "local" for p in pools.values())
+
+
+def test_steady_step_goes_to_the_steady_pool_and_refusals_are_explained():
+    plan = plan_placement(_spec(capacity=Capacity.steady), load_pools())
+    assert plan.first.name == "cell-steady"
+    refused = {v.pool: v.reasons for v in plan.verdicts if not v.feasible}
+    assert "offers burst capacity, step needs steady" in refused["cell-burst"]
+    assert "| 1 | `cell-steady` |" in plan.evidence_markdown()
+
+
+def test_burst_step_ranks_spot_before_on_demand():
+    plan = plan_placement(_spec(capacity=Capacity.burst), load_pools())
+    assert [p.name for p in plan.ranked] == ["cell-burst", "cell-burst-ondemand"]
+    spot = next(v for v in plan.verdicts if v.pool == "cell-burst")
+    assert spot.rework_fraction > 0
+
+
+def test_spot_refused_for_steps_that_cannot_checkpoint():
+    plan = plan_placement(_spec(capacity=Capacity.burst, checkpoints=False), load_pools())
+    assert [p.name for p in plan.ranked] == ["cell-burst-ondemand"]
+
+
+def test_tenant_and_size_limits():
+    plan = plan_placement(_spec(tenant="robotics"), load_pools())
+    assert [p.name for p in plan.ranked] == ["local"]
+    with pytest.raises(NoFeasiblePoolError, match="needs 8 GPUs"):
+        plan_placement(_spec(gpus=8), load_pools()).first
+
+
+def test_budget_refuses_expensive_pools():
+    plan = plan_placement(_spec(capacity=Capacity.burst, expected_hours=10, budget_usd=20), load_pools())
+    assert [p.name for p in plan.ranked] == ["cell-burst"]
+    assert any("exceeds budget" in r for v in plan.verdicts for r in v.reasons)
+
+
+def test_young_daly_rework_grows_with_interruptions():
+    assert spot_rework_fraction(0.0, 10) == 0.0
+    assert spot_rework_fraction(0.2, 10) > spot_rework_fraction(0.05, 10) > 0
+
+
+@pytest.mark.parametrize(
+    ("yaml_text", "expected"),
+    [
+        ("pools:\n  p1:\n    provider: aws\n", "pool `p1`, field `region`: Field required"),
+        (
+            "pools:\n  p1: {provider: aws, region: us-east-1, backend: nomad, purchasing: spot, accelerator: h100, gpus_per_node: 8, price_per_gpu_hour: 2}\n",
+            "pool `p1`, field `backend`",
+        ),
+        (
+            "pools:\n  p1: {provider: aws, region: r, backend: local, purchasing: spot, accelerator: h100, gpus_per_node: -1, price_per_gpu_hour: 2}\n",
+            "field `gpus_per_node`",
+        ),
+        (
+            "pools:\n  p1: {provider: aws, region: r, backend: local, purchasing: spot, accelerator: h100, gpus_per_node: 1, price_per_gpu_hour: 2, colour: red}\n",
+            "field `colour`",
+        ),
+        ("pools: [1, 2]\n", "expected a top-level `pools:` mapping"),
+        ("pools: {a: [}\n", "not valid YAML"),
+    ],
+)
+def test_catalog_errors_name_file_pool_and_field(tmp_path, yaml_text, expected):
+    path = tmp_path / "pools.yaml"
+    path.write_text(yaml_text)
+    with pytest.raises(PoolCatalogError) as error:
+        load_pools(path)
+    assert str(path) in str(error.value)
+    assert expected in str(error.value)
