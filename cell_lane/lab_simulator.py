@@ -19,8 +19,8 @@ import pandas as pd
 
 from cell_lane.omics import load_reference_expression
 from cell_lane.plate_layout import GENES_PER_PLATE, plate_layout
-from shared_resources.landing import write_drop
-from shared_resources.storage import Storage, fs_for, read_json, sha256_bytes, write_json_atomic
+from shared_resources.landing import MANIFEST_NAME, write_drop
+from shared_resources.storage import Storage, exists, fs_for, read_json, sha256_bytes, write_json_atomic
 
 ASSAY_KIND = "assays"
 NEG_CONTROL_MEAN, NEG_CONTROL_SD = 1000.0, 40.0
@@ -63,6 +63,8 @@ class LabSimulator:
         return table
 
     def _drop(self, drop_id: str, tables: dict[str, pd.DataFrame], note: str) -> str:
+        if exists(posixpath.join(self.storage.landing(ASSAY_KIND, drop_id), MANIFEST_NAME)):
+            return self.storage.landing(ASSAY_KIND, drop_id)  # a lab never sends the same drop twice
         files = {name: table.to_csv(index=False).encode() for name, table in tables.items()}
         return write_drop(
             self.storage, ASSAY_KIND, drop_id, files,

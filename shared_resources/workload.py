@@ -214,5 +214,10 @@ class WorkloadRun:
         self._report_result(checkpoint.uri, checkpoint.step, checkpoint.meta.get("result", {}), resumed_complete=True)
 
     def _report_result(self, where: str, step: int, metadata: Mapping[str, Any], *, resumed_complete: bool) -> None:
-        result = {"checkpoint_uri": where, "final_step": step, "reused_final_checkpoint": resumed_complete, **metadata}
+        result = {
+            "checkpoint_uri": {"type": "path", "raw_value": where},
+            "final_step": step,
+            "reused_final_checkpoint": resumed_complete,
+            **metadata,
+        }
         self._pipes.report_asset_materialization(metadata=result)  # type: ignore[union-attr]

@@ -150,12 +150,12 @@ def main() -> None:
             {"predictions": {"out_of_fold": out_of_fold, "all_genes": all_predictions}},
             meta={"config": asdict(cfg)},
             metadata={
-                "held_out_rmse": rmse,
-                "baseline_rmse": baseline_rmse,
-                "held_out_spearman": _spearman(oof, y),
+                "held_out_rmse": round(rmse, 5),
+                "baseline_rmse": round(baseline_rmse, 5),
+                "held_out_spearman": round(_spearman(oof, y), 4),
                 "n_assayed_genes": int(len(labelled)),
                 "folds": cfg.folds,
-                "predictions_uri": cfg.predictions_uri,
+                "predictions_uri": {"type": "path", "raw_value": cfg.predictions_uri},
             },
         )
 

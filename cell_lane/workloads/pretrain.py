@@ -82,15 +82,18 @@ def main() -> None:
             state(),
             meta={"losses": losses, "config": asdict(cfg)},
             metadata={
-                "final_loss": float(np.mean(losses[-20:])),
-                "first_loss": float(np.mean(losses[:20])),
+                "final_loss": round(float(np.mean(losses[-20:])), 5),
+                "first_loss": round(float(np.mean(losses[:20])), 5),
                 "steps": cfg.steps,
                 "n_cells": int(n_cells),
                 "n_genes": int(n_genes),
                 "embedding_dim": cfg.dim,
                 "device": str(device),
-                "loss_curve": "| step | masked MSE |\n|---|---|\n"
-                + "\n".join(f"| {i * max(1, len(losses) // 20) + 1} | {v:.4f} |" for i, v in enumerate(curve)),
+                "loss_curve": {
+                    "type": "md",
+                    "raw_value": "| step | masked MSE |\n|---|---|\n"
+                    + "\n".join(f"| {i * max(1, len(losses) // 20) + 1} | {v:.4f} |" for i, v in enumerate(curve)),
+                },
             },
         )
 

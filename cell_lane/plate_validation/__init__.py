@@ -1,0 +1,61 @@
+"""Read and check one assay plate file sent by a lab.
+
+A lab drop contains one or more *plate files* (CSV or Parquet). Each row of a
+plate file describes one well of one plate: which plate (``plate_barcode``),
+which well (``well``, e.g. ``B03``), what was in it (``sample_type`` and
+``perturbation``) and what the instrument measured (``readout``).
+
+This package takes the raw bytes of one plate file and tells you, precisely and
+in plain words, everything that is wrong with it: the file, the data row (and,
+for CSV, the line in the file), the well, the column, a short rule name and a
+sentence saying what to change. It never touches the file system and never
+imports Dagster, so it can be used by the platform, by a lab system before it
+sends a drop, or from a notebook.
+
+Typical use::
+
+    result = check_plate_file(Path("p1.csv").read_bytes(), "plates/p1.csv")
+    for violation in result.violations:
+        print(violation.describe())
+    if result.ok:
+        effects = normalised_effects(result.table)
+
+Row numbers count data rows: the first row under the header is row 1. In a CSV
+file that row sits on line 2, so messages for CSV files also give the line.
+
+Modules (import from the package, not from them):
+
+- ``violations`` — ``Violation``, ``PlateFileResult``, the rule order and per-rule cap;
+- ``columns`` — the plate file's columns and sample types;
+- ``reading`` — bytes to a raw table: file type, CSV encoding/delimiter/ragged rows, Parquet;
+- ``cells`` — the raw table normalised for checking (text stripped, numbers parsed);
+- ``schema`` — the pandera schema and the cell-level rules;
+- ``layout`` — wells, plate formats, duplicate wells, controls and Z′;
+- ``effects`` — ``normalised_effects``;
+- ``validate`` — ``validate_plate_table`` and ``check_plate_file``, which run them all.
+"""
+
+from __future__ import annotations
+
+from .columns import ALLOWED_COLUMNS, OPTIONAL_COLUMNS, REQUIRED_COLUMNS, SAMPLE_TYPES
+from .effects import normalised_effects
+from .layout import Z_PRIME_THRESHOLD, z_prime
+from .reading import read_plate_table
+from .validate import check_plate_file, validate_plate_table
+from .violations import MAX_VIOLATIONS_PER_RULE, PlateFileResult, Violation
+
+__all__ = [
+    "REQUIRED_COLUMNS",
+    "OPTIONAL_COLUMNS",
+    "ALLOWED_COLUMNS",
+    "SAMPLE_TYPES",
+    "Z_PRIME_THRESHOLD",
+    "MAX_VIOLATIONS_PER_RULE",
+    "Violation",
+    "PlateFileResult",
+    "read_plate_table",
+    "validate_plate_table",
+    "check_plate_file",
+    "z_prime",
+    "normalised_effects",
+]
