@@ -1,0 +1,54 @@
+"""The training-round sensor: waits for ingest, fires once per batch of new valid plates."""
+
+from __future__ import annotations
+
+import dagster as dg
+
+from cell_lane.assets.dataset import omics_dataset
+from cell_lane.assets.ingest import raw_assay, validated_assay
+from cell_lane.definitions import defs, training_round_sensor
+from tests.helpers import drop_plate, good_plate
+
+
+def _evaluate(instance):
+    context = dg.build_sensor_context(instance_ref=instance.get_ref(), definitions=defs)
+    return training_round_sensor.evaluate_tick(context)
+
+
+def _ingest(instance, resources, drop_id):
+    instance.add_dynamic_partitions("assay_drops", [drop_id])
+    return dg.materialize([raw_assay, validated_assay], instance=instance, resources=resources, partition_key=drop_id, raise_on_error=False)
+
+
+def test_nothing_to_train_on_an_empty_instance(instance):
+    result = _evaluate(instance)
+    assert result.run_requests == [] and "no new valid" in result.skip_message
+
+
+def test_new_valid_plates_start_one_round_and_only_one(instance, resources, storage):
+    drop_plate(storage, "a")
+    drop_plate(storage, "b", good_plate(seed=1))
+    _ingest(instance, resources, "a")
+    _ingest(instance, resources, "b")
+    first = _evaluate(instance)
+    assert len(first.run_requests) == 1
+    assert first.run_requests[0].job_name in (None, "cell_training_round")
+    # once the training set has been rebuilt, the same plates do not start another round
+    dg.materialize([omics_dataset], instance=instance, resources=resources)
+    assert _evaluate(instance).run_requests == []
+
+
+def test_a_quarantined_drop_does_not_start_a_round(instance, resources, storage):
+    bad = good_plate()
+    drop_plate(storage, "bad", bad[bad["sample_type"] != "pos_ctrl"])
+    assert not _ingest(instance, resources, "bad").success
+    assert _evaluate(instance).run_requests == []
+
+
+def test_waits_while_ingest_runs_are_in_flight(instance, resources, storage):
+    drop_plate(storage, "a")
+    _ingest(instance, resources, "a")
+    job = defs.resolve_job_def("assay_ingest")
+    instance.create_run_for_job(job_def=job, status=dg.DagsterRunStatus.STARTED, tags={"dagster/partition": "a"})
+    result = _evaluate(instance)
+    assert result.run_requests == [] and "waiting for 1 ingest run" in result.skip_message
