@@ -50,3 +50,21 @@ def reference_expression():
 
 def pytest_configure(config):
     os.environ.setdefault("DAGSTER_DISABLE_TELEMETRY", "1")
+
+
+@pytest.fixture(autouse=True)
+def _fresh_dagster_context():
+    """Start every test with no Dagster instance in context.
+
+    Dagster points a context variable at the last instance opened; one left open by an
+    earlier test (a sensor context used without `with`, say) is collected at a moment
+    that depends on the garbage collector, and the next definitions load then fails
+    with "undefined DagsterInstance weakref". Collect, and start clean, every time.
+    """
+    import gc
+
+    from dagster._core.storage.defs_state.base import set_defs_state_storage
+
+    gc.collect()
+    with set_defs_state_storage(None):
+        yield

@@ -13,10 +13,11 @@ from tests.helpers import drop_plate
 
 
 def _tick(instance, home, cursor=None):
-    context = dg.build_sensor_context(
+    # Used as a context manager so the instance it opens from the ref is closed again.
+    with dg.build_sensor_context(
         instance_ref=instance.get_ref(), cursor=cursor, definitions=defs, resources={"storage": StorageResource(root=str(home))}
-    )
-    result = assay_drop_sensor.evaluate_tick(context)
+    ) as context:
+        result = assay_drop_sensor.evaluate_tick(context)
     for request in result.dynamic_partitions_requests or []:
         instance.add_dynamic_partitions(request.partitions_def_name, list(request.partition_keys))
     return result

@@ -11,8 +11,8 @@ from tests.helpers import drop_plate, good_plate
 
 
 def _evaluate(instance):
-    context = dg.build_sensor_context(instance_ref=instance.get_ref(), definitions=defs)
-    return training_round_sensor.evaluate_tick(context)
+    with dg.build_sensor_context(instance_ref=instance.get_ref(), definitions=defs) as context:
+        return training_round_sensor.evaluate_tick(context)
 
 
 def _ingest(instance, resources, drop_id):
