@@ -178,8 +178,20 @@ def read_verified_files(storage: Storage, kind: str, manifest: DropManifest) -> 
 
 
 def write_raw(storage: Storage, kind: str, manifest: DropManifest, contents: dict[str, bytes]) -> str:
-    """Copy verified files byte for byte into the raw zone; the manifest goes last."""
+    """Copy verified files byte for byte into the raw zone; the manifest goes last.
+
+    The raw zone is immutable: a drop already there with the same manifest is left as it is.
+    """
     base = storage.raw(kind, manifest.drop_id)
+    manifest_uri = posixpath.join(base, MANIFEST_NAME)
+    fs, manifest_path = fs_for(manifest_uri)
+    if fs.exists(manifest_path):
+        if json.loads(fs.cat_file(manifest_path)) == manifest.to_dict():
+            return base
+        raise FileExistsError(
+            f"{base} already holds a different drop with id {manifest.drop_id!r}; a drop id is used once. "
+            "Send the corrected files as a new drop with a new id."
+        )
     for path, data in contents.items():
         write_bytes_atomic(posixpath.join(base, path), data)
     write_json_atomic(posixpath.join(base, MANIFEST_NAME), manifest.to_dict())

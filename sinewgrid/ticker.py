@@ -32,6 +32,7 @@ class RunOutcome:
     success: bool
     seconds: float
     failure: str | None = None
+    quarantined: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -62,6 +63,16 @@ def load_definitions(module_name: str) -> dg.Definitions:
 
 def _cursor_key(location: str, sensor: str) -> str:
     return f"sinewgrid/cli/sensor_cursor/{location}/{sensor}"
+
+
+def _quarantined(result: dg.ExecuteInProcessResult) -> list[str]:
+    """Where the run put the drops it rejected (the `quarantine` metadata of its assets)."""
+    found = []
+    for event in result.get_asset_materialization_events():
+        metadata = event.materialization.metadata
+        if getattr(metadata.get("status"), "value", None) == "quarantined" and "quarantine" in metadata:
+            found.append(str(metadata["quarantine"].value))
+    return found
 
 
 def _first_failure(result: dg.ExecuteInProcessResult) -> str | None:
@@ -119,7 +130,15 @@ def tick_sensor(
             raise_on_error=False,
         )
         tick.runs.append(
-            RunOutcome(job_name, request.partition_key, result.run_id, result.success, time.monotonic() - started, _first_failure(result))
+            RunOutcome(
+                job_name,
+                request.partition_key,
+                result.run_id,
+                result.success,
+                time.monotonic() - started,
+                _first_failure(result),
+                _quarantined(result),
+            )
         )
     return tick
 

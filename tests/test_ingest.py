@@ -183,3 +183,12 @@ def test_low_z_prime_is_flagged_not_rejected(instance, resources, home, storage)
     assert result.success
     assert not _check(result, "z_prime_at_least_0_5")
     assert (home / "curated" / "assays" / "noisy" / "effects.parquet").exists()
+
+
+def test_raw_zone_is_immutable(instance, resources, home, storage):
+    drop_plate(storage, "once")
+    assert _ingest(instance, resources, "once").success
+    raw = home / "raw" / "assays" / "once" / "plates" / "plate.csv"
+    written = raw.stat().st_mtime_ns
+    assert _ingest(instance, resources, "once").success  # re-materializing leaves raw alone
+    assert raw.stat().st_mtime_ns == written
