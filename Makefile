@@ -20,7 +20,7 @@ PYTHON ?= $(shell for p in python3.11 python3.12 python3.13 python3; do \
 .PHONY: help venv demo test ui bench clean-home clean
 
 help:
-	@echo "make demo   run the Cell loop end to end on this machine (seed drops, two lab rounds, summary)"
+	@echo "make demo   run the Cell and Robotics loops end to end on this machine, then a summary"
 	@echo "make test   run the whole test suite"
 	@echo "make ui     open the Dagster UI (http://127.0.0.1:3000) on the same storage root"
 	@echo "make bench  print the benchmark figures (validation and omics write throughput)"
@@ -36,10 +36,11 @@ $(STAMP): pyproject.toml
 	@$(PY) -m pip install --quiet -e '.[test]'
 	@touch $(STAMP)
 
-demo: $(STAMP)
+# Isaac Lab runs in its own Python 3.12 runtime (mk/isaaclab.mk): built once, ~3 minutes.
+demo: $(STAMP) isaaclab-runtime
 	$(VENV)/bin/sinewgrid demo
 
-test: $(STAMP)
+test: $(STAMP) isaaclab-runtime
 	$(PY) -m pytest
 
 ui: $(STAMP)
@@ -55,3 +56,5 @@ clean-home:
 
 clean: clean-home
 	rm -rf $(VENV) *.egg-info
+
+include mk/isaaclab.mk

@@ -14,9 +14,9 @@ import gc
 import statistics
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
-__all__ = ["REPEATS", "MIN_REPEAT_SECONDS", "Timing", "time_pair"]
+__all__ = ["REPEATS", "MIN_REPEAT_SECONDS", "Timing", "time_pair", "time_group"]
 
 REPEATS = 5
 """Timed repeats per measurement; the figure is the median of these."""
@@ -82,6 +82,30 @@ def time_pair(
     timed repeat until it lasts ``min_repeat_seconds``, and the repeat's time
     is divided by the number of calls.
     """
+    subject_timing, baseline_timing = time_group(
+        [subject, baseline],
+        repeats=repeats,
+        min_repeat_seconds=min_repeat_seconds,
+        before_each=before_each,
+        after_each=after_each,
+    )
+    return subject_timing, baseline_timing
+
+
+def time_group(
+    functions: Sequence[Callable[[], Any]],
+    *,
+    repeats: int = REPEATS,
+    min_repeat_seconds: float = MIN_REPEAT_SECONDS,
+    before_each: Callable[[], None] | None = None,
+    after_each: Callable[[], None] | None = None,
+) -> list[Timing]:
+    """``time_pair`` for any number of functions: A, B, C, A, B, C, ... (one Timing each, in order).
+
+    Same method as ``time_pair`` (which calls this with two): one untimed warm-up
+    call each, then ``repeats`` rounds in which every function gets one timed
+    repeat, ``gc.collect()`` before each, hooks outside the timed region.
+    """
     hooks = before_each is not None or after_each is not None
 
     def prepare() -> None:
@@ -93,7 +117,7 @@ def time_pair(
             after_each()
 
     timings: list[Timing] = []
-    for fn in (subject, baseline):
+    for fn in functions:
         prepare()
         if hooks:
             fn()  # warm-up
@@ -104,7 +128,7 @@ def time_pair(
         timings.append(Timing(calls_per_repeat=calls))
 
     for _ in range(repeats):
-        for fn, timing in zip((subject, baseline), timings):
+        for fn, timing in zip(functions, timings):
             prepare()
             gc.collect()
             calls = timing.calls_per_repeat
@@ -114,4 +138,4 @@ def time_pair(
             elapsed = time.perf_counter() - start
             finish()
             timing.seconds.append(elapsed / calls)
-    return timings[0], timings[1]
+    return timings

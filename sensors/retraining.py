@@ -20,14 +20,18 @@ _IN_FLIGHT = [
 def make_retraining_sensor(
     *,
     name: str,
-    upstream: dg.AssetKey,
+    upstream: dg.AssetKey | list[dg.AssetKey],
     accepted_status: str,
     training_set: dg.AssetKey,
     job_name: str,
-    ingest_job_name: str,
+    ingest_job_name: str | list[str],
     description: str,
     minimum_interval_seconds: int = 30,
 ) -> dg.SensorDefinition:
+    upstreams = upstream if isinstance(upstream, list) else [upstream]
+    ingest_jobs = ingest_job_name if isinstance(ingest_job_name, list) else [ingest_job_name]
+    watched = ", ".join(k.to_user_string() for k in upstreams)
+
     @dg.sensor(
         name=name,
         job_name=job_name,
@@ -37,30 +41,32 @@ def make_retraining_sensor(
     )
     def _sensor(context: dg.SensorEvaluationContext) -> dg.RunRequest | dg.SkipReason:
         instance = context.instance
-        busy = instance.get_runs_count(dg.RunsFilter(job_name=ingest_job_name, statuses=_IN_FLIGHT))
+        busy = sum(instance.get_runs_count(dg.RunsFilter(job_name=job, statuses=_IN_FLIGHT)) for job in ingest_jobs)
         if busy:
             return dg.SkipReason(f"waiting for {busy} ingest run(s) to finish")
         trained = instance.fetch_materializations(dg.AssetRecordsFilter(asset_key=training_set), limit=1)
         after = trained.records[0].storage_id if trained.records else None
         newest_accepted = None
-        cursor = None
-        while True:
-            page = instance.fetch_materializations(
-                dg.AssetRecordsFilter(asset_key=upstream, after_storage_id=after), limit=500, cursor=cursor, ascending=True
-            )
-            for record in page.records:
-                status = record.asset_materialization.metadata.get("status")
-                if status is not None and getattr(status, "value", status) == accepted_status:
-                    newest_accepted = record
-            if not page.has_more:
-                break
-            cursor = page.cursor
+        for key in upstreams:
+            cursor = None
+            while True:
+                page = instance.fetch_materializations(
+                    dg.AssetRecordsFilter(asset_key=key, after_storage_id=after), limit=500, cursor=cursor, ascending=True
+                )
+                for record in page.records:
+                    status = record.asset_materialization.metadata.get("status")
+                    accepted = status is not None and getattr(status, "value", status) == accepted_status
+                    if accepted and (newest_accepted is None or record.storage_id > newest_accepted.storage_id):
+                        newest_accepted = record
+                if not page.has_more:
+                    break
+                cursor = page.cursor
         if newest_accepted is None:
-            return dg.SkipReason(f"no new {accepted_status} {upstream.to_user_string()} since the last training set")
+            return dg.SkipReason(f"no new {accepted_status} {watched} since the last training set")
         partition = newest_accepted.partition_key
         return dg.RunRequest(
             run_key=f"after-{newest_accepted.storage_id}",
-            tags={"sinewgrid/trigger": f"{upstream.to_user_string()}:{partition}"},
+            tags={"sinewgrid/trigger": f"{newest_accepted.asset_materialization.asset_key.to_user_string()}:{partition}"},
         )
 
     return _sensor

@@ -31,6 +31,7 @@ class StepRun:
     checkpoint_uri: str
     attempts: list[AttemptRecord] = field(default_factory=list)
     result: dict[str, Any] = field(default_factory=dict)
+    logs: list[str | None] = field(default_factory=list)
 
     @property
     def preemptions(self) -> int:
@@ -74,6 +75,7 @@ class StepRun:
             "checkpoints": dg.MetadataValue.path(self.checkpoint_uri),
             "placement": dg.MetadataValue.md(self.plan.evidence_markdown()),
             "ledger": dg.MetadataValue.md(ledger_markdown(self.attempts)),
+            **({"workload_log": dg.MetadataValue.path(self.logs[-1])} if self.logs and self.logs[-1] else {}),
         }
 
 
@@ -122,6 +124,7 @@ class ComputeResource(dg.ConfigurableResource):
                 "attempt": attempt,
                 "pool": pool.name,
                 "storage_root": self.storage_root,
+                "log_uri": storage.uri("logs", context.run_id, f"{spec.name}-attempt{attempt}.log"),
             }
             started = dt.datetime.now(dt.UTC)
             result = backend.run_attempt(context, pool, spec, extras)
@@ -142,6 +145,7 @@ class ComputeResource(dg.ConfigurableResource):
             )
             record_attempt(storage.ledger(), record)
             step.attempts.append(record)
+            step.logs.append(result.log_uri)
             if result.outcome is AttemptOutcome.succeeded:
                 step.result = result.metadata
                 return step
@@ -153,10 +157,13 @@ class ComputeResource(dg.ConfigurableResource):
                 continue
             raise StepFailedError(
                 description=(
-                    f"{spec.name} failed on pool {pool.name} (exit code {result.exit_code}); the workload's "
-                    "log above says why. Fix the workload or its config and re-materialize."
+                    f"{spec.name} failed on pool {pool.name} (exit code {result.exit_code}). The last lines of its "
+                    f"output ({result.log_uri}):\n{result.log_tail}\nFix the workload or its config and re-materialize."
                 ),
-                metadata={"ledger": dg.MetadataValue.md(ledger_markdown(step.attempts))},
+                metadata={
+                    "ledger": dg.MetadataValue.md(ledger_markdown(step.attempts)),
+                    **({"log": dg.MetadataValue.path(result.log_uri)} if result.log_uri else {}),
+                },
             )
         raise StepFailedError(
             description=(

@@ -245,3 +245,22 @@ def write_drop(storage: Storage, kind: str, drop_id: str, files: dict[str, bytes
         entries.append({"path": path, "sha256": sha256_bytes(data), "bytes": len(data)})
     write_json_atomic(posixpath.join(base, MANIFEST_NAME), {"drop_id": drop_id, **fields, "files": entries})
     return base
+
+
+def seal_drop(storage: Storage, kind: str, drop_id: str, **fields: Any) -> str:
+    """Write the manifest of a drop whose files are already in place (every file in the folder).
+
+    For producers that write the data with their own tools first (e.g. a LeRobot dataset);
+    the manifest, written last, is what makes the drop complete.
+    """
+    base = storage.landing(kind, drop_id)
+    fs, path = fs_for(base)
+    entries = []
+    for file in sorted(fs.find(path)):
+        rel = posixpath.relpath(file, path)
+        if rel == MANIFEST_NAME:
+            continue
+        data = fs.cat_file(file)
+        entries.append({"path": rel, "sha256": sha256_bytes(data), "bytes": len(data)})
+    write_json_atomic(posixpath.join(base, MANIFEST_NAME), {"drop_id": drop_id, **fields, "files": entries})
+    return base

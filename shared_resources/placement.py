@@ -86,8 +86,10 @@ def _refusals(step: StepSpec, pool: Pool) -> list[str]:
         reasons.append(f"needs {step.gpus} GPUs, pool has {pool.total_gpus}")
     elif math.ceil(step.gpus / step.nodes) > pool.gpus_per_node:
         reasons.append(f"needs {math.ceil(step.gpus / step.nodes)} GPUs per node, pool has {pool.gpus_per_node}")
-    if step.tightly_coupled and step.nodes > 1 and (pool.interconnect_domain_gpus or 0) < step.gpus:
-        reasons.append(f"tightly coupled across {step.gpus} GPUs, but the pool's fast domain holds {pool.interconnect_domain_gpus or 'none'}")
+    if step.tightly_coupled and (pool.interconnect_domain_gpus or 0) < max(step.gpus, 1):
+        reasons.append(f"tightly coupled across {step.gpus} GPUs, but the pool's fast-interconnect domain holds {pool.interconnect_domain_gpus or 'none'}")
+    if step.runtime not in pool.runtimes:
+        reasons.append(f"has no `{step.runtime}` runtime (has: {', '.join(sorted(pool.runtimes))})")
     if pool.purchasing is Purchasing.spot and not step.checkpoints:
         reasons.append("spot capacity needs a step that checkpoints")
     return reasons

@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Annotated
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 DEFAULT_CATALOG = Path(__file__).with_name("pools.yaml")
 
@@ -27,10 +27,12 @@ class Purchasing(StrEnum):
 
 
 class Capacity(StrEnum):
-    """What kind of capacity a pool offers: steady (long runs), burst (short, elastic), any."""
+    """What kind of capacity a pool offers: steady (long runs), burst (short, elastic),
+    evaluation (kept apart so evaluation never queues behind training), any."""
 
     steady = "steady"
     burst = "burst"
+    evaluation = "evaluation"
     any = "any"
 
 
@@ -55,6 +57,14 @@ class Pool(BaseModel):
     interruption_rate_per_hour: Annotated[float, Field(ge=0)] = 0.0
     interconnect_domain_gpus: Annotated[int, Field(ge=1)] | None = None  # GPUs in one fast domain
     tenants: list[str] | None = None  # None: every tenant may use it
+    # Runtime name -> how this pool runs it (local: a Python interpreter, relative to the
+    # repository or absolute). `default` is the interpreter running Dagster.
+    runtimes: dict[str, str] = Field(default_factory=lambda: {"default": ""})
+
+    @field_validator("runtimes")
+    @classmethod
+    def _default_runtime_always(cls, runtimes: dict[str, str]) -> dict[str, str]:
+        return {"default": "", **runtimes}
 
     @property
     def total_gpus(self) -> int:

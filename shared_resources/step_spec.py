@@ -17,6 +17,7 @@ class StepSpec(BaseModel):
     name: str = Field(description="Stable name of the step, e.g. `cell.foundation_model`.")
     entry_point: str = Field(description="Python module run with `python -m`, e.g. `cell_lane.workloads.pretrain`.")
     tenant: str
+    runtime: str = Field(default="default", description="Named runtime the workload needs (e.g. `isaaclab`); pools map it to a venv or image.")
     gpus: Annotated[int, Field(ge=0)] = 1
     nodes: Annotated[int, Field(ge=1)] = 1
     accelerators: list[str] | None = Field(default=None, description="Acceptable accelerators; None: any.")

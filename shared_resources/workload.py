@@ -186,6 +186,16 @@ class WorkloadRun:
         )
         return where
 
+    def commit(self, step: int, **info: Any) -> None:
+        """Report work made durable by the workload itself (e.g. an episode file written
+        atomically), for workloads whose progress is their output rather than a model."""
+        self._last_saved_step = step
+        self.report({"event": "checkpoint", "step": step, "committed_seconds": round(self._committed_seconds(), 3), **info})
+
+    def start_work(self) -> None:
+        """Start counting productive time (for workloads that do not call `resume`)."""
+        self._work_mark = time.monotonic()
+
     def step_done(
         self,
         step: int,

@@ -63,10 +63,10 @@ def seed(
         console.print(f"  dropped [cyan]{storage.landing('assays', drop)}[/]")
 
 
-def _print_ticks(ticks) -> bool:
+def _print_ticks(ticks, all_rows: bool = False) -> bool:
     ok = True
-    table = Table(title="sensor tick", show_lines=False)
-    for column in ("sensor", "new partitions", "runs", "result"):
+    table = Table(title="tick", show_lines=False)
+    for column in ("sensor / schedule", "new partitions", "runs", "result"):
         table.add_column(column)
     for tick in ticks:
         runs = "\n".join(
@@ -78,6 +78,8 @@ def _print_ticks(ticks) -> bool:
         )
         ok &= all(r.success or r.quarantined for r in tick.runs)
         result = tick.skipped or (f"{len(tick.already_run)} already run" if tick.already_run else "")
+        if not tick.runs and not tick.new_partitions and not tick.already_run and not all_rows:
+            continue  # keep the table to what happened; `sinewgrid tick` shows every row
         table.add_row(f"{tick.location}/{tick.sensor}", ", ".join(tick.new_partitions), runs, result)
     console.print(table)
     return ok
@@ -100,7 +102,7 @@ def _tick() -> list:
 def tick() -> None:
     """Evaluate every sensor once and run what it requests, in this process."""
     _quiet()
-    _print_ticks(_tick())
+    _print_ticks(_tick(), all_rows=True)
 
 
 @lab_app.command("answer")
@@ -120,7 +122,7 @@ def summary() -> None:
     _print_summary()
 
 
-def _print_summary(truth=None) -> None:
+def _print_summary(truth=None, robotics_rows: bool = True) -> None:
     from sinewgrid.summary import ledger_by_step, quarantined, training_rounds, truth_rmse
 
     storage = _storage()
@@ -163,33 +165,81 @@ def _print_summary(truth=None) -> None:
             console.print(f"  [bold]{report['drop_id']}[/] at the {report['stage']} stage — {len(report['issues'])} issue(s):")
             for issue in report["issues"][:4]:
                 console.print(f"    - {escape(issue.get('file') or 'drop')} ({issue['rule']}): {escape(issue['message'])}")
+    if robotics_rows:
+        _print_robotics_summary()
     console.print(f"\nStorage root: {storage.root}   Dagster instance: {os.environ.get('DAGSTER_HOME')}")
     console.print("Open the UI on the same instance with [bold]make ui[/] (http://127.0.0.1:3000).")
 
 
-@app.command()
-def demo(rounds: int = typer.Option(2, min=1, help="Lab rounds to run after the seed round.")) -> None:
-    """Seed sample drops, tick through the lab rounds, then print the summary."""
-    _quiet()
-    from cell_lane.lab_simulator import LabSimulator
+def _print_robotics_summary() -> None:
+    from sinewgrid.summary import policy_rounds
 
+    rows = policy_rounds(get_instance())
+    if not rows:
+        return
+    table = Table(title="The policy, version by version (success rate with 95% Wilson interval)")
+    for column in ("policy", "trained on", "sim success", "real success", "sim-to-real gap", "failed real trials → relabel"):
+        table.add_column(column, justify="right" if column != "policy" else "left")
+    for r in rows:
+        table.add_row(
+            r["policy_version"],
+            f"{r['datasets']} datasets",
+            r.get("sim", "—"),
+            r.get("real", "pending (robot cell)"),
+            r.get("gap", "—"),
+            str(r.get("relabel", "—")),
+        )
+    console.print(table)
+
+
+@app.command()
+def demo(
+    rounds: int = typer.Option(2, min=1, help="Rounds to run after the first drops (lab plates, robot-cell results)."),
+    lane: str = typer.Option("all", help="Which loop to drive: cell, robotics or all."),
+) -> None:
+    """Seed sample drops, tick through the rounds of both loops, then print the summary."""
+    _quiet()
+    if lane not in ("cell", "robotics", "all"):
+        raise typer.BadParameter("use --lane cell, robotics or all")
     storage = _storage()
-    lab = LabSimulator(storage)
+    cell, robotics = lane in ("cell", "all"), lane in ("robotics", "all")
     started = time.monotonic()
-    console.rule("[bold]Sinewgrid demo: the Cell loop on this machine")
+    console.rule("[bold]Sinewgrid demo: " + {"cell": "the Cell loop", "robotics": "the Robotics loop", "all": "the Cell and Robotics loops"}[lane] + " on this machine")
     console.print(f"storage root {storage.root}")
-    console.print("\n[bold]Round 1[/]: the lab drops its first plates (one of them a bad export)")
-    for drop in lab.seed_drops():
-        console.print(f"  dropped {drop}")
+    if cell:
+        from cell_lane.lab_simulator import LabSimulator
+
+        lab = LabSimulator(storage)
+    if robotics:
+        from robotics_lane.robot_cell import RobotCellStandIn
+        from robotics_lane.teleop_operator import TeleopOperatorStandIn
+
+        operator, robot_cell = TeleopOperatorStandIn(storage), RobotCellStandIn(storage)
+
+    console.print("\n[bold]Round 1[/]: first data arrives")
+    if cell:
+        console.print(f"  lab plates (one a bad export): {', '.join(lab.seed_drops())}")
+    if robotics:
+        with console.status("the teleop stand-in is recording sessions…"):
+            console.print(f"  teleop sessions (one with a recorder glitch): {', '.join(operator.record_sessions())}")
     ok = _print_ticks(_tick())
     for round_number in range(2, rounds + 2):
-        console.print(f"\n[bold]Round {round_number}[/]: the lab runs the plate the model proposed")
-        with console.status("the lab stand-in is running plates…"):
-            new = lab.answer_outbox()
-        console.print(f"  new drops: {', '.join(new) or 'none'}")
+        console.print(f"\n[bold]Round {round_number}[/]: answers come back")
+        if cell:
+            with console.status("the lab stand-in is running plates…"):
+                console.print(f"  lab results for the proposed plate: {', '.join(lab.answer_outbox()) or 'none'}")
+        if robotics:
+            with console.status("the robot-cell stand-in is running trials…"):
+                console.print(f"  robot-cell results: {', '.join(robot_cell.answer_requests()) or 'none'}")
         ok &= _print_ticks(_tick())
+        if robotics:
+            with console.status("the teleop stand-in is relabelling failed trials…"):
+                relabelled = operator.answer_relabel_requests()
+            if relabelled:
+                console.print(f"  corrective demonstrations for failed real-robot trials: {', '.join(relabelled)}")
+                ok &= _print_ticks(_tick())
     console.rule("[bold]Summary")
-    _print_summary(truth=lab.truth)
+    _print_summary(truth=lab.truth if cell else None, robotics_rows=robotics)
     console.print(f"demo finished in {time.monotonic() - started:.0f}s")
     if not ok:
         console.print("[red]Some runs failed for reasons other than a bad drop; rerun with SINEWGRID_LOG_LEVEL=INFO to see their logs.[/]")

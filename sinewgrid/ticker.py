@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import importlib
 import time
+from datetime import UTC, datetime
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -22,6 +23,7 @@ from shared_resources.storage import REPO_ROOT
 
 RUN_KEY_TAG = "dagster/run_key"
 SENSOR_NAME_TAG = "dagster/sensor_name"
+SCHEDULE_NAME_TAG = "dagster/schedule_name"
 
 
 @dataclass
@@ -105,23 +107,37 @@ def tick_sensor(
         instance.run_storage.set_cursor_values({key: data.cursor})
     if not data.run_requests:
         tick.skipped = data.skip_message or "nothing requested"
-    for request in data.run_requests or []:
-        job_name = request.job_name or sensor.job_name
+    _run_requests(tick, defs, instance, data.run_requests or [], sensor.job_name, SENSOR_NAME_TAG, sensor.name, on_run, log_level)
+    return tick
+
+
+def _run_requests(
+    tick: "SensorTick",
+    defs: dg.Definitions,
+    instance: dg.DagsterInstance,
+    requests: list[dg.RunRequest],
+    default_job: str | None,
+    origin_tag: str,
+    origin_name: str,
+    on_run: Callable[[str, str | None], None] | None,
+    log_level: str | None,
+) -> None:
+    """Run each request in this process, unless its run key was used before by the same origin."""
+    for request in requests:
+        job_name = request.job_name or default_job
         if request.run_key:
-            used = instance.get_runs(
-                filters=dg.RunsFilter(tags={SENSOR_NAME_TAG: sensor.name, RUN_KEY_TAG: request.run_key}), limit=1
-            )
+            used = instance.get_runs(filters=dg.RunsFilter(tags={origin_tag: origin_name, RUN_KEY_TAG: request.run_key}), limit=1)
             if used:
                 tick.already_run.append(request.run_key)
                 continue
         if on_run:
             on_run(job_name, request.partition_key)
         job = defs.resolve_job_def(job_name)
-        tags = {**request.tags, SENSOR_NAME_TAG: sensor.name, **({RUN_KEY_TAG: request.run_key} if request.run_key else {})}
-        started = time.monotonic()
+        tags = {**request.tags, origin_tag: origin_name, **({RUN_KEY_TAG: request.run_key} if request.run_key else {})}
         run_config = dict(request.run_config or {})
         if log_level:
             run_config.setdefault("loggers", {"console": {"config": {"log_level": log_level}}})
+        started = time.monotonic()
         result = job.execute_in_process(
             instance=instance,
             partition_key=request.partition_key,
@@ -140,6 +156,25 @@ def tick_sensor(
                 _quarantined(result),
             )
         )
+
+
+def tick_schedule(
+    location: str,
+    defs: dg.Definitions,
+    schedule: dg.ScheduleDefinition,
+    instance: dg.DagsterInstance,
+    on_run: Callable[[str, str | None], None] | None = None,
+    log_level: str | None = None,
+) -> "SensorTick":
+    """Evaluate a schedule as of now and run what it requests (each run key once)."""
+    tick = SensorTick(location, schedule.name)
+    with dg.build_schedule_context(
+        instance=instance, scheduled_execution_time=datetime.now(UTC), repository_def=defs.get_repository_def()
+    ) as context:
+        data = schedule.evaluate_tick(context)
+    if not data.run_requests:
+        tick.skipped = data.skip_message or "nothing requested"
+    _run_requests(tick, defs, instance, list(data.run_requests or []), schedule.job_name, SCHEDULE_NAME_TAG, schedule.name, on_run, log_level)
     return tick
 
 
@@ -149,10 +184,12 @@ def tick_all(
     on_run: Callable[[str, str | None], None] | None = None,
     log_level: str | None = None,
 ) -> list[SensorTick]:
-    """One tick of every sensor in every code location, in the order they are defined."""
+    """One tick of every schedule, then every sensor, in every code location, in definition order."""
     ticks = []
     for location, module_name in (locations or workspace_locations()).items():
         defs = load_definitions(module_name)
+        for schedule in defs.schedules or []:
+            ticks.append(tick_schedule(location, defs, schedule, instance, on_run, log_level))
         for sensor in defs.sensors or []:
             ticks.append(tick_sensor(location, defs, sensor, instance, on_run, log_level))
     return ticks

@@ -40,7 +40,7 @@ def test_spot_refused_for_steps_that_cannot_checkpoint():
 
 
 def test_tenant_and_size_limits():
-    plan = plan_placement(_spec(tenant="robotics"), load_pools())
+    plan = plan_placement(_spec(tenant="genomics"), load_pools())
     assert [p.name for p in plan.ranked] == ["local"]
     with pytest.raises(NoFeasiblePoolError, match="needs 8 GPUs"):
         plan_placement(_spec(gpus=8), load_pools()).first
@@ -84,3 +84,17 @@ def test_catalog_errors_name_file_pool_and_field(tmp_path, yaml_text, expected):
         load_pools(path)
     assert str(path) in str(error.value)
     assert expected in str(error.value)
+
+
+def test_robotics_steps_find_their_pools():
+    pools = load_pools()
+    sweep = plan_placement(_spec(tenant="robotics", capacity=Capacity.burst, runtime="isaaclab"), pools)
+    assert [p.name for p in sweep.ranked] == ["robot-sim-spot"]
+    training = plan_placement(_spec(tenant="robotics", tightly_coupled=True), pools)
+    assert [p.name for p in training.ranked] == ["robot-train"]
+    assert any("fast-interconnect domain" in r for v in training.verdicts for r in v.reasons)
+    evaluation = plan_placement(_spec(tenant="robotics", capacity=Capacity.evaluation, runtime="isaaclab"), pools)
+    assert [p.name for p in evaluation.ranked] == ["robot-eval"]
+    no_runtime = plan_placement(_spec(tenant="cell", capacity=Capacity.burst, runtime="isaaclab"), pools)
+    assert no_runtime.ranked == []
+    assert any("has no `isaaclab` runtime" in r for v in no_runtime.verdicts for r in v.reasons)

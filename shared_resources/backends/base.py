@@ -24,6 +24,8 @@ class AttemptResult:
     exit_code: int | None
     messages: list[dict[str, Any]] = field(default_factory=list)
     metadata: dict[str, Any] = field(default_factory=dict)  # the workload's reported result
+    log_uri: str | None = None  # the process's own stdout/stderr
+    log_tail: str = ""
 
     @property
     def committed_seconds(self) -> float:

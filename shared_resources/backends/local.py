@@ -4,8 +4,12 @@ from __future__ import annotations
 
 import signal
 import sys
+from pathlib import Path
 from collections.abc import Callable, Mapping, Sequence
-from subprocess import Popen
+import os
+import tempfile
+from subprocess import STDOUT, Popen
+from typing import IO
 from typing import Any
 
 import dagster as dg
@@ -14,7 +18,7 @@ from dagster._core.pipes.utils import open_pipes_session
 from shared_resources.backends.base import AttemptOutcome, AttemptResult
 from shared_resources.pools import Pool
 from shared_resources.step_spec import StepSpec
-from shared_resources.storage import REPO_ROOT
+from shared_resources.storage import REPO_ROOT, write_bytes_atomic
 from shared_resources.workload import PREEMPTED_EXIT_CODE
 
 # A process killed by these signals lost its node (spot reclaim, OOM-killer on a
@@ -39,9 +43,13 @@ class PreemptiblePipesSubprocessClient(dg.PipesSubprocessClient):
         env: Mapping[str, str] | None = None,
         cwd: str | None = None,
         on_start: Callable[[Popen], None] | None = None,
+        output: IO[bytes] | None = None,
     ) -> tuple[int, dg.PipesClientCompletedInvocation]:
-        import os
+        """Run `command` in a Pipes session; return its exit code and what it reported.
 
+        `output`, if given, receives the process's stdout and stderr (the workload's own
+        reports travel through Pipes either way).
+        """
         with open_pipes_session(
             context=context,
             context_injector=self.context_injector,
@@ -52,6 +60,8 @@ class PreemptiblePipesSubprocessClient(dg.PipesSubprocessClient):
                 command,
                 cwd=cwd or self.cwd,
                 env={**os.environ, **self.env, **(env or {}), **session.get_bootstrap_env_vars()},
+                stdout=output,
+                stderr=STDOUT if output is not None else None,
             )
             if on_start:
                 on_start(process)
@@ -72,6 +82,22 @@ class LocalBackend:
         self.client = PreemptiblePipesSubprocessClient(cwd=str(REPO_ROOT))
         self.on_start = on_start
 
+    @staticmethod
+    def interpreter(pool: Pool, spec: StepSpec) -> str:
+        """The Python that runs this step's runtime on this machine (the pool's mapping)."""
+        configured = pool.runtimes.get(spec.runtime, "")
+        if not configured:
+            return sys.executable
+        path = Path(configured) if Path(configured).is_absolute() else REPO_ROOT / configured
+        if not path.exists():
+            raise dg.Failure(
+                description=(
+                    f"{spec.name} needs the `{spec.runtime}` runtime, which pool {pool.name} maps to {path}, "
+                    f"but that interpreter does not exist. Build it (for Isaac Lab: `make isaaclab-runtime`)."
+                )
+            )
+        return str(path)
+
     def run_attempt(
         self,
         context: dg.AssetExecutionContext,
@@ -79,10 +105,19 @@ class LocalBackend:
         spec: StepSpec,
         extras: dict[str, Any],
     ) -> AttemptResult:
-        command = [sys.executable, "-m", spec.entry_point]
-        exit_code, invocation = self.client.launch(
-            context=context, command=command, extras=extras, on_start=self.on_start
-        )
+        command = [self.interpreter(pool, spec), "-m", spec.entry_point]
+        # The process's own output (library banners, warnings) goes to a log file per attempt,
+        # kept in the object store beside the run; what the workload reports comes through Pipes.
+        with tempfile.TemporaryFile() as output:
+            exit_code, invocation = self.client.launch(
+                context=context, command=command, extras=extras, on_start=self.on_start, output=output
+            )
+            output.seek(0)
+            log = output.read()
+        log_uri = extras.get("log_uri")
+        if log_uri:
+            write_bytes_atomic(log_uri, log)
+        tail = "\n".join(log.decode("utf-8", errors="replace").rstrip().splitlines()[-25:])
         messages = [m for m in invocation.get_custom_messages() if isinstance(m, dict)]
         metadata: dict[str, Any] = {}
         if exit_code == 0:
@@ -94,4 +129,4 @@ class LocalBackend:
             outcome = AttemptOutcome.preempted
         else:
             outcome = AttemptOutcome.failed
-        return AttemptResult(outcome, exit_code, messages, metadata)
+        return AttemptResult(outcome, exit_code, messages, metadata, log_uri=log_uri, log_tail=tail)

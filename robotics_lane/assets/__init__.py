@@ -1,0 +1,1 @@
+"""Robotics lane assets, grouped by the stage of the loop they belong to."""

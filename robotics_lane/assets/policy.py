@@ -1,0 +1,139 @@
+"""Policy training on demonstrations, and its evaluation in simulation."""
+
+import hashlib
+import io
+import json
+import posixpath
+
+import dagster as dg
+import pandas as pd
+
+from robotics_lane.assets.rollouts import SIM_ROLLOUTS
+from robotics_lane.assets.teleop import TELEOP_EPISODES
+from robotics_lane.stats import wilson_interval
+from robotics_lane.workloads.rollouts import trial_uri
+from shared_resources.compute import ComputeResource
+from shared_resources.pools import Capacity
+from shared_resources.resources import StorageResource
+from shared_resources.step_spec import StepSpec
+from shared_resources.storage import Storage, fs_for, read_json, write_bytes_atomic, write_json_atomic
+
+POLICY = dg.AssetKey(["robotics", "policy"])
+SIM_EVALUATION = dg.AssetKey(["robotics", "sim_evaluation"])
+EVAL_SEED_BASE = 9_000_000  # held-out seeds: never used by a sweep or an operator
+
+
+def training_datasets(store: Storage) -> list[str]:
+    """Every validated teleop session and every finished rollout sweep, oldest first."""
+    fs, base = fs_for(store.root)
+    teleop = [read_json(p if "://" not in store.root else fs.unstrip_protocol(p))["dataset"] for p in sorted(fs.glob(posixpath.join(base, "curated", "teleop", "*", "dataset.json")))]
+    rollouts = sorted(posixpath.dirname(posixpath.dirname(p)) for p in fs.glob(posixpath.join(base, "rollouts", "*", "*", "dataset", "meta", "info.json")))
+    if "://" in store.root:
+        rollouts = [fs.unstrip_protocol(p) for p in rollouts]
+    return teleop + rollouts
+
+
+class PolicySettings(dg.Config):
+    """Behaviour-cloning settings."""
+
+    steps: int = 1500
+    hidden: int = 64
+    learning_rate: float = 3e-3
+    seed: int = 0
+    checkpoint_every_steps: int = 250
+
+
+class SimEvalSettings(dg.Config):
+    """How the policy is evaluated in simulation."""
+
+    trials: int = 20
+    backend: str = "mujoco"
+
+
+@dg.asset(key=POLICY, deps=[TELEOP_EPISODES, SIM_ROLLOUTS], group_name="robotics_policy", kinds={"pytorch", "safetensors"})
+def policy(context: dg.AssetExecutionContext, config: PolicySettings, storage: StorageResource, compute: ComputeResource) -> dg.MaterializeResult:
+    """The robot's policy: a network that maps the cart-pole state to a force, learnt by
+    imitating every validated teleop demonstration and every successful simulated rollout.
+
+    Trains on the pool with fast interconnect; checkpoints and resumes after preemption.
+    """
+    store = storage.get()
+    datasets = training_datasets(store)
+    if not datasets:
+        raise dg.Failure("No demonstrations yet: drop a teleop session (see docs/teleop-protocol.md) or run a nightly sweep.")
+    settings = {"steps": config.steps, "hidden": config.hidden, "lr": config.learning_rate, "seed": config.seed}
+    version = hashlib.sha256(json.dumps({"datasets": datasets, **settings}, sort_keys=True).encode()).hexdigest()[:12]
+    spec = StepSpec(
+        name="robotics.policy",
+        entry_point="robotics_lane.workloads.train_policy",
+        tenant="robotics",
+        gpus=1,
+        tightly_coupled=True,
+        checkpoint_every_steps=config.checkpoint_every_steps,
+        expected_hours=0.2,
+        config={**settings, "datasets": datasets},
+    )
+    step = compute.run(context, spec, lineage=f"robotics/policy/{version}")
+    write_json_atomic(store.artifacts("robotics", "policy", "latest.json"), {"version": version, "checkpoint_uri": step.checkpoint_uri, "datasets": datasets})
+    return dg.MaterializeResult(metadata={**step.metadata(), "policy_version": version, "datasets": len(datasets)}, data_version=dg.DataVersion(version))
+
+
+def evaluation_spec(name: str, capacity: Capacity, backend: str, runtime: str, seeds: list[int], output_uri: str, policy_uri: str, task: dict) -> StepSpec:
+    return StepSpec(
+        name=name,
+        entry_point="robotics_lane.workloads.rollouts",
+        tenant="robotics",
+        runtime=runtime,
+        gpus=1,
+        capacity=capacity,
+        checkpoint_seconds=0.5,
+        expected_hours=0.05,
+        config={"backend": backend, "seeds": seeds, "output_uri": output_uri, "task": task, "policy": {"kind": "checkpoint", "uri": policy_uri}},
+    )
+
+
+def trials_table(output_uri: str, seeds: list[int]) -> pd.DataFrame:
+    return pd.DataFrame([read_json(trial_uri(output_uri, s)) for s in seeds])
+
+
+def rate_metadata(trials: pd.DataFrame) -> dict:
+    successes, n = int(trials["success"].sum()), len(trials)
+    low, high = wilson_interval(successes, n)
+    return {
+        "trials": n,
+        "successes": successes,
+        "success_rate": dg.MetadataValue.float(round(successes / n, 4)),
+        "ci95_low": dg.MetadataValue.float(round(low, 4)),
+        "ci95_high": dg.MetadataValue.float(round(high, 4)),
+        "failure_modes": dg.MetadataValue.md(
+            trials["failure_mode"].fillna("success").value_counts().rename_axis("outcome").reset_index(name="trials").to_markdown(index=False)
+        ),
+    }
+
+
+@dg.asset(key=SIM_EVALUATION, deps=[POLICY], group_name="robotics_policy", kinds={"mujoco", "parquet"})
+def sim_evaluation(context: dg.AssetExecutionContext, config: SimEvalSettings, storage: StorageResource, compute: ComputeResource) -> dg.MaterializeResult:
+    """How often the current policy balances the pole in simulation, over seeded trials it never
+    trained on, with a 95% Wilson interval; every trial's seed, outcome, return, length and
+    failure mode is kept. Runs on the evaluation pool, apart from training.
+    """
+    store = storage.get()
+    current = read_json(store.artifacts("robotics", "policy", "latest.json"))
+    seeds = [EVAL_SEED_BASE + i for i in range(config.trials)]
+    output = store.uri("evaluations", "sim", current["version"], config.backend)
+    runtime = "isaaclab" if config.backend == "isaaclab" else "default"
+    task = {"name": "cartpole", "max_steps": 200, "params": {}}
+    spec = evaluation_spec("robotics.sim_evaluation", Capacity.evaluation, config.backend, runtime, seeds, output, current["checkpoint_uri"], task)
+    step = compute.run(context, spec, lineage=f"robotics/sim_evaluation/{current['version']}-{config.backend}")
+    trials = trials_table(output, seeds)
+    buffer = io.BytesIO()
+    trials.assign(task_params=trials["task_params"].map(json.dumps)).to_parquet(buffer, index=False)
+    write_bytes_atomic(posixpath.join(output, "trials.parquet"), buffer.getvalue())
+    summary = rate_metadata(trials)
+    write_json_atomic(
+        store.artifacts("robotics", "sim_evaluation", "latest.json"),
+        {"policy_version": current["version"], "success_rate": summary["success_rate"].value, "ci95": [summary["ci95_low"].value, summary["ci95_high"].value], "trials": len(trials)},
+    )
+    return dg.MaterializeResult(
+        metadata={**summary, "policy_version": current["version"], "trial_records": dg.MetadataValue.path(posixpath.join(output, "trials.parquet")), "pool": step.pool.name, "cost_usd": dg.MetadataValue.float(round(step.cost_usd, 5))}
+    )

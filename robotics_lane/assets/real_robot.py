@@ -1,0 +1,152 @@
+"""Held-out real-robot evaluation: a request to the robot cell, its results, and the failures."""
+
+import io
+import json
+import posixpath
+
+import dagster as dg
+import pandas as pd
+
+from robotics_lane.assets.policy import POLICY, SIM_EVALUATION, rate_metadata
+from robotics_lane.assets.teleop import issues_markdown
+from robotics_lane.checks import EPISODES_VALID_CHECK, RESULTS_MANIFEST_CHECK
+from robotics_lane.episodes.validation import validate_dataset
+from robotics_lane.partitions import robot_evals
+from robotics_lane.stats import wilson_interval
+from shared_resources.landing import MANIFEST_NAME, DropIssue, parse_manifest, quarantine_drop, read_verified_files, write_raw
+from shared_resources.resources import StorageResource
+from shared_resources.storage import exists, read_bytes, read_json, write_bytes_atomic, write_json_atomic
+
+KIND = "robot_eval"
+EVAL_REQUEST = dg.AssetKey(["robotics", "real_robot_eval_request"])
+REAL_EVALUATION = dg.AssetKey(["robotics", "real_robot_evaluation"])
+TRIAL_FIELDS = ("trial", "task_id", "seed", "success", "return", "length", "failure_mode", "episode_index")
+# Tasks the policy never trained on, run on the real robot only.
+HELD_OUT_TASKS = [
+    {"task_id": "balance-nominal", "task": {"name": "cartpole", "max_steps": 200, "params": {}}, "first_seed": 7_000_000},
+    {"task_id": "balance-long-horizon", "task": {"name": "cartpole", "max_steps": 300, "params": {}}, "first_seed": 7_100_000},
+]
+
+
+class EvalRequestSettings(dg.Config):
+    trials_per_task: int = 5
+
+
+@dg.asset(key=EVAL_REQUEST, deps=[POLICY, SIM_EVALUATION], group_name="robotics_policy", kinds={"json"})
+def real_robot_eval_request(context: dg.AssetExecutionContext, config: EvalRequestSettings, storage: StorageResource) -> dg.MaterializeResult:
+    """The request the robot cell runs next: which policy version, which held-out tasks, how many
+    trials. Written to `outbox/robot_eval/<eval_id>/request.json`; the cell's results come back
+    through landing/robot_eval/ and `robotics/real_robot_evaluation`.
+    """
+    store = storage.get()
+    current = read_json(store.artifacts("robotics", "policy", "latest.json"))
+    eval_id = f"eval-{current['version']}"
+    request = {
+        "eval_id": eval_id,
+        "policy_version": current["version"],
+        "policy_checkpoint_uri": current["checkpoint_uri"],
+        "trials_per_task": config.trials_per_task,
+        "tasks": HELD_OUT_TASKS,
+        "respond_to": store.landing(KIND, eval_id),
+    }
+    uri = store.outbox("robot_eval", eval_id, "request.json")
+    if not exists(uri):
+        write_json_atomic(uri, request)
+    return dg.MaterializeResult(metadata={"eval_id": eval_id, "request": dg.MetadataValue.path(uri), "policy_version": current["version"], "trials": config.trials_per_task * len(HELD_OUT_TASKS)})
+
+
+def parse_trials(data: bytes) -> tuple[pd.DataFrame | None, list[DropIssue]]:
+    issues, rows = [], []
+    for line_number, line in enumerate(data.decode("utf-8", errors="replace").splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError as exc:
+            issues.append(DropIssue("trials_json", f"line {line_number} is not JSON ({exc.msg}); write one JSON object per line.", "trials.jsonl", line_number))
+            continue
+        missing = [f for f in TRIAL_FIELDS if f not in record]
+        if missing:
+            issues.append(DropIssue("trials_field", f"line {line_number} lacks {', '.join(missing)}; every trial needs {', '.join(TRIAL_FIELDS)}.", "trials.jsonl", line_number))
+        rows.append(record)
+    if not rows and not issues:
+        issues.append(DropIssue("trials_json", "trials.jsonl holds no trials.", "trials.jsonl"))
+    return (pd.DataFrame(rows) if rows and not issues else None), issues
+
+
+@dg.asset(
+    key=REAL_EVALUATION,
+    partitions_def=robot_evals,
+    group_name="robotics_policy",
+    kinds={"lerobot", "json"},
+    check_specs=[
+        dg.AssetCheckSpec(RESULTS_MANIFEST_CHECK, asset=REAL_EVALUATION, blocking=True, description="The robot cell's results are complete: manifest, checksums, one JSON record per trial."),
+        dg.AssetCheckSpec(EPISODES_VALID_CHECK, asset=REAL_EVALUATION, blocking=True, description="The trial episodes form a valid LeRobot v3 dataset."),
+    ],
+)
+def real_robot_evaluation(context: dg.AssetExecutionContext, storage: StorageResource) -> dg.MaterializeResult:
+    """How often the policy succeeded on the real robot on held-out tasks, with a 95% Wilson
+    interval, next to its success in simulation: the sim-to-real gap. One partition per
+    evaluation the robot cell ran. Failed trials are flagged for relabelling: the operator
+    demonstrates them again and they join the next training set.
+    """
+    store = storage.get()
+    eval_id = context.partition_key
+    manifest, issues = parse_manifest(read_bytes(posixpath.join(store.landing(KIND, eval_id), MANIFEST_NAME)), eval_id, ("robot", "cell", "policy_version"))
+    contents: dict[str, bytes] = {}
+    if manifest is not None and not issues:
+        contents, issues = read_verified_files(store, KIND, manifest)
+    trials = None
+    if not issues:
+        if "trials.jsonl" not in contents:
+            issues = [DropIssue("missing_file", "the results hold no trials.jsonl; post one JSON line per trial.", "trials.jsonl")]
+        else:
+            trials, issues = parse_trials(contents["trials.jsonl"])
+    if issues:
+        where = quarantine_drop(store, KIND, eval_id, issues, stage="raw")
+        return dg.MaterializeResult(
+            metadata={"status": "quarantined", "quarantine": dg.MetadataValue.path(where), "reasons": dg.MetadataValue.md(issues_markdown(issues))},
+            check_results=[dg.AssetCheckResult(check_name=RESULTS_MANIFEST_CHECK, passed=False, metadata={"first": issues[0].describe()}),
+                           dg.AssetCheckResult(check_name=EPISODES_VALID_CHECK, passed=False, metadata={"skipped": "results could not be trusted"})],
+        )
+    raw = write_raw(store, KIND, manifest, contents)
+    _, problems = validate_dataset(posixpath.join(raw, "episodes"), min_length=1)
+    manifest_ok = dg.AssetCheckResult(check_name=RESULTS_MANIFEST_CHECK, passed=True, metadata={"trials": len(trials)})
+    if problems:
+        where = quarantine_drop(store, KIND, eval_id, problems, stage="validation")
+        return dg.MaterializeResult(
+            metadata={"status": "quarantined", "quarantine": dg.MetadataValue.path(where), "reasons": dg.MetadataValue.md(issues_markdown(problems))},
+            check_results=[manifest_ok, dg.AssetCheckResult(check_name=EPISODES_VALID_CHECK, passed=False, metadata={"first": problems[0].describe()})],
+        )
+
+    real = rate_metadata(trials)
+    sim_uri = store.artifacts("robotics", "sim_evaluation", "latest.json")
+    sim = read_json(sim_uri) if exists(sim_uri) else None
+    failures = trials[~trials["success"].astype(bool)]
+    request = read_json(store.outbox("robot_eval", eval_id, "request.json")) if exists(store.outbox("robot_eval", eval_id, "request.json")) else {"tasks": HELD_OUT_TASKS}
+    tasks = {t["task_id"]: t["task"] for t in request["tasks"]}
+    if len(failures):
+        write_json_atomic(
+            store.outbox("relabel", eval_id, "request.json"),
+            {"request_id": eval_id, "reason": "failed real-robot trials", "trials": [{"task_id": r.task_id, "task": tasks.get(r.task_id, {}), "seed": int(r.seed), "failure_mode": r.failure_mode} for r in failures.itertuples()]},
+        )
+    buffer = io.BytesIO()
+    trials.to_parquet(buffer, index=False)
+    write_bytes_atomic(store.curated(KIND, eval_id, "trials.parquet"), buffer.getvalue())
+    per_task = trials.groupby("task_id")["success"].agg(["sum", "count"]).reset_index()
+    per_task["ci95"] = [f"{lo:.2f}–{hi:.2f}" for lo, hi in (wilson_interval(int(s), int(c)) for s, c in zip(per_task["sum"], per_task["count"], strict=True))]
+    gap = (sim["success_rate"] - real["success_rate"].value) if sim else float("nan")
+    return dg.MaterializeResult(
+        metadata={
+            "status": "valid",
+            **{f"real_{k}": v for k, v in real.items()},
+            "sim_success_rate": dg.MetadataValue.float(round(sim["success_rate"], 4) if sim else float("nan")),
+            "sim_ci95": f"{sim['ci95'][0]:.2f}–{sim['ci95'][1]:.2f}" if sim else "no sim evaluation yet",
+            "sim_to_real_gap": dg.MetadataValue.float(round(gap, 4)),
+            "per_task": dg.MetadataValue.md(per_task.rename(columns={"sum": "successes", "count": "trials"}).to_markdown(index=False)),
+            "failed_trials_flagged_for_relabelling": len(failures),
+            "policy_version": str(manifest.fields["policy_version"]),
+            "episodes": dg.MetadataValue.path(posixpath.join(raw, "episodes")),
+        },
+        check_results=[manifest_ok, dg.AssetCheckResult(check_name=EPISODES_VALID_CHECK, passed=True)],
+    )

@@ -1,0 +1,108 @@
+"""Nightly simulation sweeps on spot capacity, sharded, resumed after preemption."""
+
+import io
+import json
+import posixpath
+from concurrent.futures import ThreadPoolExecutor
+
+import dagster as dg
+import pandas as pd
+
+from robotics_lane.episodes.lerobot_v3 import assemble_dataset
+from robotics_lane.partitions import nightly_sweeps
+from robotics_lane.sim.base import ACTION_NAMES, STATE_NAMES
+from robotics_lane.sweeps import SWEEPS, SweepConfig
+from robotics_lane.workloads.rollouts import trial_uri
+from shared_resources.compute import ComputeResource, StepRun
+from shared_resources.pools import Capacity
+from shared_resources.resources import StorageResource
+from shared_resources.step_spec import StepSpec
+from shared_resources.storage import Storage, read_json, write_bytes_atomic
+
+SIM_ROLLOUTS = dg.AssetKey(["robotics", "sim_rollouts"])
+TASK_LABEL = "balance the pole"
+
+
+def shard_seeds(seeds: list[int], shards: int) -> list[list[int]]:
+    return [seeds[i::shards] for i in range(shards) if seeds[i::shards]]
+
+
+def sweep_spec(sweep: SweepConfig, seeds: list[int], output_uri: str) -> StepSpec:
+    return StepSpec(
+        name="robotics.sim_rollouts",
+        entry_point="robotics_lane.workloads.rollouts",
+        tenant="robotics",
+        runtime=sweep.runtime,
+        gpus=1,
+        capacity=Capacity.burst,
+        checkpoints=True,  # every finished episode is committed: spot is safe
+        checkpoint_seconds=0.5,
+        expected_hours=0.05,
+        max_preemptions=5,
+        config={
+            "backend": sweep.backend,
+            "seeds": seeds,
+            "output_uri": output_uri,
+            "task": sweep.task(),
+            "policy": {"kind": "scripted", "operator_noise": sweep.operator_noise},
+            "task_label": TASK_LABEL,
+        },
+    )
+
+
+def run_sweep(context, compute: ComputeResource, store: Storage, night: str, name: str) -> tuple[list[StepRun], list[dict], str]:
+    """Run every shard of one sweep (concurrently), then assemble one LeRobot dataset."""
+    sweep = SWEEPS[name]
+    seeds = sweep.seeds(night)
+    base = store.uri("rollouts", night, name)
+    shards = shard_seeds(seeds, sweep.shards)
+
+    def run_shard(index: int) -> StepRun:
+        spec = sweep_spec(sweep, shards[index], posixpath.join(base, f"shard-{index}"))
+        return compute.run(context, spec, lineage=f"robotics/sim_rollouts/{night}/{name}/shard-{index}")
+
+    with ThreadPoolExecutor(max_workers=len(shards)) as pool:
+        runs = list(pool.map(run_shard, range(len(shards))))
+    shard_of = {seed: i for i, shard in enumerate(shards) for seed in shard}
+    trials = [read_json(trial_uri(posixpath.join(base, f"shard-{shard_of[s]}"), s)) for s in seeds]
+    files = [t["episode_file"] for t in trials]
+    dataset_uri = posixpath.join(base, "dataset")
+    assemble_dataset(
+        dataset_uri, files, tasks=[TASK_LABEL], fps=trials[0]["fps"], robot_type="cartpole", state_names=STATE_NAMES, action_names=ACTION_NAMES
+    )
+    buffer = io.BytesIO()
+    pd.DataFrame(trials).assign(task_params=lambda f: f["task_params"].map(json.dumps)).to_parquet(buffer, index=False)
+    write_bytes_atomic(posixpath.join(base, "trials.parquet"), buffer.getvalue())
+    return runs, trials, dataset_uri
+
+
+@dg.asset(key=SIM_ROLLOUTS, partitions_def=nightly_sweeps, group_name="robotics_sim", kinds={"isaaclab", "mujoco", "lerobot"})
+def sim_rollouts(context: dg.AssetExecutionContext, storage: StorageResource, compute: ComputeResource) -> dg.MaterializeResult:
+    """Tonight's simulated demonstrations for one sweep configuration: seeded rollouts of the
+    expert controller (with operator noise) in Isaac Lab or MuJoCo, as a LeRobot v3 dataset.
+
+    Runs on spot capacity, split into shards; each shard commits every finished episode, so a
+    preempted shard resumes with exactly the episodes an uninterrupted run would have made.
+    """
+    keys = context.partition_key.keys_by_dimension
+    night, name = keys["night"], keys["sweep"]
+    runs, trials, dataset_uri = run_sweep(context, compute, storage.get(), night, name)
+    successes = sum(t["success"] for t in trials)
+    modes = pd.Series([t["failure_mode"] or "success" for t in trials]).value_counts()
+    return dg.MaterializeResult(
+        metadata={
+            "status": "valid",
+            "dataset": dg.MetadataValue.path(dataset_uri),
+            "backend": SWEEPS[name].backend,
+            "episodes": len(trials),
+            "successful_episodes": successes,
+            "success_rate": dg.MetadataValue.float(round(successes / len(trials), 4)),
+            "outcomes": dg.MetadataValue.md(modes.rename_axis("outcome").reset_index(name="episodes").to_markdown(index=False)),
+            "shards": len(runs),
+            "pools": ", ".join(sorted({r.pool.name for r in runs})),
+            "preemptions": sum(r.preemptions for r in runs),
+            "cost_usd": dg.MetadataValue.float(round(sum(r.cost_usd for r in runs), 5)),
+            "goodput": dg.MetadataValue.float(round(sum(r.productive_seconds for r in runs) / max(sum(r.wall_seconds for r in runs), 1e-9), 4)),
+            "placement": runs[0].metadata()["placement"],
+        }
+    )

@@ -1,0 +1,83 @@
+"""Teleop sessions: a LeRobot v3 dataset from an operator becomes validated training episodes."""
+
+import posixpath
+
+import dagster as dg
+
+from robotics_lane.checks import EPISODES_VALID_CHECK, SESSION_MANIFEST_CHECK
+from robotics_lane.episodes.validation import validate_dataset
+from robotics_lane.partitions import teleop_sessions
+from shared_resources.landing import MANIFEST_NAME, DropIssue, parse_manifest, quarantine_drop, read_verified_files, write_raw
+from shared_resources.resources import StorageResource
+from shared_resources.storage import read_bytes, write_json_atomic
+
+KIND = "teleop"
+TELEOP_EPISODES = dg.AssetKey(["robotics", "teleop_episodes"])
+MANIFEST_FIELDS = ("robot", "operator", "project")
+
+
+def issues_markdown(issues: list[DropIssue], limit: int = 40) -> str:
+    lines = ["| file | frame | feature | rule | what to do |", "|---|---|---|---|---|"]
+    for i in issues[:limit]:
+        lines.append(f"| {i.file or ''} | {i.row if i.row is not None else ''} | {i.column or ''} | `{i.rule}` | {i.message.replace('|', '/')} |")
+    if len(issues) > limit:
+        lines.append(f"| … | | | | and {len(issues) - limit} more in QUARANTINE.json |")
+    return "\n".join(lines)
+
+
+@dg.asset(
+    key=TELEOP_EPISODES,
+    partitions_def=teleop_sessions,
+    group_name="robotics_data",
+    kinds={"lerobot", "parquet"},
+    check_specs=[
+        dg.AssetCheckSpec(SESSION_MANIFEST_CHECK, asset=TELEOP_EPISODES, blocking=True, description="The session's manifest is complete and every file matches its sha256 and size."),
+        dg.AssetCheckSpec(EPISODES_VALID_CHECK, asset=TELEOP_EPISODES, blocking=True, description="LeRobot v3 layout, features and shapes, monotonic timestamps at the declared fps, contiguous indices, finite values, actions within bounds, sane episode lengths."),
+    ],
+)
+def teleop_episodes(context: dg.AssetExecutionContext, storage: StorageResource) -> dg.MaterializeResult:
+    """Demonstrations recorded by a teleoperator: one partition per session, a LeRobot v3.0
+    dataset that opens in LeRobot's own reader. Policies learn to imitate these.
+
+    A session that breaks a rule (timestamps, indices, NaNs, out-of-bounds actions, …) goes to
+    quarantine with the reason, and the others keep flowing.
+    """
+    store = storage.get()
+    session = context.partition_key
+    manifest, issues = parse_manifest(read_bytes(posixpath.join(store.landing(KIND, session), MANIFEST_NAME)), session, MANIFEST_FIELDS)
+    contents: dict[str, bytes] = {}
+    if manifest is not None and not issues:
+        contents, issues = read_verified_files(store, KIND, manifest)
+    if issues:
+        where = quarantine_drop(store, KIND, session, issues, stage="raw")
+        return dg.MaterializeResult(
+            metadata={"status": "quarantined", "quarantine": dg.MetadataValue.path(where), "reasons": dg.MetadataValue.md(issues_markdown(issues))},
+            check_results=[
+                dg.AssetCheckResult(check_name=SESSION_MANIFEST_CHECK, passed=False, metadata={"first": issues[0].describe()}),
+                dg.AssetCheckResult(check_name=EPISODES_VALID_CHECK, passed=False, metadata={"skipped": "the files themselves could not be trusted"}),
+            ],
+        )
+    raw = write_raw(store, KIND, manifest, contents)
+    info, problems = validate_dataset(raw)
+    manifest_ok = dg.AssetCheckResult(check_name=SESSION_MANIFEST_CHECK, passed=True, metadata={"files": len(manifest.files)})
+    if problems:
+        where = quarantine_drop(store, KIND, session, problems, stage="validation")
+        context.log.error(f"teleop session {session} quarantined at {where}:\n" + "\n".join(p.describe() for p in problems[:20]))
+        return dg.MaterializeResult(
+            metadata={"status": "quarantined", "quarantine": dg.MetadataValue.path(where), "reasons": dg.MetadataValue.md(issues_markdown(problems))},
+            check_results=[manifest_ok, dg.AssetCheckResult(check_name=EPISODES_VALID_CHECK, passed=False, metadata={"issues": len(problems), "first": problems[0].describe()})],
+        )
+    write_json_atomic(store.curated(KIND, session, "dataset.json"), {"dataset": raw, "episodes": info.total_episodes})
+    return dg.MaterializeResult(
+        metadata={
+            "status": "valid",
+            "dataset": dg.MetadataValue.path(raw),
+            "episodes": info.total_episodes,
+            "frames": info.total_frames,
+            "fps": info.fps,
+            "robot": str(manifest.fields["robot"]),
+            "operator": str(manifest.fields["operator"]),
+            "tasks": ", ".join(info.tasks),
+        },
+        check_results=[manifest_ok, dg.AssetCheckResult(check_name=EPISODES_VALID_CHECK, passed=True, metadata={"episodes": info.total_episodes})],
+    )

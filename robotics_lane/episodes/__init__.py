@@ -1,0 +1,30 @@
+"""Robot episodes as LeRobot v3.0 datasets: reading, writing and checking them.
+
+`lerobot_v3` reads and writes state-only datasets that LeRobot's own `LeRobotDataset`
+opens; `validation` lists everything wrong with a dataset folder (a teleop drop, a
+rollout shard) as `DropIssue`s that say which episode, frame and feature to fix.
+"""
+
+from robotics_lane.episodes.lerobot_v3 import (
+    DatasetInfo,
+    Episode,
+    assemble_dataset,
+    dataset_files,
+    read_dataset,
+    read_episode_file,
+    write_dataset,
+    write_episode_file,
+)
+from robotics_lane.episodes.validation import validate_dataset
+
+__all__ = [
+    "DatasetInfo",
+    "Episode",
+    "assemble_dataset",
+    "dataset_files",
+    "read_dataset",
+    "read_episode_file",
+    "validate_dataset",
+    "write_dataset",
+    "write_episode_file",
+]

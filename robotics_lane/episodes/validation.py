@@ -1,0 +1,396 @@
+"""Check a LeRobot v3.0 dataset folder (a teleop session, a rollout set) before anyone trains on it.
+
+`validate_dataset` never raises on bad data: it returns every problem as a `DropIssue`
+whose `rule` names the check, `file` is the dataset-relative file, `row` the global frame
+index (the `index` column) and `column` the feature. Rules (docs/teleop-protocol.md):
+
+- `info_json`: meta/info.json missing, not JSON, not codebase_version v3.0, keys missing.
+- `features`: standard features missing or with the wrong dtype/shape; state/action
+  width in the data unlike info.json or the expected dimensions; camera features.
+- `unreadable_parquet`: a parquet file that is missing or cannot be read.
+- `episode_index`: episodes not 0..N-1, or the episode table disagrees with the frames.
+- `frame_index`: frame_index is not 0..length-1 within an episode.
+- `timestamps`: not increasing, or not frame_index / fps within 1e-3 s.
+- `non_finite`: NaN or inf in observation.state, action or next.reward.
+- `action_bounds`: an action outside [action_low, action_high].
+- `episode_length`: fewer than min_length or more than max_length frames.
+- `tasks`: tasks.parquet missing, or a frame's task_index not in it.
+
+Each rule reports at most 20 issues, then one "… and N more".
+"""
+
+from __future__ import annotations
+
+import json
+import posixpath
+from collections import defaultdict
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+
+from robotics_lane.episodes.lerobot_v3 import (
+    ACTION,
+    CODEBASE_VERSION,
+    DATA_PATH,
+    EPISODES_DIR,
+    INFO_PATH,
+    OPTIONAL_FEATURES,
+    REWARD,
+    SCALAR_FEATURES,
+    STATE,
+    TASKS_PATH,
+    DatasetInfo,
+    column_values,
+    episode_table_paths,
+    info_from_json,
+    open_folder,
+    read_info_json,
+    read_table,
+    read_tasks,
+)
+from shared_resources.landing import DropIssue
+
+MAX_ISSUES_PER_RULE = 20
+TIMESTAMP_TOLERANCE_S = 1e-3
+REQUIRED_INFO_KEYS = ("codebase_version", "fps", "features", "data_path", "total_episodes", "total_frames", "total_tasks")
+REQUIRED_EPISODE_COLUMNS = ("episode_index", "length", "data/chunk_index", "data/file_index", "dataset_from_index", "dataset_to_index")
+CAMERA_DTYPES = ("video", "image")
+
+
+@dataclass(frozen=True)
+class _Limits:
+    """What one dataset's frames are checked against."""
+
+    fps: int
+    action_bounds: tuple[float, float]
+    length_range: tuple[int, int]
+    dim_names: dict[str, list[str]]
+    task_indices: set[int] | None  # None when tasks.parquet could not be read
+
+
+def validate_dataset(
+    uri: str,
+    *,
+    action_low: float = -1.0,
+    action_high: float = 1.0,
+    min_length: int = 10,
+    max_length: int = 5000,
+    expected_state_dim: int | None = None,
+    expected_action_dim: int | None = None,
+) -> tuple[DatasetInfo | None, list[DropIssue]]:
+    """Every problem with the dataset at `uri`; the DatasetInfo when info.json is usable.
+
+    An empty list means LeRobot can load the dataset and every episode is fit to train on.
+    """
+    fs, root = open_folder(uri)
+    try:
+        info = read_info_json(fs, root)
+    except FileNotFoundError:
+        return None, [DropIssue("info_json", f"{INFO_PATH} is missing; a LeRobot v3.0 dataset starts with it (write it last).", INFO_PATH)]
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        return None, [DropIssue("info_json", f"{INFO_PATH} is not valid UTF-8 JSON ({exc}); rewrite it.", INFO_PATH)]
+    issues = _check_info(info)
+    if issues:
+        return None, issues
+    features: dict = info["features"]
+    issues, fatal = _check_declared_features(features, expected_state_dim, expected_action_dim)
+    task_by_index, task_issues = _read_task_table(fs, root)
+    issues += task_issues
+    ds_info = None if fatal else info_from_json(info, [task_by_index[i] for i in sorted(task_by_index)])
+    episodes, ep_issues = _read_episode_table(fs, root)
+    issues += ep_issues
+    if fatal or episodes is None:
+        return ds_info, _cap(issues)
+    names = {n: features[n]["names"] for n in (STATE, ACTION) if isinstance(features[n].get("names"), list)}
+    limits = _Limits(
+        int(info["fps"]), (action_low, action_high), (min_length, max_length), names, set(task_by_index) if not task_issues else None
+    )
+    issues += _check_data(fs, root, info, episodes, limits)
+    return ds_info, _cap(issues)
+
+
+def _cap(issues: list[DropIssue]) -> list[DropIssue]:
+    """Keep the first MAX_ISSUES_PER_RULE issues of each rule, then one summary line."""
+    by_rule: dict[str, list[DropIssue]] = defaultdict(list)
+    for issue in issues:
+        by_rule[issue.rule].append(issue)
+    out: list[DropIssue] = []
+    for rule, found in by_rule.items():
+        out.extend(found[:MAX_ISSUES_PER_RULE])
+        if len(found) > MAX_ISSUES_PER_RULE:
+            more = len(found) - MAX_ISSUES_PER_RULE
+            out.append(DropIssue(rule, f"… and {more} more `{rule}` problems like the ones above; fix those and validate again."))
+    return out
+
+
+# --- metadata: info.json, tasks.parquet, the episode table --------------------------------
+
+
+def _check_info(info: Any) -> list[DropIssue]:
+    def issue(msg: str) -> DropIssue:
+        return DropIssue("info_json", msg, INFO_PATH)
+
+    if not isinstance(info, dict):
+        return [issue("info.json must hold a JSON object (LeRobot's DatasetInfo).")]
+    if info.get("codebase_version") != CODEBASE_VERSION:
+        return [
+            issue(
+                f"codebase_version is {info.get('codebase_version')!r}; only {CODEBASE_VERSION!r} is accepted. Convert it with "
+                "`python -m lerobot.scripts.convert_dataset_v21_to_v30` (LeRobot) or re-export as v3.0."
+            )
+        ]
+    missing = [k for k in REQUIRED_INFO_KEYS if k not in info]
+    if missing:
+        return [issue(f"info.json lacks {missing}; write every key LeRobot v3.0 expects (see docs/teleop-protocol.md).")]
+    issues = []
+    if not isinstance(info["fps"], int) or isinstance(info["fps"], bool) or info["fps"] <= 0:
+        issues.append(issue(f"fps is {info['fps']!r}; it must be a positive whole number of frames per second."))
+    if not isinstance(info["features"], dict) or not all(isinstance(f, dict) for f in info["features"].values()):
+        issues.append(issue("`features` must be an object mapping each feature name to {dtype, shape, names}."))
+    for key in ("total_episodes", "total_frames", "total_tasks"):
+        if not isinstance(info[key], int) or info[key] < 0:
+            issues.append(issue(f"{key} is {info[key]!r}; it must be a whole number >= 0."))
+    try:
+        info["data_path"].format(chunk_index=0, file_index=0)
+    except (AttributeError, KeyError, IndexError, ValueError):
+        issues.append(issue(f"data_path {info['data_path']!r} is not a template with {{chunk_index}} and {{file_index}}; use {DATA_PATH!r}."))
+    return issues
+
+
+def _check_declared_features(features: dict, state_dim: int | None, action_dim: int | None) -> tuple[list[DropIssue], bool]:
+    """Issues with info.json's features, and whether they are too broken to check the data."""
+    issues: list[DropIssue] = []
+    fatal = False
+    required = {**SCALAR_FEATURES, STATE: "float32", ACTION: "float32"}
+    for name, dtype in {**required, **OPTIONAL_FEATURES}.items():
+        ft = features.get(name)
+        vector = name in (STATE, ACTION)
+        if ft is None and name in required:
+            msg = f"required feature `{name}` is not in info.json; add it with dtype {dtype}."
+        elif ft is not None and (ft.get("dtype") != dtype or not _shape_ok(ft.get("shape"), vector)):
+            msg = f"`{name}` is declared as {ft!r}; it must be dtype {dtype} with shape {'[D]' if vector else '[1]'}."
+        else:
+            continue
+        issues.append(DropIssue("features", msg, INFO_PATH, column=name))
+        fatal = True
+    for name, ft in features.items():
+        if ft.get("dtype") in CAMERA_DTYPES:
+            msg = f"`{name}` is a camera feature ({ft['dtype']}); only state-only datasets are accepted for now. Send it without cameras."
+            issues.append(DropIssue("features", msg, INFO_PATH, column=name))
+    for name, expected in ((STATE, state_dim), (ACTION, action_dim)):
+        shape = (features.get(name) or {}).get("shape")
+        if expected is not None and _shape_ok(shape, vector=True) and shape[0] != expected:
+            msg = (
+                f"`{name}` has {shape[0]} dimensions but this robot's pipeline expects {expected}; "
+                "record with the right robot config or fix the expected dimension."
+            )
+            issues.append(DropIssue("features", msg, INFO_PATH, column=name))
+    return issues, fatal
+
+
+def _shape_ok(shape: Any, vector: bool) -> bool:
+    if not isinstance(shape, list | tuple) or len(shape) != 1 or not isinstance(shape[0], int):
+        return False
+    return shape[0] >= 1 if vector else shape[0] == 1
+
+
+def _read_task_table(fs: Any, root: str) -> tuple[dict[int, str], list[DropIssue]]:
+    try:
+        return read_tasks(fs, root), []
+    except FileNotFoundError:
+        msg = f"{TASKS_PATH} is missing; write the task strings (pandas index `task`) with their `task_index`."
+        return {}, [DropIssue("tasks", msg, TASKS_PATH)]
+    except Exception as exc:  # noqa: BLE001 - any read failure is reported, not raised
+        if isinstance(exc, ValueError) and not isinstance(exc, pa.ArrowException):  # readable, but no task_index
+            msg = f"{exc} Write the task strings as the pandas index `task` beside a `task_index` column."
+            return {}, [DropIssue("tasks", msg, TASKS_PATH)]
+        msg = f"cannot read the task table ({type(exc).__name__}: {exc}); rewrite it with pandas `to_parquet`."
+        return {}, [DropIssue("unreadable_parquet", msg, TASKS_PATH)]
+
+
+def _read_episode_table(fs: Any, root: str) -> tuple[pa.Table | None, list[DropIssue]]:
+    paths = episode_table_paths(fs, root)
+    if not paths:
+        msg = f"no episode table: {EPISODES_DIR}/chunk-000/file-000.parquet is missing; write one row per episode."
+        return None, [DropIssue("unreadable_parquet", msg, EPISODES_DIR)]
+    tables, issues = [], []
+    for path in paths:
+        try:
+            tables.append(read_table(fs, path))
+        except Exception as exc:  # noqa: BLE001 - any read failure is reported, not raised
+            msg = f"cannot read the episode table ({type(exc).__name__}: {exc}); re-export it."
+            issues.append(DropIssue("unreadable_parquet", msg, posixpath.relpath(path, root)))
+    if issues:
+        return None, issues
+    rel = posixpath.relpath(paths[0], root)
+    try:
+        table = pa.concat_tables(tables, promote_options="permissive")
+    except (pa.ArrowInvalid, pa.ArrowTypeError) as exc:
+        return None, [DropIssue("episode_index", f"the episode table files have clashing columns ({exc}); write them with one schema.", rel)]
+    missing = [c for c in REQUIRED_EPISODE_COLUMNS if c not in table.column_names]
+    bad = [c for c in REQUIRED_EPISODE_COLUMNS if c not in missing and (not pa.types.is_integer(table[c].type) or table[c].null_count)]
+    if missing or bad:
+        msg = (
+            f"the episode table lacks columns {missing} or has non-integer/empty cells in {bad}; "
+            "LeRobot v3.0 needs them to find each episode's frames. Regenerate the table."
+        )
+        return None, [DropIssue("episode_index", msg, rel)]
+    return table.sort_by("episode_index"), []
+
+
+# --- frames ----------------------------------------------------------------------------
+
+
+def _check_data(fs: Any, root: str, info: dict, episodes: pa.Table, limits: _Limits) -> list[DropIssue]:
+    """Read each data file the episode table points to and check every episode in it."""
+    issues: list[DropIssue] = []
+    rows = episodes.to_pylist()
+    ids = [r["episode_index"] for r in rows]
+    if ids != list(range(len(ids))):
+        msg = f"episode indices are {_summary(ids)}; they must be 0..{len(ids) - 1}, each once."
+        issues.append(DropIssue("episode_index", msg, posixpath.relpath(episode_table_paths(fs, root)[0], root)))
+    frames_total = sum(r["length"] for r in rows)
+    if (len(ids), frames_total) != (info["total_episodes"], info["total_frames"]):
+        msg = (
+            f"info.json says {info['total_episodes']} episodes / {info['total_frames']} frames but the episode table has "
+            f"{len(ids)} / {frames_total}; update info.json's totals."
+        )
+        issues.append(DropIssue("episode_index", msg, INFO_PATH))
+    features = info["features"]
+    columns = [c for c in ("index", "frame_index", "timestamp", "episode_index", "task_index", STATE, ACTION, REWARD) if c in features]
+    by_file: dict[tuple[int, int], list[dict]] = defaultdict(list)
+    for r in rows:
+        by_file[(r["data/chunk_index"], r["data/file_index"])].append(r)
+    for (chunk, file), ep_rows in sorted(by_file.items()):
+        rel = info["data_path"].format(chunk_index=chunk, file_index=file)
+        try:
+            table = read_table(fs, posixpath.join(root, rel))
+        except Exception as exc:  # noqa: BLE001 - any read failure is reported, not raised
+            held = _summary([r["episode_index"] for r in ep_rows])
+            msg = f"cannot read the data file holding episodes {held} ({type(exc).__name__}: {exc}); re-export it."
+            issues.append(DropIssue("unreadable_parquet", msg, rel))
+            continue
+        column_issues = _check_columns(table, features, rel)
+        issues += column_issues
+        if column_issues:
+            continue
+        data = {c: column_values(table, c) for c in columns}
+        in_file = data["episode_index"]
+        for stray in sorted(set(np.unique(in_file).tolist()) - {r["episode_index"] for r in ep_rows}):
+            k = int(np.flatnonzero(in_file == stray)[0])
+            msg = f"frames of episode {stray} are in this file but the episode table does not list it here; add its row or remove the frames."
+            issues.append(DropIssue("episode_index", msg, rel, int(data["index"][k]), column="episode_index"))
+        for r in ep_rows:
+            at = np.flatnonzero(in_file == r["episode_index"])
+            issues += _check_episode(r, {c: v[at] for c, v in data.items()}, rel, limits)
+    return issues
+
+
+def _check_columns(table: pa.Table, features: dict, rel: str) -> list[DropIssue]:
+    """Declared columns missing, stored with another dtype, shape-[1] stored as lists, vector widths unlike info.json."""
+    issues = []
+    for name, ft in features.items():
+        if ft.get("dtype") in CAMERA_DTYPES:
+            continue
+        if name not in table.column_names:
+            msg = f"info.json declares `{name}` but the data file has no such column; write it for every frame or remove it from features."
+            issues.append(DropIssue("features", msg, rel, column=name))
+            continue
+        typ = table.schema.field(name).type
+        is_list = pa.types.is_list(typ) or pa.types.is_large_list(typ) or pa.types.is_fixed_size_list(typ)
+        leaf = typ.value_type if is_list else typ
+        if _arrow_type(ft.get("dtype")) not in (None, leaf):
+            msg = f"`{name}` is stored as {leaf} but info.json declares {ft.get('dtype')}; cast the column to {ft.get('dtype')}."
+        elif list(ft.get("shape", [])) == [1] and is_list:
+            msg = f"`{name}` (shape [1]) is stored as a list column ({typ}); LeRobot expects a plain scalar column."
+        elif name in (STATE, ACTION) and table.num_rows:
+            try:
+                width = column_values(table, name).reshape(table.num_rows, -1).shape[1]
+            except ValueError as exc:  # lists of different lengths
+                width, msg = None, str(exc)
+            if width == ft["shape"][0]:
+                continue
+            if width is not None:
+                msg = f"`{name}` rows have {width} values but info.json declares shape {ft['shape']}; make them agree."
+        else:
+            continue
+        issues.append(DropIssue("features", msg, rel, column=name))
+    return issues
+
+
+def _check_episode(row: dict, frames: dict[str, np.ndarray], rel: str, limits: _Limits) -> list[DropIssue]:
+    """The episode table's row against its frames, then every per-frame rule (first offence per rule)."""
+    ep, n = row["episode_index"], len(frames["index"])
+    if n == 0:
+        msg = f"episode {ep} is in the episode table but has no frames in this file; write its frames or drop its row."
+        return [DropIssue("episode_index", msg, rel)]
+    index, fi = frames["index"], frames["frame_index"]
+    issues = []
+
+    def at(rule: str, k: int, column: str | None, msg: str) -> None:  # a problem at frame k
+        issues.append(DropIssue(rule, f"episode {ep}, frame {int(fi[k])}: {msg}", rel, int(index[k]), column=column))
+
+    def whole(rule: str, column: str | None, msg: str) -> None:  # a problem with the whole episode
+        issues.append(DropIssue(rule, f"episode {ep} {msg}", rel, int(index[0]), column=column))
+
+    if n != row["length"]:
+        whole("episode_index", None, f"has {n} frames but the episode table says length {row['length']}; make the table match the data.")
+    span = (int(index.min()), int(index.max()) + 1)
+    if span != (row["dataset_from_index"], row["dataset_to_index"]) or span[1] - span[0] != n:
+        whole("episode_index", "index", f"has frames with index {span[0]}..{span[1] - 1} but the episode table says dataset_from_index "
+              f"{row['dataset_from_index']} / dataset_to_index {row['dataset_to_index']}; "
+              "`index` must count frames across the dataset without gaps.")
+    low, high = limits.length_range
+    if not low <= n <= high:
+        whole("episode_length", None, f"has {n} frames ({n / limits.fps:.2f} s); episodes must have {low}..{high} frames. "
+              "Drop it or split/merge the recording.")
+    if (bad := np.flatnonzero(fi != np.arange(n))).size:
+        k = int(bad[0])
+        at("frame_index", k, "frame_index", f"frame_index at position {k} is {int(fi[k])}, expected {k}; "
+           f"frame_index must count 0..{n - 1} within each episode, in recording order.")
+    ts = frames["timestamp"].astype(np.float64)
+    if (back := np.flatnonzero(np.diff(ts) <= 0)).size:
+        k = int(back[0]) + 1
+        at("timestamps", k, "timestamp", f"timestamp {ts[k]:.4f} s does not increase after {ts[k - 1]:.4f} s; "
+           "timestamps must be strictly increasing within an episode.")
+    if (off := np.flatnonzero(np.abs(ts - fi / limits.fps) > TIMESTAMP_TOLERANCE_S)).size:
+        k = int(off[0])
+        at("timestamps", k, "timestamp", f"timestamp {ts[k]:.4f} s but frame_index / fps = {fi[k] / limits.fps:.4f} s ({off.size} frames off "
+           f"by more than {TIMESTAMP_TOLERANCE_S} s); record at a fixed {limits.fps} Hz and stamp frames frame_index / fps.")
+    for name in (f for f in (STATE, ACTION, REWARD) if f in frames):
+        values = frames[name].reshape(n, -1)
+        if (bad_rows := np.nonzero(~np.isfinite(values)))[0].size:
+            k, d = int(bad_rows[0][0]), int(bad_rows[1][0])
+            at("non_finite", k, name, f"`{name}` {_dim(limits, name, d)} is {values[k, d]} ({bad_rows[0].size} non-finite values in this "
+               "episode); drop the episode or fix the sensor/controller that produced NaN/inf.")
+    action, (lo, hi) = frames[ACTION].reshape(n, -1), limits.action_bounds
+    with np.errstate(invalid="ignore"):
+        outside = np.nonzero((action < lo) | (action > hi))
+    if outside[0].size:
+        k, d = int(outside[0][0]), int(outside[1][0])
+        at("action_bounds", k, ACTION, f"action {_dim(limits, ACTION, d)} = {action[k, d]:.4g} is outside [{lo}, {hi}] ({outside[0].size} "
+           "values out of bounds); normalise actions to the policy's range or clip them in the teleop mapping.")
+    known = limits.task_indices
+    if known is not None and (unknown := np.flatnonzero(~np.isin(frames["task_index"], list(known)))).size:
+        k = int(unknown[0])
+        at("tasks", k, "task_index", f"task_index {int(frames['task_index'][k])} is not in {TASKS_PATH} (it has {sorted(known)}); "
+           "add the task string there or fix the frame's task_index.")
+    return issues
+
+
+def _dim(limits: _Limits, feature: str, d: int) -> str:
+    labels = limits.dim_names.get(feature) or []
+    return f"dim {d} ({labels[d]})" if d < len(labels) else f"dim {d}"
+
+
+def _arrow_type(dtype: Any) -> pa.DataType | None:
+    try:
+        return pa.from_numpy_dtype(np.dtype(dtype))
+    except (TypeError, pa.ArrowNotImplementedError):
+        return None
+
+
+def _summary(values: list[int]) -> str:
+    return str(values) if len(values) <= 8 else f"[{', '.join(map(str, values[:8]))}, … ({len(values)} in all)]"

@@ -1,0 +1,69 @@
+"""RobotCellStandIn — a stand-in for the real-robot evaluation cell, for demos and tests only.
+
+It answers an evaluation request from the outbox the way a robot cell would: runs the asked
+trials with the given policy and posts the results to `landing/robot_eval/<eval_id>/`
+(per-trial JSON lines, the trial episodes as a LeRobot v3 dataset, manifest last). Its "real
+robot" is MuJoCo with physics the policy never saw in training: a heavier pole, a weaker,
+noisier actuator and sensor noise — so the sim-to-real gap is real in the demo.
+"""
+
+from __future__ import annotations
+
+import json
+import posixpath
+from dataclasses import dataclass
+
+from robotics_lane.episodes.lerobot_v3 import Episode, write_dataset
+from robotics_lane.policies import load_policy
+from robotics_lane.sim.base import ACTION_NAMES, STATE_NAMES, TaskSpec, make_simulator, run_episode
+from shared_resources.landing import MANIFEST_NAME, seal_drop
+from shared_resources.storage import Storage, exists, fs_for, read_json, write_bytes_atomic
+
+KIND = "robot_eval"
+# How the real robot differs from nominal simulation (hidden from the platform).
+REAL_ROBOT_PHYSICS = {"pole_mass_scale": 1.35, "actuator_gain": 0.5, "observation_noise": 0.09}
+
+
+def real_task(task: dict) -> TaskSpec:
+    """The task as the real robot performs it: the requested params on top of its own physics."""
+    params = {**REAL_ROBOT_PHYSICS, **task.get("params", {})}
+    return TaskSpec(name=task.get("name", "cartpole"), max_steps=int(task.get("max_steps", 200)), params=params)
+
+
+@dataclass
+class RobotCellStandIn:
+    storage: Storage
+
+    def answer_requests(self) -> list[str]:
+        fs, base = fs_for(self.storage.outbox("robot_eval"))
+        if not fs.exists(base):
+            return []
+        answered = []
+        for path in sorted(fs.glob(posixpath.join(base, "*", "request.json"))):
+            request = read_json(path if "://" not in self.storage.root else fs.unstrip_protocol(path))
+            eval_id = request["eval_id"]
+            folder = self.storage.landing(KIND, eval_id)
+            if exists(posixpath.join(folder, MANIFEST_NAME)):
+                continue
+            records, episodes, fps = [], [], 25
+            for task_entry in request["tasks"]:
+                task = real_task(task_entry["task"])
+                for trial in range(int(request["trials_per_task"])):
+                    seed = int(task_entry["first_seed"]) + trial
+                    with make_simulator("mujoco", task) as sim:
+                        fps = max(1, round(1.0 / sim.control_dt))
+                        episode = run_episode(sim, load_policy({"kind": "checkpoint", "uri": request["policy_checkpoint_uri"]}, seed), seed)
+                    records.append(
+                        {"trial": len(records), "task_id": task_entry["task_id"], "seed": seed, "success": bool(episode.success),
+                         "return": float(episode.rewards.sum()), "length": int(episode.length), "failure_mode": episode.failure_mode,
+                         "episode_index": len(episodes)}
+                    )
+                    episodes.append(
+                        Episode(task=task_entry["task_id"], observation_state=episode.observations, action=episode.actions,
+                                reward=episode.rewards, success=episode.success, metadata={"seed": seed, "failure_mode": episode.failure_mode or ""})
+                    )
+            write_dataset(posixpath.join(folder, "episodes"), episodes, fps=fps, robot_type="cartpole-real", state_names=STATE_NAMES, action_names=ACTION_NAMES)
+            write_bytes_atomic(posixpath.join(folder, "trials.jsonl"), "".join(json.dumps(r) + "\n" for r in records).encode())
+            seal_drop(self.storage, KIND, eval_id, robot="cartpole-real-01", cell="RobotCellStandIn", project="sinewgrid-demo", policy_version=request["policy_version"])
+            answered.append(eval_id)
+        return answered

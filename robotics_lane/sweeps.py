@@ -1,0 +1,45 @@
+"""The nightly simulation sweeps: which simulator, which task variations, how many episodes."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True)
+class SweepConfig:
+    """One sweep: `episodes` seeded rollouts of the scripted expert, split into `shards`."""
+
+    backend: str
+    description: str
+    task_params: dict[str, float] = field(default_factory=dict)
+    episodes: int = 8
+    shards: int = 2
+    max_steps: int = 200
+    operator_noise: float = 0.15
+    runtime: str = "default"
+
+    def seeds(self, night: str) -> list[int]:
+        """Seeds differ per night (so each night adds new data) and are fixed for a night."""
+        base = int(night.replace("-", "")) % 100_000 * 100
+        return [base + i for i in range(self.episodes)]
+
+    def task(self) -> dict:
+        return {"name": "cartpole", "max_steps": self.max_steps, "params": dict(self.task_params)}
+
+
+SWEEPS: dict[str, SweepConfig] = {
+    "cartpole-isaaclab": SweepConfig(
+        backend="isaaclab",
+        runtime="isaaclab",
+        description="Isaac Lab 3.0 Cartpole (Newton physics), nominal parameters.",
+        episodes=4,
+        shards=1,
+    ),
+    "cartpole-mujoco-randomized": SweepConfig(
+        backend="mujoco",
+        description="MuJoCo cart-pole with a heavier pole, weaker actuator and sensor noise (domain randomization).",
+        task_params={"pole_mass_scale": 1.3, "actuator_gain": 0.9, "observation_noise": 0.01},
+        episodes=8,
+        shards=2,
+    ),
+}

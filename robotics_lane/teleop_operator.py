@@ -1,0 +1,82 @@
+"""TeleopOperatorStandIn — a stand-in for a human teleoperator, for demos and tests only.
+
+It "drives" the cart-pole in MuJoCo with the scripted balancing controller plus operator
+noise, records the sessions as LeRobot v3 datasets, and drops them in landing exactly as a
+teleop rig would. It also answers relabelling requests (failed real-robot trials) by
+demonstrating the task again under the same conditions.
+"""
+
+from __future__ import annotations
+
+import posixpath
+from dataclasses import dataclass
+
+import numpy as np
+
+from robotics_lane.episodes.lerobot_v3 import Episode, write_dataset
+from robotics_lane.robot_cell import real_task
+from robotics_lane.sim.base import ACTION_NAMES, STATE_NAMES, TaskSpec, make_simulator, run_episode
+from robotics_lane.sim.controllers import BalancingController, NoisyOperator
+from shared_resources.landing import MANIFEST_NAME, seal_drop
+from shared_resources.storage import Storage, exists, fs_for, read_json, write_json_atomic
+
+KIND = "teleop"
+TASK_LABEL = "balance the pole"
+
+
+@dataclass
+class TeleopOperatorStandIn:
+    storage: Storage
+    noise_std: float = 0.1
+
+    def _record(self, session_id: str, conditions: list[tuple[TaskSpec, int]], note: str, corrupt: bool = False) -> str:
+        folder = self.storage.landing(KIND, session_id)
+        if exists(posixpath.join(folder, MANIFEST_NAME)):
+            return folder  # an operator never sends the same session twice
+        episodes, fps = [], 25
+        for task, seed in conditions:
+            with make_simulator("mujoco", task) as sim:
+                fps = max(1, round(1.0 / sim.control_dt))
+                episode = run_episode(sim, NoisyOperator(BalancingController(), self.noise_std, seed), seed)
+            actions = episode.actions.copy()
+            if corrupt:
+                actions[len(actions) // 2 :] = np.nan  # a recorder glitch: the joystick stream dropped out
+            episodes.append(
+                Episode(task=TASK_LABEL, observation_state=episode.observations, action=actions, reward=episode.rewards,
+                        success=episode.success, metadata={"seed": seed, "failure_mode": episode.failure_mode or ""})
+            )
+        write_dataset(folder, episodes, fps=fps, robot_type="cartpole", state_names=STATE_NAMES, action_names=ACTION_NAMES)
+        return seal_drop(self.storage, KIND, session_id, robot="cartpole-sim-rig", operator="TeleopOperatorStandIn", project="sinewgrid-demo", note=note)
+
+    def record_sessions(self, sessions: int = 2, episodes: int = 5, include_bad: bool = True) -> list[str]:
+        """First demonstrations: a few sessions of nominal balancing, plus one with a glitch."""
+        ids = []
+        for s in range(sessions):
+            conditions = [(TaskSpec(max_steps=200), 1000 * (s + 1) + e) for e in range(episodes)]
+            ids.append(f"teleop-session-{s + 1:03d}")
+            self._record(ids[-1], conditions, "nominal balancing demonstrations")
+        if include_bad:
+            ids.append("teleop-session-glitch")
+            self._record(ids[-1], [(TaskSpec(max_steps=200), 4242)], "recorder glitch: NaN actions", corrupt=True)
+        return ids
+
+    def answer_relabel_requests(self) -> list[str]:
+        """Demonstrate again every failed real-robot trial the platform flagged for relabelling."""
+        fs, base = fs_for(self.storage.outbox("relabel"))
+        if not fs.exists(base):
+            return []
+        answered_uri = self.storage.uri("teleop_operator", "answered.json")
+        answered = set(read_json(answered_uri)) if exists(answered_uri) else set()
+        new = []
+        for request_path in sorted(fs.glob(posixpath.join(base, "*", "request.json"))):
+            request = read_json(request_path if "://" not in self.storage.root else fs.unstrip_protocol(request_path))
+            if request["request_id"] in answered:
+                continue
+            # Relabelling happens on the real robot, in the conditions of the failed trial.
+            conditions = [(real_task(t["task"]), int(t["seed"])) for t in request["trials"]]
+            session = f"relabel-{request['request_id']}"
+            self._record(session, conditions, f"corrective demonstrations for {request['request_id']}")
+            answered.add(request["request_id"])
+            new.append(session)
+        write_json_atomic(answered_uri, sorted(answered))
+        return new

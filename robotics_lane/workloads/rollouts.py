@@ -1,0 +1,129 @@
+"""Roll out a policy in simulation for a list of seeds — one shard of a sweep or an evaluation.
+
+Preemption-safe by construction: each finished episode is committed on its own (its frames as
+one LeRobot-format parquet file, then its trial record, written atomically, as the commit
+marker). A relaunch skips every seed already committed, so SIGTERM (with notice) or SIGKILL
+(without) at any moment ends, after the relaunch, with exactly the episodes of an
+uninterrupted run: none lost, none twice.
+
+Output under `output_uri`:
+    episodes/episode-000042.parquet  frames of seed 42 (LeRobot v3 data columns)
+    trials/seed-000042.json          seed, task, success, return, length, failure mode (commit marker)
+"""
+
+from __future__ import annotations
+
+import json
+import posixpath
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from robotics_lane.episodes.lerobot_v3 import Episode as LeRobotEpisode
+from robotics_lane.episodes.lerobot_v3 import write_episode_file
+from robotics_lane.policies import load_policy
+from robotics_lane.sim.base import TaskSpec, make_simulator, run_episode
+from shared_resources.storage import fs_for, read_json, write_bytes_atomic
+from shared_resources.workload import Preempted, WorkloadRun
+
+
+@dataclass(frozen=True)
+class RolloutConfig:
+    backend: str
+    seeds: list[int]
+    output_uri: str
+    task: dict[str, Any] = field(default_factory=dict)
+    policy: dict[str, Any] = field(default_factory=lambda: {"kind": "scripted"})
+    task_label: str = "balance the pole"
+    first_episode_index: int = 0
+
+
+def trial_uri(output_uri: str, seed: int) -> str:
+    return posixpath.join(output_uri, "trials", f"seed-{seed:06d}.json")
+
+
+def episodes_folder(output_uri: str) -> str:
+    return posixpath.join(output_uri, "episodes")
+
+
+def committed_seeds(output_uri: str) -> set[int]:
+    fs, path = fs_for(posixpath.join(output_uri, "trials"))
+    if not fs.exists(path):
+        return set()
+    return {int(posixpath.basename(p)[5:11]) for p in fs.glob(posixpath.join(path, "seed-*.json"))}
+
+
+def main() -> None:
+    with WorkloadRun() as run:
+        cfg = RolloutConfig(**run.config)
+        task = TaskSpec(**cfg.task)
+        done = committed_seeds(cfg.output_uri)
+        todo = [s for s in cfg.seeds if s not in done]
+        run.info(f"{cfg.backend} {task.name} rollouts: {len(cfg.seeds)} seeds, {len(done)} already committed, {len(todo)} to run")
+        run.start_work()
+        started = time.monotonic()
+        steps = 0
+        if todo:
+            with make_simulator(cfg.backend, task) as sim:
+                fps = max(1, round(1.0 / sim.control_dt))
+                for seed in todo:
+                    if run.preempt_requested:
+                        raise Preempted()
+                    episode = run_episode(sim, load_policy(cfg.policy, seed), seed)
+                    steps += episode.length
+                    index = cfg.first_episode_index + cfg.seeds.index(seed)
+                    episode_file = write_episode_file(
+                        episodes_folder(cfg.output_uri),
+                        LeRobotEpisode(
+                            task=cfg.task_label,
+                            observation_state=episode.observations,
+                            action=episode.actions,
+                            reward=episode.rewards,
+                            success=episode.success,
+                            metadata={"seed": seed, "failure_mode": episode.failure_mode or ""},
+                        ),
+                        episode_index=seed,  # file name; episodes are renumbered when assembled
+                        global_index_start=0,
+                        task_index=0,
+                        fps=fps,
+                    )
+                    record = {
+                        "seed": seed,
+                        "episode_index": index,
+                        "episode_file": episode_file,
+                        "backend": cfg.backend,
+                        "task": task.name,
+                        "task_key": task.key(),
+                        "task_params": dict(task.params),
+                        "success": bool(episode.success),
+                        "return": float(np.sum(episode.rewards)),
+                        "length": int(episode.length),
+                        "failure_mode": episode.failure_mode,
+                        "fps": fps,
+                    }
+                    write_bytes_atomic(trial_uri(cfg.output_uri, seed), json.dumps(record).encode())
+                    run.commit(len(committed_seeds(cfg.output_uri)), seed=seed)
+        trials = [read_json(trial_uri(cfg.output_uri, s)) for s in cfg.seeds]
+        successes = sum(t["success"] for t in trials)
+        seconds = time.monotonic() - started
+        run.finish(
+            len(trials),
+            {},
+            metadata={
+                "episodes": len(trials),
+                "successes": successes,
+                "success_rate": round(successes / len(trials), 4) if trials else 0.0,
+                "mean_return": round(float(np.mean([t["return"] for t in trials])), 3) if trials else 0.0,
+                "failure_modes": json.dumps(dict(Counter(t["failure_mode"] or "success" for t in trials))),
+                "backend": cfg.backend,
+                "env_steps_this_attempt": steps,
+                "env_steps_per_second": round(steps / seconds, 1) if seconds > 0 and steps else 0.0,
+            },
+        )
+
+
+if __name__ == "__main__":
+    main()

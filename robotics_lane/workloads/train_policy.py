@@ -1,0 +1,99 @@
+"""Train a policy by behaviour cloning on demonstrations (pool with fast interconnect).
+
+Reads LeRobot v3 datasets (teleop sessions, successful rollouts, relabelled failures), fits an
+MLP from state to action, checkpoints on cadence and on SIGTERM, resumes exactly.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+import numpy as np
+import torch
+from torch import nn
+
+from robotics_lane.episodes.lerobot_v3 import read_dataset
+from robotics_lane.policies import MLPPolicy
+from shared_resources.torch_state import load_optimizer_tensors, load_rng_tensors, optimizer_tensors, rng_tensors
+from shared_resources.workload import WorkloadRun
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    datasets: list[str]
+    steps: int = 1500
+    batch_size: int = 256
+    hidden: int = 64
+    lr: float = 3e-3
+    seed: int = 0
+    successful_only: bool = True
+    threads: int = 1
+
+
+def load_demonstrations(uris: list[str], successful_only: bool) -> tuple[np.ndarray, np.ndarray, int]:
+    states, actions, episodes = [], [], 0
+    for uri in uris:
+        _, dataset_episodes = read_dataset(uri)
+        for episode in dataset_episodes:
+            if successful_only and episode.success is False:
+                continue
+            states.append(episode.observation_state)
+            actions.append(episode.action)
+            episodes += 1
+    if not states:
+        raise SystemExit(f"no usable demonstrations in {uris}; ingest teleop sessions or run a rollout sweep first")
+    return np.concatenate(states).astype(np.float32), np.clip(np.concatenate(actions), -1, 1).astype(np.float32), episodes
+
+
+def main() -> None:
+    with WorkloadRun() as run:
+        cfg = TrainConfig(**run.config)
+        torch.set_num_threads(cfg.threads)
+        torch.manual_seed(cfg.seed)
+        checkpoint = run.resume()
+        if checkpoint is not None and checkpoint.final:
+            run.report_already_complete(checkpoint)
+            return
+        states, actions, n_episodes = load_demonstrations(cfg.datasets, cfg.successful_only)
+        x, y = torch.from_numpy(states), torch.from_numpy(actions)
+        model = MLPPolicy(cfg.hidden)
+        optimizer = torch.optim.Adam(model.parameters(), lr=cfg.lr)
+        generator = torch.Generator().manual_seed(cfg.seed)
+        losses: list[float] = []
+        start = 0
+        if checkpoint is not None:
+            model.load_state_dict(checkpoint.tensors["policy"])
+            load_optimizer_tensors(optimizer, checkpoint.tensors["optimizer"])
+            load_rng_tensors(generator, checkpoint.tensors["rng"])
+            losses = list(checkpoint.meta.get("losses", []))
+            start = checkpoint.step
+
+        def state() -> dict:
+            return {"policy": model.state_dict(), "optimizer": optimizer_tensors(optimizer), "rng": rng_tensors(generator)}
+
+        run.info(f"behaviour cloning on {len(x)} frames from {n_episodes} episodes, steps {start}→{cfg.steps}")
+        for step in range(start, cfg.steps):
+            rows = torch.randint(0, len(x), (cfg.batch_size,), generator=generator)
+            loss = nn.functional.mse_loss(model(x[rows]), y[rows])
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            optimizer.step()
+            losses.append(round(loss.item(), 6))
+            run.step_done(step + 1, state, meta=lambda: {"losses": losses, "hidden": cfg.hidden}, loss=losses[-1])
+
+        run.finish(
+            cfg.steps,
+            state(),
+            meta={"losses": losses, "hidden": cfg.hidden, "config": asdict(cfg)},
+            metadata={
+                "final_loss": round(float(np.mean(losses[-50:])), 6),
+                "first_loss": round(float(np.mean(losses[:50])), 6),
+                "frames": int(len(x)),
+                "episodes": n_episodes,
+                "datasets": len(cfg.datasets),
+            },
+        )
+
+
+if __name__ == "__main__":
+    main()
