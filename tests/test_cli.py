@@ -20,7 +20,7 @@ def _sinewgrid(home: Path, *args: str) -> subprocess.CompletedProcess:
     )
 
 
-def test_demo_runs_two_lab_rounds_to_the_summary(tmp_path):
+def test_demo_runs_both_loops_to_the_summary(tmp_path):
     home = tmp_path / "home"
     done = _sinewgrid(home, "demo", "--rounds", "2")
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
@@ -37,6 +37,16 @@ def test_demo_runs_two_lab_rounds_to_the_summary(tmp_path):
         assert assayed == [76, 114, 152]
         assert set(instance.get_dynamic_partitions("assay_drops")) >= {"seed-plate-001", "seed-plate-002", "seed-plate-bad-export"}
 
+    # Robotics: a real Isaac Lab sweep and a MuJoCo sweep ran on the spot pool, a policy was
+    # trained and evaluated, the robot cell's results came back.
+    isaac = list((home / "rollouts").glob("*/cartpole-isaaclab/dataset/meta/info.json"))
+    assert len(isaac) == 1 and json.loads(isaac[0].read_text())["total_episodes"] == 4
+    assert "The policy, version by version" in out and "robot-sim-spot" in out
+    with dg.DagsterInstance.from_config(str(home / "dagster")) as instance:
+        real = instance.fetch_materializations(dg.AssetKey(["robotics", "real_robot_evaluation"]), limit=10).records
+        assert real and all(r.asset_materialization.metadata["status"].value == "valid" for r in real)
+    assert (home / "quarantine" / "teleop" / "teleop-session-glitch" / "QUARANTINE.json").exists()
+
     quarantine = json.loads((home / "quarantine" / "assays" / "seed-plate-bad-export" / "QUARANTINE.json").read_text())
     assert {i["rule"] for i in quarantine["issues"]} == {"duplicate_well", "non_numeric_readout"}
     assert len(list((home / "outbox" / "plates").iterdir())) == 3
@@ -46,3 +56,4 @@ def test_demo_runs_two_lab_rounds_to_the_summary(tmp_path):
     assert again.returncode == 0, again.stderr[-2000:]
     assert "no new complete drops" in again.stdout
     assert "no new valid" in again.stdout
+    assert "nightly_sweep_schedule" in again.stdout and "already run" in again.stdout

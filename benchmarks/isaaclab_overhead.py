@@ -1,0 +1,237 @@
+"""Figure 3b: rollout harness overhead on Isaac Lab (env-steps per second), in its own runtime.
+
+Isaac Lab runs only in its Python 3.12 runtime (``.venv-isaaclab``, ``make isaaclab-runtime``),
+so the main benchmark runs this module there as a child process, from the repository root::
+
+    .venv-isaaclab/bin/python -m benchmarks.isaaclab_overhead --child --repeats 5
+
+and reads the JSON it prints on its last line (after ``BENCH_JSON``). The child:
+
+1. builds the adapter, ``make_simulator("isaaclab", TaskSpec(max_steps=200))`` (enters
+   ``launch_simulation``, builds the env; start-up is timed and reported, not in the figure);
+2. runs one warm-up episode (Warp kernel compile / first-step costs; timed and reported apart);
+3. times, with the same ``time_pair`` as every other figure, ``run_episode(sim,
+   BalancingController(), seed)`` for a few seeds against raw ``env.step`` on **the same gym
+   env** (``sim._env``, the one the adapter built and steps): ``env.reset(seed=seed)``, then the
+   controller's gains applied to the raw observation ``obs["policy"]`` and the normalised force
+   sent as a ``(1, 1)`` tensor, as the adapter sends it. Isaac's pole angle is positive towards
+   -x, so the baseline flips the sign of the pole angle and its velocity, as the adapter does.
+
+The main venv side (``run``) returns a result with ``skipped`` set when the runtime is missing
+(or cannot import Isaac Lab) instead of failing the whole benchmark run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from benchmarks import REPEATS, Timing, time_pair
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+RUNTIME_PYTHON = REPO_ROOT / ".venv-isaaclab" / "bin" / "python"
+JSON_PREFIX = "BENCH_JSON "
+SKIPPED_PREFIX = "BENCH_SKIPPED "
+MAX_STEPS = 200
+EPISODES = 2  # seeds per timed call (each 200 steps)
+WARMUP_SEED = 1000
+DEVICE = "cpu"
+TIMEOUT_S = 900  # a cold Warp kernel cache adds ~45 s to start-up; a warm one ~10 s
+SKIP_HELP = "skipped: build it with make isaaclab-runtime"
+
+
+# --- main venv side ------------------------------------------------------------------------
+
+
+@dataclass
+class IsaacLabResult:
+    skipped: str | None = None  # why there is no figure (runtime missing, child failed)
+    report: dict[str, Any] = field(default_factory=dict)  # the child's JSON
+    child_wall_s: float = 0.0
+    adapter: Timing | None = None
+    raw: Timing | None = None
+
+    @property
+    def steps(self) -> int:
+        return int(self.report["env_steps_per_call"])
+
+    @property
+    def episodes(self) -> int:
+        return len(self.report["seeds"])
+
+    def steps_per_s(self, timing: Timing) -> float:
+        return self.steps / timing.median
+
+    @property
+    def ratio(self) -> float:
+        assert self.adapter is not None and self.raw is not None
+        return self.adapter.median / self.raw.median
+
+    def to_dict(self) -> dict[str, Any]:
+        if self.skipped is not None:
+            return {"skipped": self.skipped, "runtime_python": str(RUNTIME_PYTHON), "child_wall_s": self.child_wall_s}
+        assert self.adapter is not None and self.raw is not None
+        report = {k: v for k, v in self.report.items() if k not in ("adapter", "baseline")}
+        return {
+            **report,
+            "runtime_python": str(RUNTIME_PYTHON),
+            "child_wall_s": self.child_wall_s,
+            "adapter": {
+                "function": 'make_simulator("isaaclab", TaskSpec(max_steps=200)) built once; '
+                "run_episode(sim, BalancingController(), seed) for each seed",
+                "env_steps_per_s": self.steps_per_s(self.adapter),
+                **self.adapter.to_dict(),
+            },
+            "baseline": {
+                "function": "sim._env.reset(seed=seed); sim._env.step(torch (1, 1) action) "
+                "with BalancingController gains on obs['policy'] (same gym env)",
+                "env_steps_per_s": self.steps_per_s(self.raw),
+                **self.raw.to_dict(),
+            },
+            "ratio_adapter_over_baseline": self.ratio,
+        }
+
+
+def _timing(d: dict[str, Any]) -> Timing:
+    return Timing(calls_per_repeat=int(d["calls_per_repeat"]), seconds=[float(s) for s in d["seconds_per_call_each_repeat"]])
+
+
+def _tail(text: str, lines: int = 15) -> str:
+    return "\n".join(text.strip().splitlines()[-lines:])
+
+
+def run(repeats: int = REPEATS) -> IsaacLabResult:
+    """Run the child in the Isaac Lab runtime and parse its JSON; skipped if there is no runtime."""
+    if not RUNTIME_PYTHON.exists():
+        return IsaacLabResult(skipped=f"{SKIP_HELP} (no {RUNTIME_PYTHON.relative_to(REPO_ROOT)})")
+    cmd = [str(RUNTIME_PYTHON), "-m", "benchmarks.isaaclab_overhead", "--child", "--repeats", str(repeats)]
+    started = time.perf_counter()
+    try:
+        proc = subprocess.run(cmd, cwd=REPO_ROOT, capture_output=True, text=True, timeout=TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        return IsaacLabResult(skipped=f"failed: the Isaac Lab child ran past {TIMEOUT_S} s", child_wall_s=time.perf_counter() - started)
+    except OSError as exc:
+        return IsaacLabResult(skipped=f"{SKIP_HELP} ({RUNTIME_PYTHON} does not run: {exc})")
+    wall = time.perf_counter() - started
+    lines = proc.stdout.splitlines()
+    skipped = [line[len(SKIPPED_PREFIX) :] for line in lines if line.startswith(SKIPPED_PREFIX)]
+    if skipped:
+        return IsaacLabResult(skipped=f"{SKIP_HELP} ({skipped[-1]})", child_wall_s=wall)
+    reports = [line[len(JSON_PREFIX) :] for line in lines if line.startswith(JSON_PREFIX)]
+    if proc.returncode != 0 or not reports:
+        output = _tail(proc.stderr or proc.stdout)
+        return IsaacLabResult(skipped=f"failed: the Isaac Lab child exited with {proc.returncode}:\n{output}", child_wall_s=wall)
+    report = json.loads(reports[-1])
+    return IsaacLabResult(
+        report=report, child_wall_s=wall, adapter=_timing(report["adapter"]), raw=_timing(report["baseline"])
+    )
+
+
+# --- child side (Isaac Lab runtime, Python 3.12) -------------------------------------------
+
+
+def _child(repeats: int) -> dict[str, Any]:
+    import importlib.metadata
+
+    from robotics_lane.sim.base import BackendUnavailableError, TaskSpec, make_simulator, run_episode
+    from robotics_lane.sim.controllers import BalancingController
+
+    seeds = list(range(EPISODES))
+    started = time.perf_counter()
+    try:
+        sim = make_simulator("isaaclab", TaskSpec(max_steps=MAX_STEPS), device=DEVICE)
+    except BackendUnavailableError as exc:
+        print(SKIPPED_PREFIX + str(exc).replace("\n", " "), flush=True)
+        raise SystemExit(0) from None
+    start_s = time.perf_counter() - started
+    import torch
+
+    try:
+        controller = BalancingController()
+        warm = time.perf_counter()
+        warmup = run_episode(sim, controller, WARMUP_SEED)
+        warmup_s = time.perf_counter() - warm
+        env = sim._env  # the gym env the adapter built, launched and steps (same wrappers)
+
+        def adapter() -> int:
+            steps = 0
+            for seed in seeds:
+                episode = run_episode(sim, controller, seed)
+                steps += episode.length
+            return steps
+
+        def raw() -> int:
+            c = controller
+            steps = 0
+            for seed in seeds:
+                obs, _ = env.reset(seed=seed)
+                for _ in range(MAX_STEPS):
+                    x, pole, v, pole_vel = obs["policy"][0].tolist()
+                    theta, omega = -pole, -pole_vel  # Isaac's pole angle is positive towards -x
+                    u = c.k_angle * theta + c.k_angular_velocity * omega + c.k_position * (x - c.target_position) + c.k_velocity * v
+                    u = min(1.0, max(-1.0, u))
+                    obs, _, terminated, truncated, _ = env.step(torch.full((1, 1), u, device=DEVICE))
+                    steps += 1
+                    if bool(terminated[0]) or bool(truncated[0]):
+                        break
+            return steps
+
+        # Once untimed: both must do the same work (every seed balanced to the end).
+        checked = [run_episode(sim, controller, seed) for seed in seeds]
+        adapter_steps, raw_steps = sum(e.length for e in checked), raw()
+        successes = [e.success for e in checked]
+        expected = len(seeds) * MAX_STEPS
+        if not adapter_steps == raw_steps == expected:
+            raise RuntimeError(
+                f"env steps differ (adapter {adapter_steps}, raw {raw_steps}, expected {expected}); "
+                "the figure would compare different work"
+            )
+        adapter_timing, raw_timing = time_pair(adapter, raw, repeats=repeats)
+    finally:
+        sim.close()
+
+    def version(name: str) -> str | None:
+        try:
+            return importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            return None
+
+    return {
+        "backend": "isaaclab",
+        "task_id": "Isaac-Cartpole-Direct",
+        "device": DEVICE,
+        "python": sys.version.split()[0],
+        "packages": {n: version(n) for n in ("isaaclab", "isaaclab_tasks", "torch", "warp-lang", "newton", "numpy")},
+        "control_dt": sim.control_dt,
+        "max_steps": MAX_STEPS,
+        "seeds": seeds,
+        "successes": successes,
+        "env_steps_per_call": expected,
+        "start_up_s": start_s,
+        "warmup_episode": {"seed": WARMUP_SEED, "steps": warmup.length, "seconds": warmup_s, "success": warmup.success},
+        "adapter": adapter_timing.to_dict(),
+        "baseline": raw_timing.to_dict(),
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--child", action="store_true", help="measure here (run with the Isaac Lab runtime's Python)")
+    parser.add_argument("--repeats", type=int, default=REPEATS)
+    args = parser.parse_args(argv)
+    if not args.child:
+        parser.print_help()
+        return 2
+    report = _child(args.repeats)
+    print(JSON_PREFIX + json.dumps(report), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
