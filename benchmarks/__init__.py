@@ -3,9 +3,13 @@
 Speed is measured here and only here (tests never assert timings). Run them with
 ``make bench`` or ``python -m benchmarks.run``; see ``benchmarks/README.md``.
 
-This module holds the shared timing helper; the figures live in
-``benchmarks.validation`` (plate validation throughput) and
-``benchmarks.omics_write`` (omics dataset write throughput).
+This module holds the shared timing helpers; the figures live in
+``benchmarks.validation`` (plate validation throughput),
+``benchmarks.omics_write`` (omics dataset write throughput),
+``benchmarks.rollouts`` (MuJoCo rollout harness overhead),
+``benchmarks.isaaclab_overhead`` (Isaac Lab rollout harness overhead, measured in the
+Isaac Lab runtime's Python 3.12, so this module imports nothing beyond the standard library) and
+``benchmarks.episode_ingest`` (episode ingest throughput).
 """
 
 from __future__ import annotations

@@ -230,7 +230,7 @@ def run(repeats: int = REPEATS) -> list[RolloutResult]:
     try:
         for count in EPISODE_COUNTS:
             seeds = list(range(count))
-            name = f"{count} episode{'s' if count > 1 else ''} × {MAX_STEPS} steps"
+            name = f"{count} episode{'s' if count > 1 else ''}"
             check_folder = Path(tempfile.mkdtemp(dir=root))
             steps = _check_same_steps(name, seeds, check_folder)
             shutil.rmtree(check_folder, ignore_errors=True)

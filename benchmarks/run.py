@@ -27,7 +27,7 @@ from rich.table import Table
 from benchmarks import MIN_REPEAT_SECONDS, REPEATS
 
 RESULTS_FILE = Path(__file__).resolve().parent / "results" / "latest.json"
-PACKAGES = ("numpy", "pandas", "pyarrow", "pandera", "zarr", "anndata", "scanpy")
+PACKAGES = ("numpy", "pandas", "pyarrow", "pandera", "zarr", "anndata", "scanpy", "mujoco", "gymnasium")
 
 
 def machine_facts() -> dict[str, Any]:
@@ -157,6 +157,136 @@ def _omics_table(results: list, repeats: int, load_s: float) -> Table:
     return table
 
 
+def _rollouts_table(results: list, repeats: int) -> Table:
+    table = Table(
+        title=(
+            "3a. Rollout harness overhead, MuJoCo: make_simulator + run_episode vs raw gymnasium "
+            "env.step (same seeds, same steps)"
+        ),
+        caption=(
+            f"Median of {repeats} repeats, one call each (time.perf_counter), each into a fresh temporary "
+            "folder; a call builds the env and runs every seed to 200 steps with BalancingController "
+            "(raw: its gains on the raw observation, same action scaling). '+ commit' also writes each "
+            "episode's LeRobot parquet file and its atomic JSON trial record, as the rollout workload "
+            "does. Ratio = time ÷ raw time; commit ms/ep = (+ commit − harness) ÷ episodes."
+        ),
+        title_justify="left",
+        caption_justify="left",
+    )
+    table.add_column("Case")
+    table.add_column("Env steps", justify="right")
+    table.add_column("Harness ms", justify="right")
+    table.add_column("Harness steps/s", justify="right", style="bold")
+    table.add_column("+ commit ms", justify="right")
+    table.add_column("+ commit steps/s", justify="right", style="bold")
+    table.add_column("Raw ms", justify="right")
+    table.add_column("Raw steps/s", justify="right")
+    table.add_column("Ratio harness", justify="right", style="bold")
+    table.add_column("Ratio + commit", justify="right", style="bold")
+    table.add_column("Commit ms/ep", justify="right")
+    for r in results:
+        table.add_row(
+            r.case.name,
+            f"{r.case.steps:,}",
+            _ms(r.harness.median),
+            _rate(r.steps_per_s(r.harness)),
+            _ms(r.harness_commit.median),
+            _rate(r.steps_per_s(r.harness_commit)),
+            _ms(r.raw.median),
+            _rate(r.steps_per_s(r.raw)),
+            _times(r.harness_ratio),
+            _times(r.commit_ratio),
+            _ms(r.commit_ms_per_episode / 1e3),
+        )
+    return table
+
+
+def _isaaclab_table(result: Any, repeats: int) -> Table:
+    title = (
+        "3b. Rollout harness overhead, Isaac Lab: make_simulator + run_episode vs raw env.step "
+        "(same gym env, in .venv-isaaclab)"
+    )
+    if result.skipped is not None:
+        table = Table(title=title, title_justify="left")
+        table.add_column("Case")
+        table.add_column("Result")
+        table.add_row("Isaac-Cartpole-Direct", result.skipped)
+        return table
+    report = result.report
+    packages = ", ".join(f"{name} {version}" for name, version in report["packages"].items() if version)
+    table = Table(
+        title=title,
+        caption=(
+            f"Median of {repeats} repeats, one call each (time.perf_counter, in the child); a call runs "
+            f"{result.episodes} seeds to {report['max_steps']} steps with BalancingController on one "
+            f"already-started simulator ({report['device']}); raw: its gains on obs['policy'] (pole sign "
+            "flipped as the adapter does), normalised force as a (1, 1) tensor. Ratio = adapter time ÷ raw "
+            f"time. Not in the figure: start-up (make_simulator) {report['start_up_s']:.1f} s, warm-up "
+            f"episode ({report['warmup_episode']['steps']} steps) {report['warmup_episode']['seconds']:.1f} s, "
+            f"whole child process {result.child_wall_s:.0f} s. Python {report['python']}; {packages}."
+        ),
+        title_justify="left",
+        caption_justify="left",
+    )
+    table.add_column("Case")
+    table.add_column("Env steps", justify="right")
+    table.add_column("Adapter ms", justify="right")
+    table.add_column("Adapter steps/s", justify="right", style="bold")
+    table.add_column("Raw ms", justify="right")
+    table.add_column("Raw steps/s", justify="right")
+    table.add_column("Ratio", justify="right", style="bold")
+    table.add_column("ms/step (adapter/raw)", justify="right")
+    table.add_row(
+        f"{result.episodes} episodes × {report['max_steps']} steps",
+        f"{result.steps:,}",
+        _ms(result.adapter.median),
+        _rate(result.steps_per_s(result.adapter)),
+        _ms(result.raw.median),
+        _rate(result.steps_per_s(result.raw)),
+        _times(result.ratio),
+        f"{result.adapter.median / result.steps * 1e3:.2f}/{result.raw.median / result.steps * 1e3:.2f}",
+    )
+    return table
+
+
+def _ingest_table(results: list, repeats: int) -> Table:
+    table = Table(
+        title=(
+            "4. Episode ingest throughput: validate_dataset + read_dataset vs pyarrow.parquet.read_table "
+            "(same LeRobot v3 files)"
+        ),
+        caption=(
+            f"Median of {repeats} repeats (time.perf_counter); a repeat averages n calls, n chosen so it "
+            f"lasts ≥ {MIN_REPEAT_SECONDS * 1e3:.0f} ms. pyarrow reads the data file and the episodes "
+            "table. frames/s = frames ÷ seconds for both. Ratio = ingest time ÷ read time."
+        ),
+        title_justify="left",
+        caption_justify="left",
+    )
+    table.add_column("Case")
+    table.add_column("Frames", justify="right")
+    table.add_column("Parquet KB", justify="right")
+    table.add_column("Ingest ms", justify="right")
+    table.add_column("Ingest frames/s", justify="right", style="bold")
+    table.add_column("pyarrow ms", justify="right")
+    table.add_column("pyarrow frames/s", justify="right")
+    table.add_column("Ratio", justify="right", style="bold")
+    table.add_column("n calls (ing/pa)", justify="right")
+    for r in results:
+        table.add_row(
+            r.case.name,
+            f"{r.case.frames:,}",
+            f"{r.case.file_bytes / 1000:,.1f}",
+            _ms(r.ingest.median),
+            _rate(r.ingest_frames_per_s),
+            _ms(r.plain_read.median),
+            _rate(r.plain_frames_per_s),
+            _times(r.cost_multiple),
+            f"{r.ingest.calls_per_repeat}/{r.plain_read.calls_per_repeat}",
+        )
+    return table
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.run", description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=REPEATS, help=f"timed repeats per figure (default {REPEATS})")
@@ -172,7 +302,7 @@ def main(argv: list[str] | None = None) -> int:
     facts = machine_facts()
     console.print(_machine_table(facts))
 
-    from benchmarks import omics_write, validation
+    from benchmarks import episode_ingest, isaaclab_overhead, omics_write, rollouts, validation
 
     with console.status("Measuring plate validation…"):
         validation_results = validation.run(repeats=args.repeats)
@@ -181,6 +311,18 @@ def main(argv: list[str] | None = None) -> int:
     with console.status("Measuring omics writes…"):
         omics_results, load_s = omics_write.run(repeats=args.repeats)
     console.print(_omics_table(omics_results, args.repeats, load_s))
+
+    with console.status("Measuring MuJoCo rollouts…"):
+        rollout_results = rollouts.run(repeats=args.repeats)
+    console.print(_rollouts_table(rollout_results, args.repeats))
+
+    with console.status("Measuring Isaac Lab rollouts (child process in .venv-isaaclab, about a minute)…"):
+        isaaclab_result = isaaclab_overhead.run(repeats=args.repeats)
+    console.print(_isaaclab_table(isaaclab_result, args.repeats))
+
+    with console.status("Measuring episode ingest…"):
+        ingest_results = episode_ingest.run(repeats=args.repeats)
+    console.print(_ingest_table(ingest_results, args.repeats))
 
     total_s = time.perf_counter() - started
     report = {
@@ -195,6 +337,11 @@ def main(argv: list[str] | None = None) -> int:
             "order": "subject and baseline alternate, repeat by repeat",
             "validation_min_repeat_seconds": MIN_REPEAT_SECONDS,
             "omics": "one write per repeat, each into a fresh temporary folder",
+            "rollouts": "one call per repeat (env built, every seed run), each into a fresh temporary folder; "
+            "harness, harness + commit and raw alternate",
+            "isaaclab": "timed inside the .venv-isaaclab child with the same time_pair, one call per repeat, "
+            "after start-up and one warm-up episode",
+            "ingest_min_repeat_seconds": MIN_REPEAT_SECONDS,
             "mb": 1_000_000,
         },
         "figures": {
@@ -203,6 +350,9 @@ def main(argv: list[str] | None = None) -> int:
                 "reference_load_s": load_s,
                 "cases": [r.to_dict() for r in omics_results],
             },
+            "rollout_overhead_mujoco_env_steps_per_s": [r.to_dict() for r in rollout_results],
+            "rollout_overhead_isaaclab_env_steps_per_s": isaaclab_result.to_dict(),
+            "episode_ingest_frames_per_s": [r.to_dict() for r in ingest_results],
         },
         "total_run_s": total_s,
     }
