@@ -14,7 +14,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from robotics_lane.episodes.lerobot_v3 import read_episode_file
+from robotics_lane.episodes.shards import read_episode_file
 from robotics_lane.workloads.rollouts import committed_seeds
 from shared_resources.workload import PREEMPTED_EXIT_CODE
 

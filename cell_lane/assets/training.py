@@ -3,7 +3,6 @@
 
 import hashlib
 import json
-import posixpath
 
 import dagster as dg
 

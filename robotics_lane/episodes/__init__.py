@@ -2,19 +2,12 @@
 
 `lerobot_v3` reads and writes state-only datasets that LeRobot's own `LeRobotDataset`
 opens; `validation` lists everything wrong with a dataset folder (a teleop drop, a
-rollout shard) as `DropIssue`s that say which episode, frame and feature to fix.
+rollout shard) as `DropIssue`s; `shards` commits one file per finished episode and assembles
+them into a dataset that say which episode, frame and feature to fix.
 """
 
-from robotics_lane.episodes.lerobot_v3 import (
-    DatasetInfo,
-    Episode,
-    assemble_dataset,
-    dataset_files,
-    read_dataset,
-    read_episode_file,
-    write_dataset,
-    write_episode_file,
-)
+from robotics_lane.episodes.lerobot_v3 import DatasetInfo, Episode, dataset_files, read_dataset, write_dataset
+from robotics_lane.episodes.shards import assemble_dataset, read_episode_file, write_episode_file
 from robotics_lane.episodes.validation import validate_dataset
 
 __all__ = [
