@@ -1,0 +1,89 @@
+"""Teleop sessions through the sensor, and policy training that resumes exactly after a kill."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import dagster as dg
+import numpy as np
+import torch
+
+from robotics_lane.definitions import defs, teleop_session_sensor
+from robotics_lane.episodes.lerobot_v3 import Episode, write_dataset
+from robotics_lane.sim.base import ACTION_NAMES, STATE_NAMES
+from robotics_lane.teleop_operator import TeleopOperatorStandIn
+from shared_resources.checkpoints import CheckpointStore
+from shared_resources.resources import StorageResource
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def _tick(instance, home, cursor=None):
+    with dg.build_sensor_context(
+        instance_ref=instance.get_ref(), cursor=cursor, definitions=defs, resources={"storage": StorageResource(root=str(home))}
+    ) as context:
+        result = teleop_session_sensor.evaluate_tick(context)
+    for request in result.dynamic_partitions_requests or []:
+        instance.add_dynamic_partitions(request.partitions_def_name, list(request.partition_keys))
+    return result
+
+
+def test_teleop_sensor_picks_up_sealed_sessions_once(instance, home, storage):
+    operator = TeleopOperatorStandIn(storage)
+    sessions = operator.record_sessions(sessions=2, episodes=2, include_bad=False)
+    half = home / "landing" / "teleop" / "still-recording" / "meta"
+    half.mkdir(parents=True)
+    (half / "info.json").write_text("{}")  # no manifest yet: the sensor waits
+    first = _tick(instance, home)
+    assert sorted(r.partition_key for r in first.run_requests) == sorted(sessions)
+    again = _tick(instance, home)  # a fresh cursor sees them again, but they are known
+    assert again.run_requests == []
+    assert sorted(instance.get_dynamic_partitions("teleop_sessions")) == sorted(sessions)
+
+
+def _dataset(path: Path) -> str:
+    rng = np.random.default_rng(0)
+    episodes = []
+    for _ in range(4):
+        states = rng.normal(size=(120, 4)).astype(np.float32)
+        actions = np.clip(states[:, 1:2] * 2 + 0.1 * states[:, 3:4], -1, 1).astype(np.float32)
+        episodes.append(Episode("balance the pole", states, actions, np.ones(120, np.float32), True))
+    write_dataset(str(path), episodes, fps=25, robot_type="cartpole", state_names=STATE_NAMES, action_names=ACTION_NAMES)
+    return str(path)
+
+
+def _extras(tmp_path: Path, dataset: str, name: str) -> Path:
+    path = tmp_path / f"{name}.json"
+    path.write_text(json.dumps({"config": {"datasets": [dataset], "steps": 4000, "seed": 1}, "checkpoint_uri": str(tmp_path / name), "checkpoint_every_steps": 100}))
+    return path
+
+
+def _run(extras: Path) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-m", "robotics_lane.workloads.train_policy", "--extras", str(extras)], cwd=REPO, stderr=subprocess.PIPE)
+
+
+def test_killed_policy_training_resumes_to_the_same_weights(tmp_path):
+    dataset = _dataset(tmp_path / "demos")
+    reference = _run(_extras(tmp_path, dataset, "reference"))
+    assert reference.wait(timeout=600) == 0, reference.stderr.read().decode()[-2000:]
+
+    extras = _extras(tmp_path, dataset, "killed")
+    victim = _run(extras)
+    deadline = time.monotonic() + 300
+    while not (tmp_path / "killed" / "step-00000200" / "manifest.json").exists():
+        assert victim.poll() is None and time.monotonic() < deadline, victim.stderr.read().decode()[-2000:]
+        time.sleep(0.02)
+    victim.send_signal(signal.SIGKILL)
+    assert victim.wait(timeout=60) == -signal.SIGKILL
+    assert max(CheckpointStore(str(tmp_path / "killed")).steps()) < 4000
+    assert _run(extras).wait(timeout=600) == 0
+
+    expected = CheckpointStore(str(tmp_path / "reference")).latest_valid().tensors["policy"]
+    actual = CheckpointStore(str(tmp_path / "killed")).latest_valid().tensors["policy"]
+    for name in expected:
+        assert torch.equal(expected[name], actual[name]), name
