@@ -10,14 +10,8 @@ import pandas as pd
 from cell_lane.checks import DROP_MANIFEST_CHECK, LAYOUT_RULES, PLATE_LAYOUT_CHECK, PLATE_SCHEMA_CHECK, Z_PRIME_CHECK
 from cell_lane.partitions import assay_drops
 from cell_lane.plate_validation import Z_PRIME_THRESHOLD, Violation, check_plate_file, normalised_effects
-from shared_resources.landing import (
-    MANIFEST_NAME,
-    DropIssue,
-    parse_manifest,
-    quarantine_drop,
-    read_verified_files,
-    write_raw,
-)
+from shared_resources.landing import MANIFEST_NAME, DropIssue, parse_manifest, read_verified_files, write_raw
+from shared_resources.quarantine import quarantined
 from shared_resources.resources import StorageResource
 from shared_resources.storage import read_bytes, read_json, write_bytes_atomic
 
@@ -25,18 +19,6 @@ KIND = "assays"
 RAW_ASSAY = dg.AssetKey(["cell", "raw_assay"])
 VALIDATED_ASSAY = dg.AssetKey(["cell", "validated_assay"])
 MANIFEST_FIELDS = ("assay", "instrument", "project")
-
-
-def _issues_markdown(issues: list[DropIssue], limit: int = 50) -> str:
-    lines = ["| file | row | well | column | rule | what to do |", "|---|---|---|---|---|---|"]
-    for i in issues[:limit]:
-        lines.append(
-            f"| {i.file or ''} | {i.row if i.row is not None else ''} | {i.well or ''} | {i.column or ''} | "
-            f"`{i.rule}` | {i.message.replace('|', '/')} |"
-        )
-    if len(issues) > limit:
-        lines.append(f"| … | | | | | and {len(issues) - limit} more in QUARANTINE.json |")
-    return "\n".join(lines)
 
 
 def _as_issue(v: Violation) -> DropIssue:
@@ -71,18 +53,8 @@ def raw_assay(context: dg.AssetExecutionContext, storage: StorageResource) -> dg
     if manifest is not None and not issues:
         contents, issues = read_verified_files(store, KIND, manifest)
     if issues:
-        where = quarantine_drop(store, KIND, drop_id, issues, stage="raw")
-        context.log.error(f"drop {drop_id} quarantined at {where}:\n" + "\n".join(i.describe() for i in issues))
-        return dg.MaterializeResult(
-            metadata={"status": "quarantined", "quarantine": dg.MetadataValue.path(where), "reasons": dg.MetadataValue.md(_issues_markdown(issues))},
-            check_results=[
-                dg.AssetCheckResult(
-                    check_name=DROP_MANIFEST_CHECK,
-                    passed=False,
-                    metadata={"issues": len(issues), "first": issues[0].describe(), "quarantine": dg.MetadataValue.path(where)},
-                )
-            ],
-        )
+        check = dg.AssetCheckResult(check_name=DROP_MANIFEST_CHECK, passed=False, metadata={"issues": len(issues), "first": issues[0].describe()})
+        return quarantined(context, store, KIND, drop_id, issues, stage="raw", check_results=[check])
     where = write_raw(store, KIND, manifest, contents)
     files = pd.DataFrame([{"path": f.path, "bytes": f.bytes, "sha256": f.sha256[:16] + "…"} for f in manifest.files])
     return dg.MaterializeResult(
@@ -148,13 +120,7 @@ def validated_assay(context: dg.AssetExecutionContext, storage: StorageResource)
         z_check,
     ]
     if violations:
-        issues = schema_issues + layout_issues
-        where = quarantine_drop(store, KIND, drop_id, issues, stage="validation")
-        context.log.error(f"drop {drop_id} quarantined at {where}:\n" + "\n".join(i.describe() for i in issues[:20]))
-        return dg.MaterializeResult(
-            metadata={"status": "quarantined", "quarantine": dg.MetadataValue.path(where), "reasons": dg.MetadataValue.md(_issues_markdown(issues))},
-            check_results=checks,
-        )
+        return quarantined(context, store, KIND, drop_id, schema_issues + layout_issues, stage="validation", check_results=checks)
 
     table = pd.concat(tables, ignore_index=True)
     effects = normalised_effects(table).assign(drop_id=drop_id)

@@ -8,12 +8,12 @@ import dagster as dg
 import pandas as pd
 
 from robotics_lane.assets.policy import POLICY, SIM_EVALUATION, rate_metadata
-from robotics_lane.assets.teleop import issues_markdown
 from robotics_lane.checks import EPISODES_VALID_CHECK, RESULTS_MANIFEST_CHECK
 from robotics_lane.episodes.validation import validate_dataset
 from robotics_lane.partitions import robot_evals
 from robotics_lane.stats import wilson_interval
-from shared_resources.landing import MANIFEST_NAME, DropIssue, parse_manifest, quarantine_drop, read_verified_files, write_raw
+from shared_resources.landing import MANIFEST_NAME, DropIssue, parse_manifest, read_verified_files, write_raw
+from shared_resources.quarantine import quarantined
 from shared_resources.resources import StorageResource
 from shared_resources.storage import exists, read_bytes, read_json, write_bytes_atomic, write_json_atomic
 
@@ -103,21 +103,17 @@ def real_robot_evaluation(context: dg.AssetExecutionContext, storage: StorageRes
         else:
             trials, issues = parse_trials(contents["trials.jsonl"])
     if issues:
-        where = quarantine_drop(store, KIND, eval_id, issues, stage="raw")
-        return dg.MaterializeResult(
-            metadata={"status": "quarantined", "quarantine": dg.MetadataValue.path(where), "reasons": dg.MetadataValue.md(issues_markdown(issues))},
-            check_results=[dg.AssetCheckResult(check_name=RESULTS_MANIFEST_CHECK, passed=False, metadata={"first": issues[0].describe()}),
-                           dg.AssetCheckResult(check_name=EPISODES_VALID_CHECK, passed=False, metadata={"skipped": "results could not be trusted"})],
-        )
+        checks = [
+            dg.AssetCheckResult(check_name=RESULTS_MANIFEST_CHECK, passed=False, metadata={"first": issues[0].describe()}),
+            dg.AssetCheckResult(check_name=EPISODES_VALID_CHECK, passed=False, metadata={"skipped": "results could not be trusted"}),
+        ]
+        return quarantined(context, store, KIND, eval_id, issues, stage="raw", check_results=checks)
     raw = write_raw(store, KIND, manifest, contents)
     _, problems = validate_dataset(posixpath.join(raw, "episodes"), min_length=1)
     manifest_ok = dg.AssetCheckResult(check_name=RESULTS_MANIFEST_CHECK, passed=True, metadata={"trials": len(trials)})
     if problems:
-        where = quarantine_drop(store, KIND, eval_id, problems, stage="validation")
-        return dg.MaterializeResult(
-            metadata={"status": "quarantined", "quarantine": dg.MetadataValue.path(where), "reasons": dg.MetadataValue.md(issues_markdown(problems))},
-            check_results=[manifest_ok, dg.AssetCheckResult(check_name=EPISODES_VALID_CHECK, passed=False, metadata={"first": problems[0].describe()})],
-        )
+        episodes_bad = dg.AssetCheckResult(check_name=EPISODES_VALID_CHECK, passed=False, metadata={"first": problems[0].describe()})
+        return quarantined(context, store, KIND, eval_id, problems, stage="validation", check_results=[manifest_ok, episodes_bad])
 
     real = rate_metadata(trials)
     sim_uri = store.artifacts("robotics", "sim_evaluation", "latest.json")

@@ -7,22 +7,14 @@ import dagster as dg
 from robotics_lane.checks import EPISODES_VALID_CHECK, SESSION_MANIFEST_CHECK
 from robotics_lane.episodes.validation import validate_dataset
 from robotics_lane.partitions import teleop_sessions
-from shared_resources.landing import MANIFEST_NAME, DropIssue, parse_manifest, quarantine_drop, read_verified_files, write_raw
+from shared_resources.landing import MANIFEST_NAME, parse_manifest, read_verified_files, write_raw
+from shared_resources.quarantine import quarantined
 from shared_resources.resources import StorageResource
 from shared_resources.storage import read_bytes, write_json_atomic
 
 KIND = "teleop"
 TELEOP_EPISODES = dg.AssetKey(["robotics", "teleop_episodes"])
 MANIFEST_FIELDS = ("robot", "operator", "project")
-
-
-def issues_markdown(issues: list[DropIssue], limit: int = 40) -> str:
-    lines = ["| file | frame | feature | rule | what to do |", "|---|---|---|---|---|"]
-    for i in issues[:limit]:
-        lines.append(f"| {i.file or ''} | {i.row if i.row is not None else ''} | {i.column or ''} | `{i.rule}` | {i.message.replace('|', '/')} |")
-    if len(issues) > limit:
-        lines.append(f"| … | | | | and {len(issues) - limit} more in QUARANTINE.json |")
-    return "\n".join(lines)
 
 
 @dg.asset(
@@ -49,24 +41,17 @@ def teleop_episodes(context: dg.AssetExecutionContext, storage: StorageResource)
     if manifest is not None and not issues:
         contents, issues = read_verified_files(store, KIND, manifest)
     if issues:
-        where = quarantine_drop(store, KIND, session, issues, stage="raw")
-        return dg.MaterializeResult(
-            metadata={"status": "quarantined", "quarantine": dg.MetadataValue.path(where), "reasons": dg.MetadataValue.md(issues_markdown(issues))},
-            check_results=[
-                dg.AssetCheckResult(check_name=SESSION_MANIFEST_CHECK, passed=False, metadata={"first": issues[0].describe()}),
-                dg.AssetCheckResult(check_name=EPISODES_VALID_CHECK, passed=False, metadata={"skipped": "the files themselves could not be trusted"}),
-            ],
-        )
+        checks = [
+            dg.AssetCheckResult(check_name=SESSION_MANIFEST_CHECK, passed=False, metadata={"first": issues[0].describe()}),
+            dg.AssetCheckResult(check_name=EPISODES_VALID_CHECK, passed=False, metadata={"skipped": "the files themselves could not be trusted"}),
+        ]
+        return quarantined(context, store, KIND, session, issues, stage="raw", check_results=checks)
     raw = write_raw(store, KIND, manifest, contents)
     info, problems = validate_dataset(raw)
     manifest_ok = dg.AssetCheckResult(check_name=SESSION_MANIFEST_CHECK, passed=True, metadata={"files": len(manifest.files)})
     if problems:
-        where = quarantine_drop(store, KIND, session, problems, stage="validation")
-        context.log.error(f"teleop session {session} quarantined at {where}:\n" + "\n".join(p.describe() for p in problems[:20]))
-        return dg.MaterializeResult(
-            metadata={"status": "quarantined", "quarantine": dg.MetadataValue.path(where), "reasons": dg.MetadataValue.md(issues_markdown(problems))},
-            check_results=[manifest_ok, dg.AssetCheckResult(check_name=EPISODES_VALID_CHECK, passed=False, metadata={"issues": len(problems), "first": problems[0].describe()})],
-        )
+        episodes_bad = dg.AssetCheckResult(check_name=EPISODES_VALID_CHECK, passed=False, metadata={"issues": len(problems), "first": problems[0].describe()})
+        return quarantined(context, store, KIND, session, problems, stage="validation", check_results=[manifest_ok, episodes_bad])
     write_json_atomic(store.curated(KIND, session, "dataset.json"), {"dataset": raw, "episodes": info.total_episodes})
     return dg.MaterializeResult(
         metadata={
