@@ -84,8 +84,16 @@ def test_package_boundaries(package, forbidden):
 
 
 def test_workloads_talk_back_only_through_pipes():
-    """A workload imports no Dagster internals and no backend code (dagster_pipes only)."""
-    workload_files = list((REPO / "cell_lane" / "workloads").rglob("*.py")) + [REPO / "shared_resources" / "workload.py"]
+    """A workload (and what it imports from its lane) uses no Dagster internals and no backend
+    code: dagster_pipes only. The rollout workload must also import in the Isaac Lab runtime,
+    which has no Dagster at all."""
+    workload_files = (
+        list((REPO / "cell_lane" / "workloads").rglob("*.py"))
+        + list((REPO / "robotics_lane" / "workloads").rglob("*.py"))
+        + list((REPO / "robotics_lane" / "sim").rglob("*.py"))
+        + list((REPO / "robotics_lane" / "episodes").rglob("*.py"))
+        + [REPO / "robotics_lane" / "policies.py", REPO / "shared_resources" / "workload.py"]
+    )
     for path in workload_files:
         for name in _imports(path):
             top = name.split(".")[0]
