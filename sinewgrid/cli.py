@@ -162,7 +162,7 @@ def _print_summary(truth=None, robotics_rows: bool = True) -> None:
     if bad:
         console.print(f"[yellow]Quarantined drops ({len(bad)}):[/]")
         for report in bad:
-            console.print(f"  [bold]{report['drop_id']}[/] at the {report['stage']} stage — {len(report['issues'])} issue(s):")
+            console.print(f"  [bold]{report['kind']}/{report['drop_id']}[/] at the {report['stage']} stage — {len(report['issues'])} issue(s):")
             for issue in report["issues"][:4]:
                 console.print(f"    - {escape(issue.get('file') or 'drop')} ({issue['rule']}): {escape(issue['message'])}")
     if robotics_rows:

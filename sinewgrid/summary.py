@@ -74,11 +74,12 @@ def ledger_by_step(storage: Storage) -> pd.DataFrame:
     )
 
 
-def quarantined(storage: Storage, kind: str = "assays") -> list[dict]:
-    fs, base = fs_for(storage.quarantine(kind))
+def quarantined(storage: Storage) -> list[dict]:
+    """Every quarantine report, of every kind of drop (assays, teleop sessions, robot results)."""
+    fs, base = fs_for(storage.uri("quarantine"))
     if not fs.exists(base):
         return []
-    return [json.loads(fs.cat_file(p)) for p in sorted(fs.glob(f"{base}/*/QUARANTINE.json"))]
+    return [json.loads(fs.cat_file(p)) for p in sorted(fs.glob(f"{base}/*/*/QUARANTINE.json"))]
 
 
 def truth_rmse(predictions_uri: str, truth: pd.Series) -> float:
