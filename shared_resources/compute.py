@@ -14,6 +14,7 @@ from typing import Any
 import dagster as dg
 
 from shared_resources.backends import AttemptOutcome, backend_for
+from shared_resources.capacity import Cooldowns
 from shared_resources.ledger import AttemptRecord, ledger_markdown, record_attempt
 from shared_resources.placement import PlacementPlan, plan_placement
 from shared_resources.pools import Pool, load_pools
@@ -66,6 +67,7 @@ class StepRun:
             "purchasing": self.pool.purchasing.value,
             "backend": self.pool.backend.value,
             "attempts": len(self.attempts),
+            "pools_tried": ", ".join(dict.fromkeys(a.pool for a in self.attempts)),
             "preemptions": self.preemptions,
             "wall_seconds": dg.MetadataValue.float(round(self.wall_seconds, 2)),
             "productive_seconds": dg.MetadataValue.float(round(self.productive_seconds, 2)),
@@ -99,6 +101,25 @@ class ComputeResource(dg.ConfigurableResource):
     def plan(self, spec: StepSpec) -> PlacementPlan:
         return plan_placement(spec, self.pools())
 
+    def _choose_pool(self, plan: PlacementPlan, cooldowns: Cooldowns, refused: set[str], context) -> Pool:
+        """The first pool of the plan that is neither cooling down nor refused this step;
+        if every pool is cooling down, the one whose cool-down ends first."""
+        candidates = [p for p in plan.ranked if p.name not in refused]
+        if not candidates:
+            raise StepFailedError(
+                description=(
+                    f"No pool had capacity for {plan.step}: {', '.join(sorted(refused))} refused it. "
+                    "Wait for capacity, raise the pools' limits, or add a pool to the catalog."
+                )
+            )
+        waiting = {p.name: cooldowns.active(p.name) for p in candidates}
+        for pool in candidates:
+            if waiting[pool.name] is None:
+                return pool
+        pool = min(candidates, key=lambda p: waiting[p.name].until)
+        context.log.info(f"every pool for {plan.step} is cooling down; using {pool.name}, whose cool-down ends first")
+        return pool
+
     def run(
         self,
         context: dg.AssetExecutionContext,
@@ -106,16 +127,20 @@ class ComputeResource(dg.ConfigurableResource):
         *,
         lineage: str,
     ) -> StepRun:
-        """Place `spec`, run it, resume it after each preemption, and account for every attempt."""
+        """Place `spec`, run it, fail over when a pool refuses it, resume it after each
+        preemption (on the same pool or the next), and account for every attempt."""
         storage = Storage.at(self.storage_root)
         plan = self.plan(spec)
-        pool = plan.first
-        context.log.info(f"placement for {spec.name}: {pool.name} ({pool.purchasing.value})\n{plan.evidence_markdown()}")
-        backend = backend_for(pool.backend.value)
-        step = StepRun(spec=spec, plan=plan, pool=pool, checkpoint_uri=storage.checkpoints(lineage))
+        cooldowns = Cooldowns(storage)
+        context.log.info(f"placement for {spec.name}: {plan.first.name} ({plan.first.purchasing.value})\n{plan.evidence_markdown()}")
+        step = StepRun(spec=spec, plan=plan, pool=plan.first, checkpoint_uri=storage.checkpoints(lineage))
         partition = context.partition_key if context.has_partition_key else None
         asset = context.asset_key.to_user_string()
-        for attempt in range(1, spec.max_preemptions + 2):
+        refused: set[str] = set()
+        # Refusals cost nothing but a try per pool; preemptions are bounded by the step's budget.
+        for attempt in range(1, spec.max_preemptions + len(plan.ranked) + 2):
+            pool = self._choose_pool(plan, cooldowns, refused, context)
+            step.pool = pool
             extras = {
                 "config": spec.config,
                 "checkpoint_uri": step.checkpoint_uri,
@@ -127,7 +152,7 @@ class ComputeResource(dg.ConfigurableResource):
                 "log_uri": storage.uri("logs", context.run_id, f"{spec.name}-attempt{attempt}.log"),
             }
             started = dt.datetime.now(dt.UTC)
-            result = backend.run_attempt(context, pool, spec, extras)
+            result = backend_for(pool.backend.value).run_attempt(context, pool, spec, extras)
             ended = dt.datetime.now(dt.UTC)
             record = AttemptRecord.for_attempt(
                 run_id=context.run_id,
@@ -149,10 +174,18 @@ class ComputeResource(dg.ConfigurableResource):
             if result.outcome is AttemptOutcome.succeeded:
                 step.result = result.metadata
                 return step
+            if result.outcome is AttemptOutcome.refused:
+                refused.add(pool.name)
+                cooldowns.start(pool, "refused: no capacity")
+                context.log.warning(f"{pool.name} refused {spec.name} ({result.log_tail}); failing over to the next pool in the plan")
+                continue
             if result.outcome is AttemptOutcome.preempted:
+                if step.preemptions > spec.max_preemptions:
+                    break
+                cooldowns.start(pool, "preempted")
                 context.log.warning(
                     f"{spec.name} attempt {attempt} on {pool.name} was preempted (exit {result.exit_code}); "
-                    "relaunching from its latest checkpoint"
+                    "relaunching from its latest checkpoint, on another pool if one is free of cool-down"
                 )
                 continue
             raise StepFailedError(
@@ -167,7 +200,7 @@ class ComputeResource(dg.ConfigurableResource):
             )
         raise StepFailedError(
             description=(
-                f"{spec.name} was preempted {step.preemptions} times on {pool.name}, more than its limit of "
+                f"{spec.name} was preempted {step.preemptions} times, more than its limit of "
                 f"{spec.max_preemptions}. Raise `max_preemptions` or move it to steadier capacity."
             ),
             metadata={"ledger": dg.MetadataValue.md(ledger_markdown(step.attempts))},

@@ -56,6 +56,10 @@ class Pool(BaseModel):
     price_per_gpu_hour: Annotated[float, Field(ge=0)]
     interruption_rate_per_hour: Annotated[float, Field(ge=0)] = 0.0
     interconnect_domain_gpus: Annotated[int, Field(ge=1)] | None = None  # GPUs in one fast domain
+    # Steps this pool runs at once (local backend); more are refused and fail over. None: no limit.
+    max_concurrent_steps: Annotated[int, Field(ge=1)] | None = None
+    # After a refusal or a preemption the pool is avoided this long, if another pool can run the step.
+    cooldown_seconds: Annotated[float, Field(ge=0)] = 300.0
     tenants: list[str] | None = None  # None: every tenant may use it
     # Runtime name -> how this pool runs it (local: a Python interpreter, relative to the
     # repository or absolute). `default` is the interpreter running Dagster.

@@ -15,6 +15,7 @@ from shared_resources.step_spec import StepSpec
 class AttemptOutcome(StrEnum):
     succeeded = "succeeded"
     preempted = "preempted"  # the platform took the capacity back; resume from checkpoint
+    refused = "refused"  # the pool had no capacity (or quota) for it; nothing ran: try the next pool
     failed = "failed"  # the workload itself failed; retrying will not help
 
 

@@ -16,6 +16,7 @@ import dagster as dg
 from dagster._core.pipes.utils import open_pipes_session
 
 from shared_resources.backends.base import AttemptOutcome, AttemptResult
+from shared_resources.capacity import pool_slot
 from shared_resources.pools import Pool
 from shared_resources.step_spec import StepSpec
 from shared_resources.storage import REPO_ROOT, write_bytes_atomic
@@ -106,14 +107,17 @@ class LocalBackend:
         extras: dict[str, Any],
     ) -> AttemptResult:
         command = [self.interpreter(pool, spec), "-m", spec.entry_point]
-        # The process's own output (library banners, warnings) goes to a log file per attempt,
-        # kept in the object store beside the run; what the workload reports comes through Pipes.
-        with tempfile.TemporaryFile() as output:
-            exit_code, invocation = self.client.launch(
-                context=context, command=command, extras=extras, on_start=self.on_start, output=output
-            )
-            output.seek(0)
-            log = output.read()
+        with pool_slot(pool) as slot:
+            if slot is None:
+                return AttemptResult(AttemptOutcome.refused, None, log_tail=f"all {pool.max_concurrent_steps} slots of {pool.name} are busy")
+            # The process's own output (library banners, warnings) goes to a log file per attempt,
+            # kept in the object store beside the run; what the workload reports comes through Pipes.
+            with tempfile.TemporaryFile() as output:
+                exit_code, invocation = self.client.launch(
+                    context=context, command=command, extras=extras, on_start=self.on_start, output=output
+                )
+                output.seek(0)
+                log = output.read()
         log_uri = extras.get("log_uri")
         if log_uri:
             write_bytes_atomic(log_uri, log)

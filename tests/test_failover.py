@@ -1,0 +1,168 @@
+"""Failover and resume across pools: a pool that refuses a step is skipped for the next in the
+plan and cooled down; a preempted step resumes on the next pool; a retry budget bounds it."""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+import time
+from pathlib import Path
+
+import dagster as dg
+import pytest
+import torch
+
+from cell_lane.assets.dataset import omics_dataset
+from cell_lane.assets.training import foundation_model
+from cell_lane.lab_simulator import LabSimulator
+from shared_resources.capacity import SLOTS_ENV, Cooldowns, pool_slot
+from shared_resources.checkpoints import CheckpointStore
+from shared_resources.ledger import read_ledger
+from shared_resources.pools import load_pools
+from shared_resources.resources import platform_resources
+from shared_resources.storage import Storage
+from tests.test_cell_graph import _children_running
+
+CATALOG = """
+pools:
+  steady-a:
+    provider: local
+    region: local
+    backend: local
+    purchasing: reserved
+    capacity: steady
+    accelerator: local
+    gpus_per_node: 1
+    price_per_gpu_hour: 1.0
+    max_concurrent_steps: 1
+    cooldown_seconds: 600
+    tenants: [cell]
+  steady-b:
+    provider: local
+    region: local
+    backend: local
+    purchasing: on_demand
+    capacity: steady
+    accelerator: local
+    gpus_per_node: 1
+    price_per_gpu_hour: 2.0
+    max_concurrent_steps: 1
+    tenants: [cell]
+"""
+CONFIG = {"ops": {"cell__foundation_model": {"config": {"steps": 1200, "checkpoint_every_steps": 50}}}}
+
+
+@pytest.fixture
+def catalog(tmp_path, monkeypatch) -> Path:
+    monkeypatch.setenv(SLOTS_ENV, str(tmp_path / "slots"))
+    path = tmp_path / "pools.yaml"
+    path.write_text(CATALOG)
+    return path
+
+
+def _prepare(instance, home: Path, catalog: Path) -> dict:
+    resources = platform_resources(root=str(home), pools_file=str(catalog))
+    storage = Storage.at(str(home))
+    LabSimulator(storage).seed_drops(plates=1, include_bad=False)
+    dg.materialize([omics_dataset], instance=instance, resources=resources)
+    return resources
+
+
+def _train(instance, resources, **kw):
+    return dg.materialize([omics_dataset, foundation_model], instance=instance, resources=resources, run_config=CONFIG, selection=[foundation_model], **kw)
+
+
+def _md(result) -> dict:
+    event = next(e for e in result.get_asset_materialization_events() if e.asset_key.to_user_string() == "cell/foundation_model")
+    return {k: getattr(v, "value", v) for k, v in event.materialization.metadata.items()}
+
+
+def test_a_refusing_pool_is_skipped_for_the_next_and_cooled_down(instance, home, catalog):
+    resources = _prepare(instance, home, catalog)
+    pool_a = load_pools(catalog)["steady-a"]
+    with pool_slot(pool_a) as held:  # another step holds steady-a's only slot
+        assert held == 0
+        result = _train(instance, resources)
+    md = _md(result)
+    assert md["pool"] == "steady-b" and md["pools_tried"] == "steady-a, steady-b"
+    ledger = read_ledger(Storage.at(str(home)).ledger())
+    assert list(zip(ledger["pool"], ledger["outcome"], strict=True)) == [("steady-a", "refused"), ("steady-b", "succeeded")]
+    cooldown = Cooldowns(Storage.at(str(home))).active("steady-a")
+    assert cooldown is not None and cooldown.reason.startswith("refused") and cooldown.remaining_seconds > 500
+
+
+def test_no_capacity_anywhere_is_a_clear_failure(instance, home, catalog):
+    resources = _prepare(instance, home, catalog)
+    pools = load_pools(catalog)
+    with pool_slot(pools["steady-a"]), pool_slot(pools["steady-b"]):
+        result = _train(instance, resources, raise_on_error=False)
+    assert not result.success
+    failure = next(e for e in result.all_events if e.is_step_failure)
+    assert "No pool had capacity" in failure.step_failure_data.error.message
+
+
+def _preempt(home: Path, times: int, stop: threading.Event, done: list[int]) -> None:
+    """Send SIGTERM to the pretraining workload each time it has made a new checkpoint."""
+    seen = 0
+    while not stop.is_set() and len(done) < times:
+        manifests = len(list((home / "checkpoints").rglob("manifest.json")))
+        pids = _children_running("cell_lane.workloads.pretrain")
+        if pids and manifests > seen:
+            os.kill(pids[0], signal.SIGTERM)
+            done.append(pids[0])
+            seen = manifests + 1
+            while pids[0] in _children_running("cell_lane.workloads.pretrain"):
+                time.sleep(0.05)
+        time.sleep(0.05)
+
+
+def test_a_preempted_step_resumes_on_the_next_pool_with_the_same_result(instance, home, catalog, tmp_path):
+    resources = _prepare(instance, home, catalog)
+    stop, done = threading.Event(), []
+    watcher = threading.Thread(target=_preempt, args=(home, 1, stop, done), daemon=True)
+    watcher.start()
+    result = _train(instance, resources)
+    stop.set()
+    watcher.join(timeout=5)
+    md = _md(result)
+    assert done and md["preemptions"] == 1 and md["pools_tried"] == "steady-a, steady-b"
+    ledger = read_ledger(Storage.at(str(home)).ledger())
+    assert list(ledger["outcome"]) == ["preempted", "succeeded"]
+
+    # The same step, never interrupted, on a fresh root gives the same weights.
+    other = tmp_path / "reference"
+    (other / "dagster").mkdir(parents=True)
+    with dg.instance_for_test(temp_dir=str(other / "dagster")) as reference_instance:
+        reference = _prepare(reference_instance, other, catalog)
+        _train(reference_instance, reference)
+    ours = CheckpointStore(str(md["checkpoints"])).latest_valid().tensors["model"]
+    theirs_uri = next(p.parent.parent for p in (other / "checkpoints").rglob("manifest.json"))
+    theirs = CheckpointStore(str(theirs_uri)).latest_valid().tensors["model"]
+    for name in ours:
+        assert torch.equal(ours[name], theirs[name]), name
+
+
+def test_the_retry_budget_bounds_preemptions(instance, home, catalog):
+    resources = _prepare(instance, home, catalog)
+    stop, done = threading.Event(), []
+    watcher = threading.Thread(target=_preempt, args=(home, 10, stop, done), daemon=True)
+    watcher.start()
+    result = _train(instance, resources, raise_on_error=False)
+    stop.set()
+    watcher.join(timeout=5)
+    assert not result.success
+    failure = next(e for e in result.all_events if e.is_step_failure)
+    assert "preempted 4 times, more than its limit of 3" in failure.step_failure_data.error.message
+
+
+def test_cooldowns_expire_and_the_soonest_is_used_when_all_are_cooling(home, catalog):
+    storage = Storage.at(str(home))
+    pools = load_pools(catalog)
+    cooldowns = Cooldowns(storage)
+    assert cooldowns.active("steady-a") is None
+    cooldowns.start(pools["steady-a"], "preempted")
+    assert cooldowns.active("steady-a").reason == "preempted"
+    instant = pools["steady-b"].model_copy(update={"cooldown_seconds": 0.0})
+    cooldowns.start(instant, "preempted")
+    assert cooldowns.active("steady-b") is None  # a zero cool-down is over at once
