@@ -118,6 +118,3 @@ class LabSimulator:
             new_drops.append(drop_id)
         write_json_atomic(self.storage.uri("lab_simulator", "answered.json"), sorted(done))
         return new_drops
-
-    def true_effects(self, genes: list[str]) -> pd.Series:
-        return self.truth.reindex(genes)

@@ -17,7 +17,7 @@ from robotics_lane.episodes.lerobot_v3 import Episode, write_dataset
 from robotics_lane.policies import load_policy
 from robotics_lane.sim.base import ACTION_NAMES, STATE_NAMES, TaskSpec, make_simulator, run_episode
 from shared_resources.landing import MANIFEST_NAME, seal_drop
-from shared_resources.storage import Storage, exists, fs_for, read_json, write_bytes_atomic
+from shared_resources.storage import Storage, exists, glob_uris, read_json, write_bytes_atomic
 
 KIND = "robot_eval"
 # How the real robot differs from nominal simulation (hidden from the platform).
@@ -35,12 +35,9 @@ class RobotCellStandIn:
     storage: Storage
 
     def answer_requests(self) -> list[str]:
-        fs, base = fs_for(self.storage.outbox("robot_eval"))
-        if not fs.exists(base):
-            return []
         answered = []
-        for path in sorted(fs.glob(posixpath.join(base, "*", "request.json"))):
-            request = read_json(path if "://" not in self.storage.root else fs.unstrip_protocol(path))
+        for uri in glob_uris(self.storage.outbox("robot_eval", "*", "request.json")):
+            request = read_json(uri)
             eval_id = request["eval_id"]
             folder = self.storage.landing(KIND, eval_id)
             if exists(posixpath.join(folder, MANIFEST_NAME)):

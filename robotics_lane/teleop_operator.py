@@ -18,7 +18,7 @@ from robotics_lane.robot_cell import real_task
 from robotics_lane.sim.base import ACTION_NAMES, STATE_NAMES, TaskSpec, make_simulator, run_episode
 from robotics_lane.sim.controllers import BalancingController, NoisyOperator
 from shared_resources.landing import MANIFEST_NAME, seal_drop
-from shared_resources.storage import Storage, exists, fs_for, read_json, write_json_atomic
+from shared_resources.storage import Storage, exists, glob_uris, read_json, write_json_atomic
 
 KIND = "teleop"
 TASK_LABEL = "balance the pole"
@@ -62,14 +62,11 @@ class TeleopOperatorStandIn:
 
     def answer_relabel_requests(self) -> list[str]:
         """Demonstrate again every failed real-robot trial the platform flagged for relabelling."""
-        fs, base = fs_for(self.storage.outbox("relabel"))
-        if not fs.exists(base):
-            return []
         answered_uri = self.storage.uri("teleop_operator", "answered.json")
         answered = set(read_json(answered_uri)) if exists(answered_uri) else set()
         new = []
-        for request_path in sorted(fs.glob(posixpath.join(base, "*", "request.json"))):
-            request = read_json(request_path if "://" not in self.storage.root else fs.unstrip_protocol(request_path))
+        for uri in glob_uris(self.storage.outbox("relabel", "*", "request.json")):
+            request = read_json(uri)
             if request["request_id"] in answered:
                 continue
             # Relabelling happens on the real robot, in the conditions of the failed trial.

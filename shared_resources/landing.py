@@ -94,16 +94,6 @@ def list_complete_drops(landing_uri: str) -> list[CompleteDrop]:
     return sorted(drops, key=lambda d: (d.mtime, d.drop_id))
 
 
-def list_waiting_drops(landing_uri: str) -> list[str]:
-    """Drop folders still waiting for their manifest (incomplete)."""
-    fs, path = fs_for(landing_uri)
-    if not fs.exists(path):
-        return []
-    folders = {posixpath.basename(p.rstrip("/")) for p in fs.ls(path, detail=False) if fs.isdir(p)}
-    complete = {d.drop_id for d in list_complete_drops(landing_uri)}
-    return sorted(folders - complete)
-
-
 def parse_manifest(data: bytes, drop_id: str, required_fields: Iterable[str] = ()) -> tuple[DropManifest | None, list[DropIssue]]:
     """Read a drop manifest; any problem is returned as an issue naming the field."""
     issues: list[DropIssue] = []
@@ -175,6 +165,19 @@ def read_verified_files(storage: Storage, kind: str, manifest: DropManifest) -> 
             )
         contents[f.path] = data
     return contents, issues
+
+
+def read_drop(storage: Storage, kind: str, drop_id: str, required_fields: Iterable[str] = ()) -> tuple[DropManifest | None, dict[str, bytes], list[DropIssue]]:
+    """Parse a landing drop's manifest and read every file it names, checked against it.
+
+    Returns the manifest, the verified contents by path, and every problem found (empty if
+    the drop can be trusted).
+    """
+    manifest, issues = parse_manifest(read_bytes(posixpath.join(storage.landing(kind, drop_id), MANIFEST_NAME)), drop_id, required_fields)
+    if manifest is None or issues:
+        return manifest, {}, issues
+    contents, issues = read_verified_files(storage, kind, manifest)
+    return manifest, contents, issues
 
 
 def write_raw(storage: Storage, kind: str, manifest: DropManifest, contents: dict[str, bytes]) -> str:

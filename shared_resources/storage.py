@@ -144,23 +144,8 @@ def sha256_bytes(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
-def sha256_uri(uri: str, chunk: int = 1 << 20) -> tuple[str, int]:
-    """The sha256 and size of an object, streamed."""
-    fs, path = fs_for(uri)
-    digest = hashlib.sha256()
-    size = 0
-    with fs.open(path, "rb") as fh:
-        while block := fh.read(chunk):
-            digest.update(block)
-            size += len(block)
-    return digest.hexdigest(), size
-
-
-def copy_verified(src: str, dst: str) -> tuple[str, int]:
-    """Copy one object byte for byte and return the sha256 and size of the copy."""
-    data = read_bytes(src)
-    write_bytes_atomic(dst, data)
-    copied_sha, copied_size = sha256_uri(dst)
-    if copied_sha != sha256_bytes(data):
-        raise OSError(f"copy of {src} to {dst} does not match the source (sha256 differs); storage is unreliable")
-    return copied_sha, copied_size
+def glob_uris(pattern_uri: str) -> list[str]:
+    """Every object matching a glob under a URI, sorted, as URIs (a local path stays a path)."""
+    fs, pattern = fs_for(pattern_uri)
+    found = sorted(fs.glob(pattern))
+    return [fs.unstrip_protocol(p) for p in found] if "://" in pattern_uri else found

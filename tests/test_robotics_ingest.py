@@ -87,3 +87,20 @@ def test_killed_policy_training_resumes_to_the_same_weights(tmp_path):
     actual = CheckpointStore(str(tmp_path / "killed")).latest_valid().tensors["policy"]
     for name in expected:
         assert torch.equal(expected[name], actual[name]), name
+
+
+def test_robot_cell_results_with_a_broken_trial_line_are_quarantined(instance, resources, home, storage):
+    from robotics_lane.assets.real_robot import real_robot_evaluation
+    from shared_resources.landing import seal_drop
+
+    folder = home / "landing" / "robot_eval" / "eval-broken"
+    folder.mkdir(parents=True)
+    (folder / "trials.jsonl").write_text('{"trial": 0, "task_id": "t", "seed": 1, "success": true}\nnot json\n')
+    seal_drop(storage, "robot_eval", "eval-broken", robot="r", cell="c", policy_version="v")
+    before = {p.name: p.read_bytes() for p in folder.iterdir()}
+    instance.add_dynamic_partitions("robot_evals", ["eval-broken"])
+    result = dg.materialize([real_robot_evaluation], instance=instance, resources=resources, partition_key="eval-broken", raise_on_error=False)
+    assert not result.success
+    report = json.loads((home / "quarantine" / "robot_eval" / "eval-broken" / "QUARANTINE.json").read_text())
+    assert {i["rule"] for i in report["issues"]} == {"trials_field", "trials_json"}
+    assert {p.name: p.read_bytes() for p in folder.iterdir()} == before  # landing untouched

@@ -10,7 +10,7 @@ import pandas as pd
 from cell_lane.checks import DROP_MANIFEST_CHECK, LAYOUT_RULES, PLATE_LAYOUT_CHECK, PLATE_SCHEMA_CHECK, Z_PRIME_CHECK
 from cell_lane.partitions import assay_drops
 from cell_lane.plate_validation import Z_PRIME_THRESHOLD, Violation, check_plate_file, normalised_effects
-from shared_resources.landing import MANIFEST_NAME, DropIssue, parse_manifest, read_verified_files, write_raw
+from shared_resources.landing import MANIFEST_NAME, DropIssue, read_drop, write_raw
 from shared_resources.quarantine import quarantined
 from shared_resources.resources import StorageResource
 from shared_resources.storage import read_bytes, read_json, write_bytes_atomic
@@ -47,11 +47,7 @@ def raw_assay(context: dg.AssetExecutionContext, storage: StorageResource) -> dg
     """
     store = storage.get()
     drop_id = context.partition_key
-    manifest_uri = posixpath.join(store.landing(KIND, drop_id), MANIFEST_NAME)
-    manifest, issues = parse_manifest(read_bytes(manifest_uri), drop_id, MANIFEST_FIELDS)
-    contents: dict[str, bytes] = {}
-    if manifest is not None and not issues:
-        contents, issues = read_verified_files(store, KIND, manifest)
+    manifest, contents, issues = read_drop(store, KIND, drop_id, MANIFEST_FIELDS)
     if issues:
         check = dg.AssetCheckResult(check_name=DROP_MANIFEST_CHECK, passed=False, metadata={"issues": len(issues), "first": issues[0].describe()})
         return quarantined(context, store, KIND, drop_id, issues, stage="raw", check_results=[check])

@@ -16,7 +16,7 @@ from shared_resources.compute import ComputeResource
 from shared_resources.pools import Capacity
 from shared_resources.resources import StorageResource
 from shared_resources.step_spec import StepSpec
-from shared_resources.storage import Storage, fs_for, read_json, write_bytes_atomic, write_json_atomic
+from shared_resources.storage import Storage, glob_uris, read_json, write_bytes_atomic, write_json_atomic
 
 POLICY = dg.AssetKey(["robotics", "policy"])
 SIM_EVALUATION = dg.AssetKey(["robotics", "sim_evaluation"])
@@ -25,11 +25,8 @@ EVAL_SEED_BASE = 9_000_000  # held-out seeds: never used by a sweep or an operat
 
 def training_datasets(store: Storage) -> list[str]:
     """Every validated teleop session and every finished rollout sweep, oldest first."""
-    fs, base = fs_for(store.root)
-    teleop = [read_json(p if "://" not in store.root else fs.unstrip_protocol(p))["dataset"] for p in sorted(fs.glob(posixpath.join(base, "curated", "teleop", "*", "dataset.json")))]
-    rollouts = sorted(posixpath.dirname(posixpath.dirname(p)) for p in fs.glob(posixpath.join(base, "rollouts", "*", "*", "dataset", "meta", "info.json")))
-    if "://" in store.root:
-        rollouts = [fs.unstrip_protocol(p) for p in rollouts]
+    teleop = [read_json(uri)["dataset"] for uri in glob_uris(store.curated("teleop", "*", "dataset.json"))]
+    rollouts = [posixpath.dirname(posixpath.dirname(uri)) for uri in glob_uris(store.uri("rollouts", "*", "*", "dataset", "meta", "info.json"))]
     return teleop + rollouts
 
 

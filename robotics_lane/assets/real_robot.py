@@ -12,10 +12,10 @@ from robotics_lane.checks import EPISODES_VALID_CHECK, RESULTS_MANIFEST_CHECK
 from robotics_lane.episodes.validation import validate_dataset
 from robotics_lane.partitions import robot_evals
 from robotics_lane.stats import wilson_interval
-from shared_resources.landing import MANIFEST_NAME, DropIssue, parse_manifest, read_verified_files, write_raw
+from shared_resources.landing import DropIssue, read_drop, write_raw
 from shared_resources.quarantine import quarantined
 from shared_resources.resources import StorageResource
-from shared_resources.storage import exists, read_bytes, read_json, write_bytes_atomic, write_json_atomic
+from shared_resources.storage import exists, read_json, write_bytes_atomic, write_json_atomic
 
 KIND = "robot_eval"
 EVAL_REQUEST = dg.AssetKey(["robotics", "real_robot_eval_request"])
@@ -92,10 +92,7 @@ def real_robot_evaluation(context: dg.AssetExecutionContext, storage: StorageRes
     """
     store = storage.get()
     eval_id = context.partition_key
-    manifest, issues = parse_manifest(read_bytes(posixpath.join(store.landing(KIND, eval_id), MANIFEST_NAME)), eval_id, ("robot", "cell", "policy_version"))
-    contents: dict[str, bytes] = {}
-    if manifest is not None and not issues:
-        contents, issues = read_verified_files(store, KIND, manifest)
+    manifest, contents, issues = read_drop(store, KIND, eval_id, ("robot", "cell", "policy_version"))
     trials = None
     if not issues:
         if "trials.jsonl" not in contents:

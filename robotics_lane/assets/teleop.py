@@ -1,16 +1,15 @@
 """Teleop sessions: a LeRobot v3 dataset from an operator becomes validated training episodes."""
 
-import posixpath
 
 import dagster as dg
 
 from robotics_lane.checks import EPISODES_VALID_CHECK, SESSION_MANIFEST_CHECK
 from robotics_lane.episodes.validation import validate_dataset
 from robotics_lane.partitions import teleop_sessions
-from shared_resources.landing import MANIFEST_NAME, parse_manifest, read_verified_files, write_raw
+from shared_resources.landing import read_drop, write_raw
 from shared_resources.quarantine import quarantined
 from shared_resources.resources import StorageResource
-from shared_resources.storage import read_bytes, write_json_atomic
+from shared_resources.storage import write_json_atomic
 
 KIND = "teleop"
 TELEOP_EPISODES = dg.AssetKey(["robotics", "teleop_episodes"])
@@ -36,10 +35,7 @@ def teleop_episodes(context: dg.AssetExecutionContext, storage: StorageResource)
     """
     store = storage.get()
     session = context.partition_key
-    manifest, issues = parse_manifest(read_bytes(posixpath.join(store.landing(KIND, session), MANIFEST_NAME)), session, MANIFEST_FIELDS)
-    contents: dict[str, bytes] = {}
-    if manifest is not None and not issues:
-        contents, issues = read_verified_files(store, KIND, manifest)
+    manifest, contents, issues = read_drop(store, KIND, session, MANIFEST_FIELDS)
     if issues:
         checks = [
             dg.AssetCheckResult(check_name=SESSION_MANIFEST_CHECK, passed=False, metadata={"first": issues[0].describe()}),

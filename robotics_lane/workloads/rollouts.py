@@ -38,7 +38,6 @@ class RolloutConfig:
     task: dict[str, Any] = field(default_factory=dict)
     policy: dict[str, Any] = field(default_factory=lambda: {"kind": "scripted"})
     task_label: str = "balance the pole"
-    first_episode_index: int = 0
 
 
 def trial_uri(output_uri: str, seed: int) -> str:
@@ -74,7 +73,7 @@ def main() -> None:
                         raise Preempted()
                     episode = run_episode(sim, load_policy(cfg.policy, seed), seed)
                     steps += episode.length
-                    index = cfg.first_episode_index + cfg.seeds.index(seed)
+                    index = cfg.seeds.index(seed)
                     episode_file = write_episode_file(
                         episodes_folder(cfg.output_uri),
                         LeRobotEpisode(
@@ -105,7 +104,8 @@ def main() -> None:
                         "fps": fps,
                     }
                     write_bytes_atomic(trial_uri(cfg.output_uri, seed), json.dumps(record).encode())
-                    run.commit(len(committed_seeds(cfg.output_uri)), seed=seed)
+                    done.add(seed)
+                    run.commit(len(done), seed=seed)
         trials = [read_json(trial_uri(cfg.output_uri, s)) for s in cfg.seeds]
         successes = sum(t["success"] for t in trials)
         seconds = time.monotonic() - started

@@ -5,7 +5,7 @@ from __future__ import annotations
 import signal
 import sys
 from pathlib import Path
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 import os
 import tempfile
 from subprocess import STDOUT, Popen
@@ -43,7 +43,6 @@ class PreemptiblePipesSubprocessClient(dg.PipesSubprocessClient):
         extras: Mapping[str, Any] | None = None,
         env: Mapping[str, str] | None = None,
         cwd: str | None = None,
-        on_start: Callable[[Popen], None] | None = None,
         output: IO[bytes] | None = None,
     ) -> tuple[int, dg.PipesClientCompletedInvocation]:
         """Run `command` in a Pipes session; return its exit code and what it reported.
@@ -64,8 +63,6 @@ class PreemptiblePipesSubprocessClient(dg.PipesSubprocessClient):
                 stdout=output,
                 stderr=STDOUT if output is not None else None,
             )
-            if on_start:
-                on_start(process)
             try:
                 process.wait()
             except dg.DagsterExecutionInterruptedError:
@@ -79,9 +76,8 @@ class PreemptiblePipesSubprocessClient(dg.PipesSubprocessClient):
 class LocalBackend:
     """Runs the workload with this interpreter on this machine."""
 
-    def __init__(self, on_start: Callable[[Popen], None] | None = None):
+    def __init__(self) -> None:
         self.client = PreemptiblePipesSubprocessClient(cwd=str(REPO_ROOT))
-        self.on_start = on_start
 
     @staticmethod
     def interpreter(pool: Pool, spec: StepSpec) -> str:
@@ -114,7 +110,7 @@ class LocalBackend:
             # kept in the object store beside the run; what the workload reports comes through Pipes.
             with tempfile.TemporaryFile() as output:
                 exit_code, invocation = self.client.launch(
-                    context=context, command=command, extras=extras, on_start=self.on_start, output=output
+                    context=context, command=command, extras=extras, output=output
                 )
                 output.seek(0)
                 log = output.read()
