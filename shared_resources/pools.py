@@ -7,7 +7,9 @@ from pathlib import Path
 from typing import Annotated
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from shared_resources.backend_settings import SETTINGS_BY_BACKEND
 
 DEFAULT_CATALOG = Path(__file__).with_name("pools.yaml")
 
@@ -60,15 +62,27 @@ class Pool(BaseModel):
     max_concurrent_steps: Annotated[int, Field(ge=1)] | None = None
     # After a refusal or a preemption the pool is avoided this long, if another pool can run the step.
     cooldown_seconds: Annotated[float, Field(ge=0)] = 300.0
+    # A job the engine still holds pending after this long is cancelled: the pool counts as refusing.
+    pending_deadline_seconds: Annotated[float, Field(gt=0)] = 600.0
     tenants: list[str] | None = None  # None: every tenant may use it
-    # Runtime name -> how this pool runs it (local: a Python interpreter, relative to the
-    # repository or absolute). `default` is the interpreter running Dagster.
-    runtimes: dict[str, str] = Field(default_factory=lambda: {"default": ""})
+    # Runtime name -> how this pool runs it: a Python interpreter (local, Slurm; relative to the
+    # repository or absolute), a container image (Kubernetes), or a Ray runtime environment
+    # (a mapping). `default` is the interpreter running Dagster unless the pool says otherwise.
+    runtimes: dict[str, str | dict[str, object]] = Field(default_factory=lambda: {"default": ""})
 
     @field_validator("runtimes")
     @classmethod
-    def _default_runtime_always(cls, runtimes: dict[str, str]) -> dict[str, str]:
+    def _default_runtime_always(cls, runtimes: dict[str, str | dict[str, object]]) -> dict[str, str | dict[str, object]]:
         return {"default": "", **runtimes}
+
+    @model_validator(mode="after")
+    def _backend_settings_fit_backend(self) -> Pool:
+        try:
+            SETTINGS_BY_BACKEND[self.backend.value].model_validate(self.backend_settings)
+        except ValidationError as exc:
+            problems = "; ".join(f"`backend_settings.{'.'.join(map(str, e['loc']))}`: {e['msg']}" for e in exc.errors())
+            raise ValueError(f"not valid for a {self.backend.value} pool: {problems}") from None
+        return self
 
     @property
     def total_gpus(self) -> int:
@@ -100,8 +114,8 @@ def load_pools(path: str | Path | None = None) -> dict[str, Pool]:
             pools[name] = Pool(name=name, **fields)
         except ValidationError as exc:
             for err in exc.errors():
-                field = ".".join(str(p) for p in err["loc"]) or "(pool)"
-                hint = f" (got {err['input']!r})" if err["type"] != "missing" else ""
+                field = ".".join(str(p) for p in err["loc"]) or "backend_settings"
+                hint = f" (got {err['input']!r})" if err["type"] not in ("missing", "value_error") else ""
                 problems.append(f"{path}: pool `{name}`, field `{field}`: {err['msg']}{hint}")
     if problems:
         raise PoolCatalogError("invalid pool catalog:\n  " + "\n  ".join(problems))

@@ -1,6 +1,10 @@
-"""Backends launch one attempt of a step on a pool and report how it ended."""
+"""Backends launch one attempt of a step on a pool and report how it ended.
 
-import dagster as dg
+`local` runs the workload as a subprocess here; `slurm`, `ray` and `kubernetes` hand it to
+that engine (imported only when a pool uses it, so a laptop needs none of their clients).
+"""
+
+from __future__ import annotations
 
 from shared_resources.backends.base import AttemptOutcome, AttemptResult, StepBackend
 from shared_resources.backends.local import LocalBackend
@@ -9,12 +13,19 @@ __all__ = ["AttemptOutcome", "AttemptResult", "StepBackend", "LocalBackend", "ba
 
 
 def backend_for(kind: str) -> StepBackend:
+    """The backend for a pool's `backend:` value."""
     if kind == "local":
         return LocalBackend()
-    raise dg.Failure(
-        description=(
-            f"Placement chose a `{kind}` pool, but only the `local` backend exists in this release. "
-            "Point SINEWGRID_POOLS at a catalog of local pools (the packaged default), or leave "
-            f"`{kind}` pools out of the catalog until their backend lands."
-        )
-    )
+    if kind == "slurm":
+        from shared_resources.backends.slurm import SlurmBackend
+
+        return SlurmBackend()
+    if kind == "ray":
+        from shared_resources.backends.ray import RayBackend
+
+        return RayBackend()
+    if kind == "kubernetes":
+        from shared_resources.backends.kubernetes import KubernetesBackend
+
+        return KubernetesBackend()
+    raise ValueError(f"unknown backend {kind!r}: expected local, slurm, ray or kubernetes")

@@ -1,0 +1,71 @@
+"""What a pool's `backend_settings` may say, per backend: typed, so a catalog with a typo
+fails when it is loaded (naming the file, pool and field), not when a step is submitted.
+
+Each backend reads its own model with `settings_for(pool)`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class _Settings(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    shared_dir: str | None = Field(
+        default=None,
+        description="A folder Dagster and the pool's nodes both mount, for Pipes files and job output "
+        "(default: `state/pipes/` under a local storage root).",
+    )
+
+
+class LocalSettings(_Settings):
+    pass
+
+
+class SlurmSettings(_Settings):
+    partition: str = Field(description="The Slurm partition this pool is.")
+    account: str | None = None
+    qos: str | None = None
+    time_limit: str = Field(default="24:00:00", description="`--time` for every job (Slurm's [D-]HH:MM:SS).")
+    gpu_flag: str = Field(default="gres", pattern="^(gres|gpus)$", description="Ask for GPUs with `--gres=gpu:N` or `--gpus=N`.")
+    cpus_per_gpu: int | None = None
+    extra_args: list[str] = Field(default_factory=list, description="More `sbatch` arguments, as given.")
+    # Environment for the commands `sbatch`/`squeue`/`scontrol`/`sacct`/`scancel` (e.g. SLURM_CONF).
+    env: dict[str, str] = Field(default_factory=dict)
+
+
+class RaySettings(_Settings):
+    address: str = Field(description="The Ray dashboard / Jobs API address, e.g. `http://127.0.0.1:8265`.")
+    resources: dict[str, float] = Field(
+        default_factory=dict, description="Ray custom resources that pin jobs to this pool's nodes, e.g. `{pool_spot: 1}`."
+    )
+    runtime_env: dict[str, Any] = Field(default_factory=dict, description="Ray runtime environment for every job on this pool.")
+
+
+class KubernetesSettings(_Settings):
+    namespace: str = "default"
+    node_selector: dict[str, str] = Field(default_factory=dict)
+    tolerations: list[dict[str, Any]] = Field(default_factory=list)
+    service_account: str | None = None
+    image_pull_secrets: list[str] = Field(default_factory=list)
+    gpu_resource: str = Field(default="nvidia.com/gpu", description="The extended resource GPUs are requested as.")
+    env_from_secrets: list[str] = Field(default_factory=list, description="Secrets mounted as environment (object-store credentials).")
+    labels: dict[str, str] = Field(default_factory=dict)
+    kubeconfig: str | None = Field(default=None, description="Path to a kubeconfig; default: in-cluster config, then ~/.kube/config.")
+    context: str | None = None
+
+
+SETTINGS_BY_BACKEND: dict[str, type[_Settings]] = {
+    "local": LocalSettings,
+    "slurm": SlurmSettings,
+    "ray": RaySettings,
+    "kubernetes": KubernetesSettings,
+}
+
+
+def settings_for(pool: Any) -> Any:
+    """The pool's `backend_settings`, parsed into its backend's model."""
+    return SETTINGS_BY_BACKEND[str(pool.backend.value)](**pool.backend_settings)

@@ -1,0 +1,255 @@
+"""One protocol for every batch engine: submit, watch, signal, cancel, collect.
+
+A backend for a cluster engine (Slurm, Ray) implements five small methods; the attempt
+loop they share lives here:
+
+1. open a Pipes session whose context and message files lie in a folder both sides see
+   (the pool's `shared_dir`, or `state/pipes/` under a local storage root);
+2. `submit` the workload command with the Pipes bootstrap variables, and record the job
+   as in flight (so the watcher sensor can find it if this process dies);
+3. `status` it until it ends. A job still pending after the pool's
+   `pending_deadline_seconds` is cancelled and the pool counts as having refused it;
+4. a cancelled Dagster run `signal`s the job (SIGTERM: the workload checkpoints) and
+   `cancel`s it;
+5. `collect` the job's own stdout/stderr into the attempt's log, and map the ending to an
+   outcome: exit 0 succeeded, exit 75 or an engine preemption preempted, anything else failed.
+"""
+
+from __future__ import annotations
+
+import abc
+import os
+import signal
+import sys
+import time
+import uuid
+from dataclasses import asdict, dataclass, field
+from enum import StrEnum
+from pathlib import Path
+from typing import Any, ClassVar
+
+import dagster as dg
+from dagster._core.pipes.utils import open_pipes_session
+
+from shared_resources.backends.base import AttemptOutcome, AttemptResult
+from shared_resources.pools import Pool
+from shared_resources.step_spec import StepSpec
+from shared_resources.storage import REPO_ROOT, Storage, fs_for, glob_uris, read_json, write_bytes_atomic, write_json_atomic
+from shared_resources.workload import PREEMPTED_EXIT_CODE
+
+
+class JobState(StrEnum):
+    pending = "pending"  # accepted, waiting for capacity
+    running = "running"
+    succeeded = "succeeded"
+    failed = "failed"  # ended on its own with a non-zero exit
+    preempted = "preempted"  # the engine took the capacity back (requeue, spot reclaim, node lost)
+    cancelled = "cancelled"  # someone cancelled it
+    gone = "gone"  # the engine no longer knows the job
+
+    @property
+    def ended(self) -> bool:
+        return self not in (JobState.pending, JobState.running)
+
+
+@dataclass
+class JobStatus:
+    state: JobState
+    exit_code: int | None = None
+    reason: str = ""  # the engine's own words (e.g. Slurm's pending reason)
+
+
+@dataclass
+class JobHandle:
+    """Enough to find a job again from any process: written to `state/inflight/`."""
+
+    backend: str
+    pool: str
+    job_id: str
+    submitted_at: float
+    info: dict[str, Any] = field(default_factory=dict)  # backend-specific (log path, address...)
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> JobHandle:
+        return cls(**data)
+
+
+@dataclass
+class Launch:
+    """What to run: one command, its environment, where its own output goes."""
+
+    name: str  # a job name the engine shows (e.g. `cell.finetune-a3`)
+    command: list[str]
+    env: dict[str, str]
+    workdir: str
+    output_path: str  # the job's stdout+stderr, on the shared folder
+
+
+class EngineBackend(abc.ABC):
+    """Base for backends that hand the workload to a batch engine."""
+
+    kind: ClassVar[str]
+    poll_seconds: ClassVar[float] = 0.5
+
+    # The five engine calls ---------------------------------------------------------
+    @abc.abstractmethod
+    def submit(self, pool: Pool, spec: StepSpec, launch: Launch) -> JobHandle: ...
+
+    @abc.abstractmethod
+    def status(self, handle: JobHandle) -> JobStatus: ...
+
+    @abc.abstractmethod
+    def signal(self, handle: JobHandle, signum: int = signal.SIGTERM) -> None: ...
+
+    @abc.abstractmethod
+    def cancel(self, handle: JobHandle) -> None: ...
+
+    @abc.abstractmethod
+    def collect(self, handle: JobHandle) -> bytes:
+        """The job's own stdout/stderr (what `Launch.output_path` received, or the engine's logs)."""
+
+    # Runtimes ------------------------------------------------------------------------
+    def interpreter(self, pool: Pool, spec: StepSpec) -> str:
+        """The Python the pool runs this step's runtime with (a path on the pool's nodes)."""
+        configured = pool.runtimes.get(spec.runtime, "")
+        if not isinstance(configured, str):
+            raise dg.Failure(
+                description=f"pool {pool.name}: runtime `{spec.runtime}` must be an interpreter path for a {self.kind} pool, got {configured!r}."
+            )
+        if not configured:
+            return sys.executable
+        path = Path(configured) if Path(configured).is_absolute() else REPO_ROOT / configured
+        return str(path)
+
+    def command(self, pool: Pool, spec: StepSpec) -> list[str]:
+        return [self.interpreter(pool, spec), "-m", spec.entry_point]
+
+    # The attempt loop ------------------------------------------------------------------
+    def shared_dir(self, pool: Pool, extras: dict[str, Any]) -> Path:
+        """Where the Pipes files and the job output go: a folder the orchestrator and the
+        pool's nodes both mount."""
+        configured = pool.backend_settings.get("shared_dir")
+        if configured:
+            return Path(str(configured))
+        storage = Storage.at(str(extras["storage_root"]))
+        if storage.is_local:
+            return Path(storage.root.removeprefix("file://")) / "state" / "pipes"
+        root = storage.root
+        raise dg.Failure(
+            description=(
+                f"pool {pool.name} ({self.kind}) needs `backend_settings.shared_dir`: a folder both Dagster "
+                f"and the pool's nodes mount, for Pipes messages. The storage root {root} is not a local path."
+            )
+        )
+
+    def run_attempt(
+        self, context: dg.AssetExecutionContext, pool: Pool, spec: StepSpec, extras: dict[str, Any]
+    ) -> AttemptResult:
+        attempt_id = f"{spec.name}-a{extras.get('attempt', 1)}-{uuid.uuid4().hex[:8]}"
+        folder = self.shared_dir(pool, extras) / context.run_id / attempt_id
+        folder.mkdir(parents=True, exist_ok=True)
+        inflight = InFlight(Storage.at(str(extras["storage_root"])))
+        launch_base = dict(name=attempt_id, command=self.command(pool, spec), workdir=str(REPO_ROOT), output_path=str(folder / "output.log"))
+        status = JobStatus(JobState.gone)
+        handle: JobHandle | None = None
+        with open_pipes_session(
+            context=context,
+            context_injector=dg.PipesFileContextInjector(str(folder / "context.json")),
+            message_reader=dg.PipesFileMessageReader(str(folder / "messages.jsonl")),
+            extras=extras,
+        ) as session:
+            env = {**session.get_bootstrap_env_vars(), "SINEWGRID_POOL": pool.name}
+            handle = self.submit(pool, spec, Launch(env=env, **launch_base))
+            inflight.add(handle, run_id=context.run_id, step=spec.name, asset=context.asset_key.to_user_string())
+            context.log.info(f"{spec.name}: submitted to {pool.name} as {self.kind} job {handle.job_id}")
+            try:
+                status = self._watch(context, pool, handle)
+            except dg.DagsterExecutionInterruptedError:
+                context.log.warning(f"run cancelled: stopping {self.kind} job {handle.job_id} (SIGTERM, then cancel)")
+                self._stop(handle)
+                inflight.remove(handle)
+                raise
+        inflight.remove(handle)
+        log = self.collect(handle)
+        log_uri = extras.get("log_uri")
+        if log_uri:
+            write_bytes_atomic(log_uri, log)
+        tail = "\n".join(log.decode("utf-8", errors="replace").rstrip().splitlines()[-25:])
+        messages = [m for m in session.get_custom_messages() if isinstance(m, dict)]
+        outcome, metadata = self._outcome(status), {}
+        if outcome is AttemptOutcome.succeeded:
+            for result in session.get_results():
+                metadata.update(getattr(result, "metadata", None) or {})
+        if outcome is AttemptOutcome.refused:
+            tail = status.reason
+        elif status.reason:
+            tail = f"[{self.kind}: {status.reason}]\n{tail}"
+        return AttemptResult(outcome, status.exit_code, messages, metadata, log_uri=log_uri, log_tail=tail)
+
+    def _watch(self, context: dg.AssetExecutionContext, pool: Pool, handle: JobHandle) -> JobStatus:
+        deadline = handle.submitted_at + pool.pending_deadline_seconds
+        last_state: JobState | None = None
+        while True:
+            status = self.status(handle)
+            if status.state != last_state:
+                context.log.debug(f"{self.kind} job {handle.job_id}: {status.state.value} {status.reason}".rstrip())
+                last_state = status.state
+            if status.state.ended:
+                return status
+            if status.state is JobState.pending and time.time() > deadline:
+                self.cancel(handle)
+                return JobStatus(
+                    JobState.cancelled,
+                    reason=(
+                        f"still pending after {pool.pending_deadline_seconds:g}s (the pool's `pending_deadline_seconds`)"
+                        f"{': ' + status.reason if status.reason else ''}; cancelled it"
+                    ),
+                    exit_code=None,
+                )
+            time.sleep(self.poll_seconds)
+
+    def _stop(self, handle: JobHandle) -> None:
+        try:
+            self.signal(handle, signal.SIGTERM)
+        finally:
+            self.cancel(handle)
+
+    @staticmethod
+    def _outcome(status: JobStatus) -> AttemptOutcome:
+        if status.state is JobState.succeeded:
+            return AttemptOutcome.succeeded
+        if status.state is JobState.cancelled and status.exit_code is None:
+            return AttemptOutcome.refused  # never ran (pending deadline): capacity, not code
+        if status.state is JobState.preempted or status.exit_code == PREEMPTED_EXIT_CODE:
+            return AttemptOutcome.preempted
+        if status.state is JobState.gone and status.exit_code is None:
+            return AttemptOutcome.preempted  # the engine lost it (node gone): resume elsewhere
+        return AttemptOutcome.failed
+
+
+class InFlight:
+    """Jobs submitted and not yet collected, one JSON file each under `state/inflight/`.
+
+    The attempt loop adds a job when it submits and removes it when it collects; what stays
+    behind belongs to an orchestrator process that died, and the watcher sensor looks at it.
+    """
+
+    def __init__(self, storage: Storage):
+        self.storage = storage
+
+    def _uri(self, handle: JobHandle) -> str:
+        return self.storage.uri("state", "inflight", f"{handle.backend}-{handle.pool}-{handle.job_id}.json".replace("/", "_"))
+
+    def add(self, handle: JobHandle, **owner: Any) -> None:
+        write_json_atomic(self._uri(handle), {"handle": handle.to_json(), "owner": owner, "pid": os.getpid()})
+
+    def remove(self, handle: JobHandle) -> None:
+        fs, path = fs_for(self._uri(handle))
+        if fs.exists(path):
+            fs.rm(path)
+
+    def records(self) -> list[dict[str, Any]]:
+        return [read_json(uri) for uri in glob_uris(self.storage.uri("state", "inflight", "*.json"))]
