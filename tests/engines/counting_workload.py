@@ -1,0 +1,51 @@
+"""A tiny checkpointed workload for backend tests: `steps` steps of a deterministic
+recurrence, a checkpoint every `checkpoint_every_steps`, SIGTERM -> checkpoint and exit 75.
+
+The result (`digest`) depends only on `steps` and `seed`, so a run that was preempted and
+resumed must report the same digest as an uninterrupted one. `step_seconds` slows each step
+so a test can interrupt it mid-run; `fail_at_step` makes it crash (a user-code failure).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import time
+
+import torch
+
+from shared_resources.workload import WorkloadRun
+
+
+def main() -> None:
+    with WorkloadRun() as run:
+        cfg = run.config
+        steps = int(cfg.get("steps", 20))
+        seed = int(cfg.get("seed", 0))
+        step_seconds = float(cfg.get("step_seconds", 0.0))
+        fail_at = cfg.get("fail_at_step")
+        state = run.resume()
+        if state is not None and state.final:
+            run.report_already_complete(state)
+            return
+        if state is None:
+            start, value = 0, torch.tensor([float(seed)], dtype=torch.float64)
+        else:
+            start, value = state.step, state.tensors["state"]["value"]
+        run.info(f"counting from step {start} to {steps} on pool {os.environ.get('SINEWGRID_POOL', '?')}")
+        for step in range(start, steps):
+            if fail_at is not None and step == int(fail_at):
+                raise RuntimeError(f"counting_workload: told to fail at step {step}")
+            value = (value * 31 + step) % 1_000_003
+            time.sleep(step_seconds)
+            run.step_done(step + 1, lambda: {"state": {"value": value}})
+        digest = hashlib.sha256(value.numpy().tobytes()).hexdigest()[:16]
+        run.finish(
+            steps,
+            {"state": {"value": value}},
+            metadata={"digest": digest, "resumed_from": start, "hostname_pool": os.environ.get("SINEWGRID_POOL", "")},
+        )
+
+
+if __name__ == "__main__":
+    main()

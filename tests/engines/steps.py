@@ -1,0 +1,53 @@
+"""Run the counting workload through the `compute` resource, as an asset would.
+
+(No `from __future__ import annotations` here: Dagster reads the asset's annotations.)
+"""
+
+
+from pathlib import Path
+from typing import Any
+
+import dagster as dg
+
+from shared_resources.compute import ComputeResource
+from shared_resources.step_spec import StepSpec
+
+
+def counting_spec(name: str = "test.counting", **overrides: Any) -> StepSpec:
+    config = {"steps": 20, "seed": 7, "step_seconds": 0.0, **overrides.pop("config", {})}
+    fields = {
+        "name": name,
+        "entry_point": "tests.engines.counting_workload",
+        "tenant": "test",
+        "gpus": 1,
+        "checkpoint_every_steps": 5,
+        "config": config,
+        **overrides,
+    }
+    return StepSpec(**fields)
+
+
+def counting_asset(spec: StepSpec, lineage: str = "counting") -> dg.AssetsDefinition:
+    @dg.asset(name="counting", description="The counting workload, run on whichever pool placement picks.")
+    def counting(context: dg.AssetExecutionContext, compute: ComputeResource) -> dg.MaterializeResult:
+        step = compute.run(context, spec, lineage=lineage)
+        return dg.MaterializeResult(metadata=step.metadata())
+
+    return counting
+
+
+def materialize_counting(
+    home: Path, pools_file: Path, spec: StepSpec, *, instance: dg.DagsterInstance | None = None, lineage: str = "counting"
+) -> dg.ExecuteInProcessResult:
+    """Materialize the counting asset once; raises on failure like any test of an asset."""
+    return dg.materialize(
+        [counting_asset(spec, lineage)],
+        resources={"compute": ComputeResource(storage_root=str(home), pools_file=str(pools_file))},
+        instance=instance,
+        raise_on_error=True,
+    )
+
+
+def result_metadata(result: dg.ExecuteInProcessResult) -> dict[str, Any]:
+    (mat,) = result.asset_materializations_for_node("counting")
+    return {k: v.value for k, v in mat.metadata.items()}
