@@ -9,6 +9,7 @@ from robotics_lane.assets.teleop import TELEOP_EPISODES
 from robotics_lane.jobs import nightly_sweep_job, policy_round_job, robot_eval_ingest_job, teleop_ingest_job
 from robotics_lane.partitions import robot_evals, teleop_sessions
 from robotics_lane.sweeps import SWEEPS
+from sensors.inflight_watcher import make_inflight_watcher
 from sensors.landing_drops import make_landing_sensor
 from sensors.retraining import make_retraining_sensor
 from sensors.schedules import make_nightly_schedule
@@ -45,11 +46,12 @@ nightly_sweep_schedule = make_nightly_schedule(
     configs=sorted(SWEEPS),
     description="Every night at 02:00 UTC: one spot-backed rollout sweep per configuration for the night that ended.",
 )
+gpu_job_watcher = make_inflight_watcher(name="robotics_gpu_job_watcher", asset_prefix="robotics/")
 
 defs = dg.Definitions(
     assets=dg.load_assets_from_modules([teleop, rollouts, policy, real_robot]),
     jobs=[teleop_ingest_job, nightly_sweep_job, policy_round_job, robot_eval_ingest_job],
-    sensors=[teleop_session_sensor, robot_eval_sensor, policy_round_sensor],
+    sensors=[teleop_session_sensor, robot_eval_sensor, policy_round_sensor, gpu_job_watcher],
     schedules=[nightly_sweep_schedule],
     resources=platform_resources(),
 )

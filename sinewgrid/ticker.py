@@ -45,6 +45,7 @@ class SensorTick:
     new_partitions: list[str] = field(default_factory=list)
     runs: list[RunOutcome] = field(default_factory=list)
     already_run: list[str] = field(default_factory=list)
+    asset_events: list[str] = field(default_factory=list)
 
 
 def workspace_locations(workspace: Path = REPO_ROOT / "workspace.yaml") -> dict[str, str]:
@@ -105,6 +106,9 @@ def tick_sensor(
             tick.new_partitions.extend(request.partition_keys)
     if data.cursor is not None and data.cursor != cursor:
         instance.run_storage.set_cursor_values({key: data.cursor})
+    for event in data.asset_events or []:
+        instance.report_runless_asset_event(event)  # what the daemon does with a sensor's asset events
+        tick.asset_events.append(event.asset_key.to_user_string())
     if not data.run_requests:
         tick.skipped = data.skip_message or "nothing requested"
     _run_requests(tick, defs, instance, data.run_requests or [], sensor.job_name, SENSOR_NAME_TAG, sensor.name, on_run, log_level)

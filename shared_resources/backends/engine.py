@@ -163,7 +163,7 @@ class EngineBackend(abc.ABC):
         ) as session:
             env = {**session.get_bootstrap_env_vars(), "SINEWGRID_POOL": pool.name}
             handle = self.submit(pool, spec, Launch(env=env, **launch_base))
-            inflight.add(handle, run_id=context.run_id, step=spec.name, asset=context.asset_key.to_user_string())
+            inflight.add(handle, **attempt_owner(context, spec, extras))
             context.log.info(f"{spec.name}: submitted to {pool.name} as {self.kind} job {handle.job_id}")
             try:
                 status = self._watch(context, pool, handle)
@@ -230,6 +230,18 @@ class EngineBackend(abc.ABC):
         return AttemptOutcome.failed
 
 
+def attempt_owner(context: dg.AssetExecutionContext, spec: StepSpec, extras: dict[str, Any]) -> dict[str, Any]:
+    """Who an in-flight job belongs to: enough for the watcher to account for it alone."""
+    return {
+        "run_id": context.run_id,
+        "step": spec.name,
+        "asset": context.asset_key.to_user_string(),
+        "partition": context.partition_key if context.has_partition_key else None,
+        "attempt": int(extras.get("attempt", 1)),
+        "gpus": spec.gpus,
+    }
+
+
 class InFlight:
     """Jobs submitted and not yet collected, one JSON file each under `state/inflight/`.
 
@@ -252,4 +264,10 @@ class InFlight:
             fs.rm(path)
 
     def records(self) -> list[dict[str, Any]]:
-        return [read_json(uri) for uri in glob_uris(self.storage.uri("state", "inflight", "*.json"))]
+        """Every in-flight record, each with its own `uri`."""
+        return [{**read_json(uri), "uri": uri} for uri in glob_uris(self.storage.uri("state", "inflight", "*.json"))]
+
+    def discard(self, record: dict[str, Any]) -> None:
+        fs, path = fs_for(record["uri"])
+        if fs.exists(path):
+            fs.rm(path)

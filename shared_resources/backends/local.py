@@ -5,21 +5,24 @@ from __future__ import annotations
 import signal
 import sys
 from pathlib import Path
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 import os
+import time
 import tempfile
 from subprocess import STDOUT, Popen
 from typing import IO
 from typing import Any
 
 import dagster as dg
+import psutil
 from dagster._core.pipes.utils import open_pipes_session
 
 from shared_resources.backends.base import AttemptOutcome, AttemptResult
+from shared_resources.backends.engine import InFlight, JobHandle, JobState, JobStatus, attempt_owner
 from shared_resources.capacity import pool_slot
 from shared_resources.pools import Pool
 from shared_resources.step_spec import StepSpec
-from shared_resources.storage import REPO_ROOT, write_bytes_atomic
+from shared_resources.storage import REPO_ROOT, Storage, write_bytes_atomic
 from shared_resources.workload import PREEMPTED_EXIT_CODE
 
 # A process killed by these signals lost its node (spot reclaim, OOM-killer on a
@@ -44,11 +47,14 @@ class PreemptiblePipesSubprocessClient(dg.PipesSubprocessClient):
         env: Mapping[str, str] | None = None,
         cwd: str | None = None,
         output: IO[bytes] | None = None,
+        on_started: Callable[[Popen], None] | None = None,
+        on_ended: Callable[[Popen], None] | None = None,
     ) -> tuple[int, dg.PipesClientCompletedInvocation]:
         """Run `command` in a Pipes session; return its exit code and what it reported.
 
         `output`, if given, receives the process's stdout and stderr (the workload's own
-        reports travel through Pipes either way).
+        reports travel through Pipes either way). `on_started`/`on_ended` see the process
+        (the backend records it as in flight between the two).
         """
         with open_pipes_session(
             context=context,
@@ -63,6 +69,8 @@ class PreemptiblePipesSubprocessClient(dg.PipesSubprocessClient):
                 stdout=output,
                 stderr=STDOUT if output is not None else None,
             )
+            if on_started:
+                on_started(process)
             try:
                 process.wait()
             except dg.DagsterExecutionInterruptedError:
@@ -70,11 +78,21 @@ class PreemptiblePipesSubprocessClient(dg.PipesSubprocessClient):
                 process.send_signal(signal.SIGTERM)
                 process.wait(timeout=self.termination_timeout_seconds)
                 raise
+            finally:
+                if on_ended:
+                    on_ended(process)
         return process.returncode, dg.PipesClientCompletedInvocation(session)
 
 
 class LocalBackend:
-    """Runs the workload with this interpreter on this machine."""
+    """Runs the workload with this interpreter on this machine.
+
+    While it runs, the process is recorded in flight (pid and start time, so a reused pid
+    is never mistaken for it) and the watcher sensor can stop it if the run that owns it
+    is gone.
+    """
+
+    kind = "local"
 
     def __init__(self) -> None:
         self.client = PreemptiblePipesSubprocessClient(cwd=str(REPO_ROOT))
@@ -108,9 +126,21 @@ class LocalBackend:
                 return AttemptResult(AttemptOutcome.refused, None, log_tail=f"all {pool.max_concurrent_steps} slots of {pool.name} are busy")
             # The process's own output (library banners, warnings) goes to a log file per attempt,
             # kept in the object store beside the run; what the workload reports comes through Pipes.
+            inflight = InFlight(Storage.at(str(extras["storage_root"]))) if extras.get("storage_root") else None
+            handles: list[JobHandle] = []
+
+            def started(process: Popen) -> None:
+                handles.append(self.handle_for(pool, process.pid))
+                if inflight:
+                    inflight.add(handles[0], **attempt_owner(context, spec, extras))
+
+            def ended(process: Popen) -> None:
+                if inflight and handles:
+                    inflight.remove(handles[0])
+
             with tempfile.TemporaryFile() as output:
                 exit_code, invocation = self.client.launch(
-                    context=context, command=command, extras=extras, output=output
+                    context=context, command=command, extras=extras, output=output, on_started=started, on_ended=ended
                 )
                 output.seek(0)
                 log = output.read()
@@ -130,3 +160,36 @@ class LocalBackend:
         else:
             outcome = AttemptOutcome.failed
         return AttemptResult(outcome, exit_code, messages, metadata, log_uri=log_uri, log_tail=tail)
+
+    # Handles, for the watcher ---------------------------------------------------------
+    @staticmethod
+    def handle_for(pool: Pool, pid: int) -> JobHandle:
+        created = psutil.Process(pid).create_time()
+        return JobHandle("local", pool.name, str(pid), time.time(), {"create_time": created})
+
+    @staticmethod
+    def _process(handle: JobHandle) -> psutil.Process | None:
+        try:
+            process = psutil.Process(int(handle.job_id))
+            if abs(process.create_time() - float(handle.info["create_time"])) > 0.01:
+                return None  # the pid was reused by another process
+            return None if process.status() == psutil.STATUS_ZOMBIE else process
+        except psutil.NoSuchProcess:
+            return None
+
+    def status(self, handle: JobHandle) -> JobStatus:
+        process = self._process(handle)
+        return JobStatus(JobState.running) if process else JobStatus(JobState.gone, reason="process not found")
+
+    def signal(self, handle: JobHandle, signum: int = signal.SIGTERM) -> None:
+        if process := self._process(handle):
+            process.send_signal(signum)
+
+    def cancel(self, handle: JobHandle, grace_seconds: float = 10.0) -> None:
+        """SIGTERM (the workload checkpoints and exits), SIGKILL after `grace_seconds`."""
+        if process := self._process(handle):
+            process.terminate()
+            try:
+                process.wait(grace_seconds)
+            except psutil.TimeoutExpired:
+                process.kill()

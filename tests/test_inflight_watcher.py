@@ -1,0 +1,147 @@
+"""The in-flight watcher: a workload left running by an orchestrator that died is found,
+stopped and booked; one whose run is still going is left alone."""
+
+from __future__ import annotations
+
+import importlib
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import dagster as dg
+import psutil
+import pytest
+
+from sensors.inflight_watcher import make_inflight_watcher
+from shared_resources.backends.engine import InFlight, JobHandle
+from shared_resources.backends.local import LocalBackend
+from shared_resources.ledger import read_ledger
+from shared_resources.pools import load_pools
+from shared_resources.resources import platform_resources
+from shared_resources.storage import REPO_ROOT, Storage
+
+CATALOG = """
+pools:
+  here:
+    provider: local
+    region: local
+    backend: local
+    purchasing: on_demand
+    accelerator: local
+    gpus_per_node: 1
+    price_per_gpu_hour: 3.6
+"""
+
+ORCHESTRATOR = textwrap.dedent(
+    """
+    import dagster as dg
+    from tests.engines.steps import counting_spec, materialize_counting
+    from pathlib import Path
+    import sys
+    home, pools = Path(sys.argv[1]), Path(sys.argv[2])
+    with dg.DagsterInstance.get() as instance:
+        materialize_counting(home, pools, counting_spec(config={"steps": 400, "step_seconds": 0.25}), instance=instance)
+    """
+)
+
+
+def _wait_for(predicate, what: str, timeout: float = 60.0):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(0.2)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def _watcher_tick(instance: dg.DagsterInstance, home: Path, pools: Path) -> dg.SensorResult:
+    watcher = make_inflight_watcher(name="test_watcher", asset_prefix="counting")
+    resources = platform_resources(root=str(home), pools_file=str(pools))
+    with dg.build_sensor_context(instance=instance, resources=resources) as context:
+        return watcher(context)
+
+
+def test_watcher_stops_the_workload_of_a_dead_orchestrator(home: Path, tmp_path: Path):
+    pools = tmp_path / "pools.yaml"
+    pools.write_text(CATALOG)
+    storage = Storage.at(str(home))
+    env = {**os.environ, "PYTHONPATH": str(REPO_ROOT)}
+    orchestrator = subprocess.Popen([sys.executable, "-c", ORCHESTRATOR, str(home), str(pools)], env=env, cwd=REPO_ROOT)
+    try:
+        (record,) = _wait_for(lambda: InFlight(storage).records(), "the step to be in flight")
+        workload = psutil.Process(int(record["handle"]["job_id"]))
+        _wait_for(lambda: storage.fs.exists(storage.checkpoints("counting").removeprefix("file://")), "a checkpoint")
+        orchestrator.send_signal(signal.SIGKILL)  # the run worker dies; the GPU job does not
+        orchestrator.wait(timeout=30)
+        assert workload.is_running(), "the workload should outlive its orchestrator (that is the problem)"
+
+        with dg.DagsterInstance.get() as instance:
+            run = instance.get_run_by_id(record["owner"]["run_id"])
+            assert run is not None and run.status == dg.DagsterRunStatus.STARTED
+            # While the run still counts as running, the watcher leaves the job alone.
+            result = _watcher_tick(instance, home, pools)
+            assert not result.asset_events and workload.is_running()
+            # Dagster's run monitoring marks a run whose worker died as failed; do what it does.
+            instance.report_run_failed(run)
+            result = _watcher_tick(instance, home, pools)
+
+        (observation,) = result.asset_events
+        assert observation.asset_key == dg.AssetKey("counting")
+        assert observation.metadata["watcher"].value == "orphaned"
+        assert observation.metadata["action"].value == "cancelled"
+        workload.wait(timeout=30)
+        assert not workload.is_running()
+        assert InFlight(storage).records() == []
+        ledger = read_ledger(storage.ledger())
+        orphaned = ledger[ledger.outcome == "orphaned"]
+        assert len(orphaned) == 1 and orphaned.iloc[0].pool == "here" and orphaned.iloc[0].cost_usd > 0
+    finally:
+        if orchestrator.poll() is None:
+            orchestrator.kill()
+        for child in psutil.Process().children(recursive=True):
+            child.kill()
+
+
+def test_watcher_clears_a_stale_record_and_ignores_other_lanes(home: Path, tmp_path: Path, instance: dg.DagsterInstance):
+    pools = tmp_path / "pools.yaml"
+    pools.write_text(CATALOG)
+    inflight = InFlight(Storage.at(str(home)))
+    gone = JobHandle("local", "here", "999999999", time.time(), {"create_time": 0.0})
+    owner = {"run_id": "0" * 36, "step": "x", "partition": None, "attempt": 1, "gpus": 1}
+    inflight.add(gone, **owner, asset="counting")
+    other_lane = JobHandle("local", "here", "999999998", time.time(), {"create_time": 0.0})
+    inflight.add(other_lane, **owner, asset="elsewhere/model")
+
+    result = _watcher_tick(instance, home, pools)
+
+    (observation,) = result.asset_events
+    assert observation.metadata["watcher"].value == "stale"
+    remaining = [r["owner"]["asset"] for r in inflight.records()]
+    assert remaining == ["elsewhere/model"]
+    assert read_ledger(Storage.at(str(home)).ledger()).empty  # nothing held a pool: nothing booked
+
+
+def test_local_handle_never_matches_a_reused_pid():
+    process = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    try:
+        pool = load_pools()["local"]
+        handle = LocalBackend.handle_for(pool, process.pid)
+        assert LocalBackend().status(handle).state.value == "running"
+        reused = JobHandle("local", pool.name, str(process.pid), handle.submitted_at, {"create_time": 1.0})
+        assert LocalBackend().status(reused).state.value == "gone"
+        LocalBackend().cancel(handle)
+        assert LocalBackend().status(handle).state.value == "gone"
+    finally:
+        process.kill()
+
+
+@pytest.mark.parametrize("module", ["cell_lane.definitions", "robotics_lane.definitions"])
+def test_each_lane_has_a_watcher(module):
+    defs = importlib.import_module(module).defs
+    names = [s.name for s in defs.sensors]
+    assert any(name.endswith("gpu_job_watcher") for name in names)
