@@ -1,25 +1,272 @@
-"""The production instance config is valid Dagster instance configuration."""
+"""What `deploy/` describes agrees with the code: the production instance config validates against
+the classes it names, the Helm values load the same code locations as workspace.yaml, the images
+pin what pyproject.toml and mk/isaaclab.mk pin, and every pool catalog loads.
 
+Docker and Helm do not run here: images and chart are checked by parsing, not built or installed.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import re
+import shlex
+import tomllib
 from pathlib import Path
+from typing import Any
 
+import dagster as dg
+import kubernetes
+import pytest
+import yaml
+from dagster._config import process_config, resolve_to_config_type
 from dagster._core.instance.config import dagster_instance_config
+from dagster._core.instance.ref import InstanceRef
+from dagster._core.storage.tags import CODE_LOCATION_TAG
+from dagster_k8s.models import k8s_model_from_dict
+from packaging.requirements import Requirement
+from packaging.specifiers import SpecifierSet
+
+from shared_resources.pools import Backend, load_pools
 
 REPO = Path(__file__).resolve().parent.parent
+DEPLOY = REPO / "deploy"
+DOCKER = DEPLOY / "docker"
+HELM_VALUES = DEPLOY / "helm" / "values.yaml"
+
+
+# --- what the repository pins ---------------------------------------------------------------
+
+
+def _pyproject() -> dict[str, Any]:
+    return tomllib.loads((REPO / "pyproject.toml").read_text())
+
+
+def _pinned(package: str) -> str:
+    """The exact version pyproject.toml pins `package` to (`==X`)."""
+    for line in _pyproject()["project"]["dependencies"]:
+        req = Requirement(line)
+        if req.name == package:
+            pins = [s.version for s in req.specifier if s.operator == "=="]
+            assert pins, f"pyproject.toml: `{line}` is not pinned exactly; the images restate exact pins"
+            return pins[0]
+    raise AssertionError(f"pyproject.toml does not list {package}")
+
+
+def _isaaclab_mk() -> dict[str, str]:
+    """The `NAME ?= value` settings of mk/isaaclab.mk."""
+    text = (REPO / "mk" / "isaaclab.mk").read_text()
+    return {m[1]: m[2].strip() for m in re.finditer(r"^([A-Z0-9_]+)\s*\?=\s*(.*)$", text, re.M)}
+
+
+def _dockerfile_args(name: str) -> dict[str, str]:
+    """The `ARG NAME=default` values of deploy/docker/<name>.Dockerfile."""
+    path = DOCKER / f"{name}.Dockerfile"
+    args: dict[str, str] = {}
+    for m in re.finditer(r"^ARG\s+([A-Za-z0-9_]+)=(.*)$", path.read_text(), re.M):
+        value = m[2].strip()
+        value = shlex.split(value)[0] if value.startswith(('"', "'")) else value
+        assert args.get(m[1], value) == value, f"{path.name}: ARG {m[1]} has two different defaults"
+        args[m[1]] = value
+    return args
+
+
+def _workspace_locations() -> dict[str, str]:
+    """Code location name -> module, as workspace.yaml loads them."""
+    doc = yaml.safe_load((REPO / "workspace.yaml").read_text())
+    return {e["python_module"]["location_name"]: e["python_module"]["module_name"] for e in doc["load_from"]}
+
+
+def _helm() -> dict[str, Any]:
+    return yaml.safe_load(HELM_VALUES.read_text())
+
+
+def _instance_yaml() -> dict[str, Any]:
+    return yaml.safe_load((DEPLOY / "dagster.yaml").read_text())
+
+
+def _env_names(node: object) -> set[str]:
+    """Every `{env: NAME}` reference in a config tree."""
+    if isinstance(node, dict):
+        if set(node) == {"env"}:
+            return {node["env"]}
+        return set().union(*(_env_names(v) for v in node.values())) if node else set()
+    if isinstance(node, list):
+        return set().union(*(_env_names(v) for v in node)) if node else set()
+    return set()
+
+
+# --- the production instance (deploy/dagster.yaml) -----------------------------------------
 
 
 def test_production_instance_config_validates():
-    config, _ = dagster_instance_config(str(REPO / "deploy"))
+    config, _ = dagster_instance_config(str(DEPLOY))
     assert "postgres" in config["storage"]
     assert config["storage"]["postgres"]["postgres_db"]["scheme"] == "postgresql+psycopg2"
     assert config["telemetry"]["enabled"] is False
+    assert "SQLite" in (DEPLOY / "dagster.yaml").read_text(), "dagster.yaml must say local runs use SQLite, not this file"
+
+
+def test_each_configured_class_imports_and_accepts_its_config(monkeypatch: pytest.MonkeyPatch):
+    env_names = _env_names(_instance_yaml())
+    assert {"DAGSTER_PG_PASSWORD", "DAGSTER_COMPUTE_LOG_BUCKET"} <= env_names
+    for name in env_names:
+        monkeypatch.setenv(name, f"dummy-{name.lower()}")
+
+    ref = InstanceRef.from_dir(str(DEPLOY))
+    configured = {
+        "storage": ref.storage_data,
+        "run_coordinator": ref.run_coordinator_data,
+        "run_launcher": ref.run_launcher_data,
+        "compute_logs": ref.compute_logs_data,
+    }
+    classes = {}
+    for role, data in configured.items():
+        try:
+            module = importlib.import_module(data.module_name)
+        except ModuleNotFoundError as exc:
+            pytest.fail(f"deploy/dagster.yaml `{role}` needs {exc.name}, not installed: add it to pyproject.toml (same pin family as dagster-k8s)")
+        klass = getattr(module, data.class_name, None)
+        assert klass is not None, f"deploy/dagster.yaml `{role}`: {data.module_name} has no class {data.class_name}"
+        result = process_config(resolve_to_config_type(klass.config_type()), data.config_dict)
+        assert result.success, f"deploy/dagster.yaml `{role}` ({data.class_name}): {[e.message for e in result.errors or []]}"
+        classes[role] = f"{klass.__module__.split('.')[0]}.{klass.__name__}"
+    assert classes == {
+        "storage": "dagster_postgres.DagsterPostgresStorage",
+        "run_coordinator": "dagster.QueuedRunCoordinator",
+        "run_launcher": "dagster_k8s.K8sRunLauncher",
+        "compute_logs": "dagster_aws.S3ComputeLogManager",
+    }
+
+    # The environment is really read: without one of its variables the same config is refused.
+    monkeypatch.delenv("DAGSTER_COMPUTE_LOG_BUCKET")
+    data = ref.compute_logs_data
+    klass = getattr(importlib.import_module(data.module_name), data.class_name)
+    assert not process_config(resolve_to_config_type(klass.config_type()), data.config_dict).success
+
+
+def test_run_queue_limits_each_lane_the_same_in_both_instance_configs():
+    instance_limits = _instance_yaml()["run_coordinator"]["config"]["tag_concurrency_limits"]
+    queued = _helm()["dagsterDaemon"]["runCoordinator"]["config"]["queuedRunCoordinator"]
+    assert queued["tagConcurrencyLimits"] == instance_limits
+    assert queued["maxConcurrentRuns"] == _instance_yaml()["run_coordinator"]["config"]["max_concurrent_runs"]
+    assert {limit["key"] for limit in instance_limits} == {CODE_LOCATION_TAG}
+    assert {limit["value"] for limit in instance_limits} == set(_workspace_locations())
+    assert all(limit["limit"] < queued["maxConcurrentRuns"] for limit in instance_limits), "a lane must not be able to take every run slot"
+
+
+def test_run_pod_resources_are_valid_kubernetes_and_the_same_in_both():
+    from_instance = _instance_yaml()["run_launcher"]["config"]["resources"]
+    from_helm = _helm()["runLauncher"]["config"]["k8sRunLauncher"]["resources"]
+    assert from_helm == from_instance
+    model = k8s_model_from_dict(kubernetes.client.V1ResourceRequirements, from_helm)
+    assert model.requests["memory"] and model.limits["memory"]
+    assert not any("gpu" in key for key in {**model.requests, **model.limits}), "run pods orchestrate; GPU steps go to the pools"
+
+
+# --- the Helm values (deploy/helm/values.yaml) ----------------------------------------------
+
+
+def test_helm_values_load_each_lane_as_workspace_yaml_does():
+    workspace = _workspace_locations()
+    deployments = _helm()["dagster-user-deployments"]
+    assert deployments["enabled"] is True
+    by_name = {d["name"]: d for d in deployments["deployments"]}
+    assert set(by_name) == set(workspace) == {"cell", "robotics"}
+    for name, deployment in by_name.items():
+        args = deployment["dagsterApiGrpcArgs"]
+        module = args[args.index("-m") + 1]
+        assert module == workspace[name], f"helm deployment `{name}` loads {module}, workspace.yaml loads {workspace[name]}"
+        assert importlib.util.find_spec(module) is not None, f"helm deployment `{name}`: module {module} not found"
+        assert isinstance(importlib.import_module(module).defs, dg.Definitions)
+        assert deployment["includeConfigInLaunchedRuns"]["enabled"] is True, "run pods must get the lane's image and env"
+
+
+def test_helm_values_run_on_kubernetes_with_external_postgres_and_the_daemon():
+    values = _helm()
+    assert values["runLauncher"]["type"] == "K8sRunLauncher"
+    pg = values["postgresql"]
+    assert pg["enabled"] is False and pg["postgresqlHost"], "an external PostgreSQL, named by postgresqlHost"
+    assert pg["postgresqlScheme"] == "postgresql+psycopg2"
+    assert values["generatePostgresqlPasswordSecret"] is False and values["global"]["postgresqlSecretName"]
+    daemon = values["dagsterDaemon"]
+    assert daemon["enabled"] is True, "sensors and the nightly schedule need the daemon"
+    assert daemon["runCoordinator"]["type"] == "QueuedRunCoordinator"
+    assert values["computeLogManager"]["type"] == "S3ComputeLogManager"
+
+
+def test_helm_env_names_an_s3_root_and_a_catalog_the_image_carries():
+    project_version = _pyproject()["project"]["version"]
+    dockerfile = (DOCKER / "orchestration.Dockerfile").read_text()
+    workdir = re.search(r"^WORKDIR\s+(\S+)$", dockerfile, re.M)[1]
+    assert re.search(r"^COPY deploy/pools ", dockerfile, re.M), "the orchestration image must carry deploy/pools"
+    values = _helm()
+    images = [values["dagsterWebserver"]["image"], values["dagsterDaemon"]["image"]]
+    for deployment in values["dagster-user-deployments"]["deployments"]:
+        images.append(deployment["image"])
+        env = deployment["env"]
+        assert env["SINEWGRID_HOME"].startswith("s3://"), f"{deployment['name']}: SINEWGRID_HOME must be an s3:// root"
+        catalog = env["SINEWGRID_POOLS"]
+        assert catalog.startswith(workdir + "/"), f"{deployment['name']}: SINEWGRID_POOLS must lie in the image ({workdir})"
+        pools = load_pools(REPO / Path(catalog).relative_to(workdir))
+        assert any(p.backend is not Backend.local for p in pools.values())
+    for image in images:
+        assert image["repository"].endswith("/orchestration") and image["tag"] == project_version
+
+
+def test_helm_chart_version_is_the_pinned_dagster():
+    dagster_version = _pinned("dagster")
+    assert f"dagster/dagster {dagster_version}" in HELM_VALUES.read_text()
+    assert f"--version {dagster_version}" in (DEPLOY / "helm" / "README.md").read_text()
+
+
+# --- the images (deploy/docker) -------------------------------------------------------------
+
+
+def test_images_pin_what_pyproject_and_isaaclab_mk_pin():
+    requires_python = SpecifierSet(_pyproject()["project"]["requires-python"])
+    orchestration, workload, isaaclab = (_dockerfile_args(n) for n in ("orchestration", "workload", "isaaclab"))
+
+    assert orchestration["TORCH_VERSION"] == workload["TORCH_VERSION"] == _pinned("torch")
+    assert orchestration["DAGSTER_INTEGRATIONS_VERSION"] == _pinned("dagster-k8s") == _pinned("dagster-postgres")
+    assert orchestration["PYTHON_VERSION"] in requires_python and workload["PYTHON_VERSION"] in requires_python
+
+    # The CUDA base image and the torch wheel index name the same CUDA (12.8.x <-> cu128).
+    major, minor = workload["CUDA_VERSION"].split(".")[:2]
+    assert workload["TORCH_CUDA"] == f"cu{major}{minor}", "TORCH_CUDA must match CUDA_VERSION"
+
+    mk = _isaaclab_mk()
+    assert isaaclab["ISAACLAB_VERSION"] == mk["ISAACLAB_VERSION"]
+    assert isaaclab["PYTHON_VERSION"] == "3.12", "Isaac Lab 3 supports only Python 3.12"
+    packages = isaaclab["ISAACLAB_WORKLOAD_PACKAGES"].split()
+    assert sorted(packages) == sorted(mk["ISAACLAB_WORKLOAD_PACKAGES"].split())
+    pipes = next(Requirement(p) for p in packages if Requirement(p).name == "dagster-pipes")
+    assert str(pipes.specifier) == f"=={_pinned('dagster-pipes')}"
+
+
+@pytest.mark.parametrize("name", ["orchestration", "workload"])
+def test_project_images_copy_every_package_the_project_ships(name: str):
+    """A new top-level package that the image does not copy would fail only at run time, in the cluster."""
+    dockerfile = (DOCKER / f"{name}.Dockerfile").read_text()
+    copied = set()
+    for line in re.findall(r"^COPY\s+(.+)$", dockerfile, re.M):
+        words = [w for w in line.split() if not w.startswith("--")]
+        if "--from=" not in line:
+            copied.update(words[:-1])  # every source; the last word is the destination
+    shipped = {pattern.rstrip("*") for pattern in _pyproject()["tool"]["setuptools"]["packages"]["find"]["include"]}
+    assert shipped <= copied, f"{name}.Dockerfile does not COPY {sorted(shipped - copied)}"
+    assert {"pyproject.toml", "README.md"} <= copied  # what `pip install .` reads
+
+
+# --- the pool catalogs (deploy/pools) -------------------------------------------------------
 
 
 def test_cloud_pool_examples_validate_and_place():
     from shared_resources.placement import plan_placement
-    from shared_resources.pools import Capacity, load_pools
+    from shared_resources.pools import Capacity
     from shared_resources.step_spec import StepSpec
 
-    files = sorted((REPO / "deploy" / "pools").glob("*.yaml"))
+    files = sorted((DEPLOY / "pools").glob("*.yaml"))
     assert {f.stem for f in files} == {"aws", "gcp", "azure", "oci", "gpu-cloud"}
     everything = {}
     for path in files:
@@ -34,3 +281,22 @@ def test_cloud_pool_examples_validate_and_place():
     assert all(p.backend.value == "slurm" for p in plan.ranked)  # only pools with one fabric for 16 GPUs
     refused = {v.pool for v in plan.verdicts if not v.feasible}
     assert "aws-eks-g6e-spot" in refused and "gpucloud-ray-l40s-spot" in refused
+
+
+def test_pool_runtimes_name_the_images_and_interpreters_deploy_builds():
+    """Kubernetes pools run the images deploy/docker builds, tagged with the versions they carry;
+    Slurm pools run an interpreter on the cluster's shared filesystem."""
+    project_version = _pyproject()["project"]["version"]
+    isaaclab_version = _isaaclab_mk()["ISAACLAB_VERSION"]
+    for path in sorted((DEPLOY / "pools").glob("*.yaml")):
+        for pool in load_pools(path).values():
+            where = f"{path.name}: pool {pool.name}"
+            if pool.backend is Backend.kubernetes:
+                assert pool.runtimes["default"].endswith(f"/workload:{project_version}"), f"{where}: runtime `default`"
+                if "isaaclab" in pool.runtimes:
+                    assert re.search(rf"/isaaclab:{re.escape(isaaclab_version)}\b", pool.runtimes["isaaclab"]), f"{where}: runtime `isaaclab`"
+            elif pool.backend is Backend.slurm:
+                for runtime, interpreter in pool.runtimes.items():
+                    assert isinstance(interpreter, str) and interpreter.startswith("/") and interpreter.endswith("/bin/python"), (
+                        f"{where}: runtime `{runtime}` must be an absolute interpreter path on the shared filesystem"
+                    )
