@@ -30,6 +30,12 @@ class SlurmSettings(_Settings):
     account: str | None = None
     qos: str | None = None
     time_limit: str = Field(default="24:00:00", description="`--time` for every job (Slurm's [D-]HH:MM:SS).")
+    time_limit_notice_seconds: int = Field(
+        default=300,
+        ge=0,
+        description="SIGTERM the workload this long before `--time` runs out, so it checkpoints and the step "
+        "goes on in a new job (`--signal=B:TERM@N`); 0: no notice.",
+    )
     gpu_flag: str = Field(default="gres", pattern="^(gres|gpus)$", description="Ask for GPUs with `--gres=gpu:N` or `--gpus=N`.")
     cpus_per_gpu: int | None = None
     extra_args: list[str] = Field(default_factory=list, description="More `sbatch` arguments, as given.")
@@ -43,6 +49,11 @@ class RaySettings(_Settings):
         default_factory=dict, description="Ray custom resources that pin jobs to this pool's nodes, e.g. `{pool_spot: 1}`."
     )
     runtime_env: dict[str, Any] = Field(default_factory=dict, description="Ray runtime environment for every job on this pool.")
+    gpu_resource: str | None = Field(
+        default="GPU",
+        description="How a step's GPUs are asked for: `GPU` (Ray's own, `entrypoint_num_gpus`), another custom "
+        "resource name, or null to ask for none (the pool's `resources` already stand for GPU nodes).",
+    )
 
 
 class KubernetesSettings(_Settings):
@@ -55,7 +66,8 @@ class KubernetesSettings(_Settings):
     env_from_secrets: list[str] = Field(default_factory=list, description="Secrets mounted as environment (object-store credentials).")
     labels: dict[str, str] = Field(default_factory=dict)
     kubeconfig: str | None = Field(default=None, description="Path to a kubeconfig; default: in-cluster config, then ~/.kube/config.")
-    context: str | None = None
+    context: str | None = Field(default=None, description="The kubeconfig context to use (default: its current context).")
+    poll_seconds: float = Field(default=5.0, gt=0, description="How often to ask the API server about a running pod.")
 
 
 SETTINGS_BY_BACKEND: dict[str, type[_Settings]] = {

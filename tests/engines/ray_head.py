@@ -1,0 +1,172 @@
+"""A real, single-node Ray 2.60 head for tests: started on free ports in its own temporary
+folder, so it collides with no other Ray on the machine, and stopped by process id.
+
+    head = start_ray_head(tmp_dir, resources={"pool_spot": 2, "pool_steady": 1})
+    ...  # submit jobs to head.address (the Jobs API / dashboard URL)
+    head.stop()
+
+Teardown kills only this head's processes (its own session, plus anything whose command
+line names its temp folder) instead of running `ray stop`, which stops every Ray on the
+machine, including other people's.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import psutil
+
+RAY_CLI = str(Path(sys.executable).with_name("ray"))
+START_TIMEOUT_SECONDS = 120.0
+DEFAULT_RESOURCES = {"pool_spot": 2, "pool_steady": 1}
+
+
+class RayHeadError(RuntimeError):
+    """The Ray head did not come up; the message carries its logs."""
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def _tail(path: Path, lines: int = 30) -> str:
+    try:
+        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+    except OSError:
+        return "(missing)"
+
+
+@dataclass
+class RayHead:
+    address: str  # the Jobs API / dashboard URL, e.g. http://127.0.0.1:41234
+    gcs_address: str  # what `ray.init(address=...)` would take
+    temp_dir: Path
+    process: subprocess.Popen
+    output: Path
+    resources: dict[str, float] = field(default_factory=dict)
+
+    def logs(self) -> str:
+        """The last lines of the head's own logs, for an error message."""
+        parts = [f"--- ray start output ({self.output}) ---\n{_tail(self.output)}"]
+        logs = self.temp_dir / "session_latest" / "logs"
+        for name in ("gcs_server.out", "raylet.out", "dashboard.log", "dashboard_agent.log"):
+            parts.append(f"--- {logs / name} ---\n{_tail(logs / name, 15)}")
+        return "\n".join(parts)
+
+    def _processes(self) -> list[psutil.Process]:
+        session = os.getsid(self.process.pid) if self.process.poll() is None else self.process.pid
+        found = {}
+        marker = str(self.temp_dir)
+        for proc in psutil.process_iter(["pid", "cmdline"]):
+            try:
+                if proc.pid == os.getpid():
+                    continue
+                if os.getsid(proc.pid) == session or any(marker in arg for arg in proc.info["cmdline"] or []):
+                    found[proc.pid] = proc
+            except (psutil.Error, ProcessLookupError, PermissionError):
+                continue
+        return list(found.values())
+
+    def stop(self) -> None:
+        """Stop this head's processes (SIGTERM, then SIGKILL for stragglers) and remove its folder."""
+        procs = self._processes()
+        for proc in procs:
+            try:
+                proc.send_signal(signal.SIGTERM)
+            except psutil.Error:
+                pass
+        _, alive = psutil.wait_procs(procs, timeout=5)
+        for proc in alive:
+            try:
+                proc.kill()
+            except psutil.Error:
+                pass
+        psutil.wait_procs(alive, timeout=5)
+        if self.process.poll() is None:
+            self.process.kill()
+            self.process.wait(timeout=5)
+        subprocess.run(["rm", "-rf", str(self.temp_dir)], check=False)
+
+
+def start_ray_head(resources: dict[str, float] | None = None, *, num_cpus: int = 2) -> RayHead:
+    """Start a Ray head on 127.0.0.1 with these custom resources; wait until its Jobs API answers.
+
+    Raises RayHeadError, with the head's logs, if it does not come up within two minutes.
+    """
+    resources = dict(DEFAULT_RESOURCES if resources is None else resources)
+    # Ray puts Unix sockets under the temp folder, whose paths must stay under ~107 characters.
+    temp_dir = Path(tempfile.mkdtemp(prefix="sgray-", dir="/tmp"))
+    output = temp_dir / "ray-start.out"
+    dashboard_port = _free_port()
+    gcs_port = _free_port()
+    worker_base = random.randrange(20000, 29000, 100)
+    command = [
+        RAY_CLI, "start", "--head", "--block",
+        "--node-ip-address=127.0.0.1",
+        f"--num-cpus={num_cpus}",
+        f"--resources={json.dumps(resources)}",
+        "--dashboard-host=127.0.0.1",
+        f"--dashboard-port={dashboard_port}",
+        f"--port={gcs_port}",
+        f"--ray-client-server-port={_free_port()}",
+        f"--node-manager-port={_free_port()}",
+        f"--object-manager-port={_free_port()}",
+        f"--dashboard-agent-listen-port={_free_port()}",
+        f"--dashboard-agent-grpc-port={_free_port()}",
+        f"--runtime-env-agent-port={_free_port()}",
+        f"--metrics-export-port={_free_port()}",
+        f"--min-worker-port={worker_base}",
+        f"--max-worker-port={worker_base + 99}",
+        f"--temp-dir={temp_dir}",
+        "--object-store-memory=100000000",
+        "--disable-usage-stats",
+        "--include-dashboard=true",
+    ]  # fmt: skip
+    env = {**os.environ, "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0", "RAY_USAGE_STATS_ENABLED": "0"}
+    env.pop("RAY_ADDRESS", None)
+    with output.open("wb") as out:
+        process = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+    head = RayHead(
+        address=f"http://127.0.0.1:{dashboard_port}",
+        gcs_address=f"127.0.0.1:{gcs_port}",
+        temp_dir=temp_dir,
+        process=process,
+        output=output,
+        resources=resources,
+    )
+    deadline = time.monotonic() + START_TIMEOUT_SECONDS
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            logs = head.logs()
+            head.stop()
+            raise RayHeadError(f"`ray start --head` exited with code {process.returncode} before its Jobs API answered.\n{logs}")
+        if _jobs_api_answers(head.address):
+            return head
+        time.sleep(1.0)
+    logs = head.logs()
+    head.stop()
+    raise RayHeadError(
+        f"the Ray head's Jobs API at {head.address} did not answer within {START_TIMEOUT_SECONDS:g}s. "
+        f"Is the machine out of memory or ports? Its logs:\n{logs}"
+    )
+
+
+def _jobs_api_answers(address: str) -> bool:
+    try:
+        with urllib.request.urlopen(f"{address}/api/jobs/", timeout=5) as response:
+            return response.status == 200
+    except OSError:
+        return False

@@ -1,0 +1,298 @@
+"""The Ray backend against a real Ray 2.60 head started for this module: a step runs as a Ray
+job on the pool its custom resource names; a Ray job stopped from outside resumes from its
+checkpoint with the same result; a pool whose resource the cluster lacks is refused after
+its pending deadline; a crash fails once; a runtime given as a Ray runtime environment
+reaches the job; an exit 75 reads as a preemption."""
+
+from __future__ import annotations
+
+import signal
+import sys
+import textwrap
+import threading
+import time
+from pathlib import Path
+
+import pytest
+from ray.job_submission import JobSubmissionClient
+
+from shared_resources.backends.base import AttemptOutcome
+from shared_resources.backends.engine import JobState, Launch
+from shared_resources.backends.ray import RayBackend
+from shared_resources.ledger import read_ledger
+from shared_resources.pools import load_pools
+from shared_resources.storage import REPO_ROOT, Storage
+from tests.engines.ray_head import RayHead, start_ray_head
+from tests.engines.steps import counting_spec, materialize_counting, result_metadata
+
+STEPS, SEED = 30, 7
+
+
+def _catalog(address: str, extra: str = "") -> str:
+    return textwrap.dedent(
+        f"""
+        pools:
+          ray-spot:
+            provider: test-ray
+            region: local
+            backend: ray
+            backend_settings: {{address: "{address}", resources: {{pool_spot: 1}}, gpu_resource: null}}
+            purchasing: spot
+            capacity: steady
+            accelerator: cpu
+            gpus_per_node: 1
+            price_per_gpu_hour: 1.0
+            cooldown_seconds: 600
+            pending_deadline_seconds: 60
+          ray-steady:
+            provider: test-ray
+            region: local
+            backend: ray
+            backend_settings: {{address: "{address}", resources: {{pool_steady: 1}}, gpu_resource: null}}
+            purchasing: on_demand
+            capacity: steady
+            accelerator: cpu
+            gpus_per_node: 1
+            price_per_gpu_hour: 2.0
+            pending_deadline_seconds: 60
+        """
+    ) + textwrap.indent(textwrap.dedent(extra), "  ")
+
+
+@pytest.fixture(scope="module")
+def ray_head() -> RayHead:
+    head = start_ray_head({"pool_spot": 2, "pool_steady": 1})  # raises with the head's logs if it cannot start
+    yield head
+    head.stop()
+
+
+@pytest.fixture
+def pools_file(tmp_path: Path, ray_head: RayHead) -> Path:
+    path = tmp_path / "pools.yaml"
+    path.write_text(_catalog(ray_head.address))
+    return path
+
+
+@pytest.fixture(scope="module")
+def uninterrupted_digest(ray_head: RayHead, tmp_path_factory) -> str:
+    """The counting workload's digest from one uninterrupted run on the Ray spot pool."""
+    root = tmp_path_factory.mktemp("uninterrupted")
+    home = root / "home"
+    home.mkdir()
+    pools = root / "pools.yaml"
+    pools.write_text(_catalog(ray_head.address))
+    spec = counting_spec("test.ray-uninterrupted", config={"steps": STEPS, "seed": SEED})
+    md = result_metadata(materialize_counting(home, pools, spec))
+    assert md["pool"] == "ray-spot" and md["backend"] == "ray" and md["attempts"] == 1, md
+    return md["digest"]
+
+
+def _jobs_of(client: JobSubmissionClient, step: str) -> list:
+    return [j for j in client.list_jobs() if (j.metadata or {}).get("sinewgrid_step") == step]
+
+
+def test_counting_runs_end_to_end_as_a_ray_job(home, pools_file, ray_head, uninterrupted_digest):
+    spec = counting_spec("test.ray-counting", config={"steps": STEPS, "seed": SEED})
+    md = result_metadata(materialize_counting(home, pools_file, spec))
+    assert md["digest"] == uninterrupted_digest
+    assert (md["pool"], md["backend"], md["attempts"], md["resumed_from"]) == ("ray-spot", "ray", 1, 0)
+    (job,) = _jobs_of(JobSubmissionClient(ray_head.address), spec.name)
+    assert job.status == "SUCCEEDED"
+    assert "tests.engines.counting_workload" in job.entrypoint
+
+
+def test_a_stopped_ray_job_resumes_from_its_checkpoint_with_the_same_digest(home, pools_file, ray_head, uninterrupted_digest):
+    spec = counting_spec("test.ray-stopped", config={"steps": STEPS, "seed": SEED, "step_seconds": 0.15})
+    client = JobSubmissionClient(ray_head.address)
+    stopped: list[str] = []
+    done = threading.Event()
+
+    def stop_once_checkpointed() -> None:
+        # Like an operator's `ray job stop`: once the first attempt has a checkpoint, stop its job.
+        while not done.is_set():
+            running = [j for j in _jobs_of(client, spec.name) if j.status == "RUNNING"]
+            if running and any((home / "checkpoints").rglob("manifest.json")):
+                client.stop_job(running[0].submission_id)
+                stopped.append(running[0].submission_id)
+                return
+            time.sleep(0.2)
+
+    stopper = threading.Thread(target=stop_once_checkpointed, daemon=True)
+    stopper.start()
+    try:
+        md = result_metadata(materialize_counting(home, pools_file, spec))
+    finally:
+        done.set()
+        stopper.join(timeout=10)
+    assert stopped, "the test never found a running Ray job with a checkpoint to stop"
+    assert md["digest"] == uninterrupted_digest
+    assert md["preemptions"] == 1 and md["resumed_from"] > 0, md
+    ledger = read_ledger(Storage.at(str(home)).ledger())
+    assert list(ledger["outcome"]) == ["preempted", "succeeded"]
+    # The stopped spot pool cools down, so the resumed attempt lands on the steady pool.
+    assert list(ledger["pool"]) == ["ray-spot", "ray-steady"]
+
+
+def test_a_pool_whose_resource_the_cluster_lacks_is_refused_and_the_next_pool_runs_it(home, tmp_path, ray_head):
+    missing = f"""
+        ray-missing:
+          provider: test-ray
+          region: local
+          backend: ray
+          backend_settings: {{address: "{ray_head.address}", resources: {{pool_missing: 1}}, gpu_resource: null}}
+          purchasing: reserved
+          capacity: steady
+          accelerator: cpu
+          gpus_per_node: 1
+          price_per_gpu_hour: 0.5
+          pending_deadline_seconds: 3
+    """
+    pools_file = tmp_path / "pools.yaml"
+    pools_file.write_text(_catalog(ray_head.address, missing))
+    spec = counting_spec("test.ray-refused", config={"steps": 5, "seed": SEED})
+    md = result_metadata(materialize_counting(home, pools_file, spec))
+    assert md["pools_tried"] == "ray-missing, ray-spot" and md["pool"] == "ray-spot"
+    ledger = read_ledger(Storage.at(str(home)).ledger())
+    assert list(ledger["outcome"]) == ["refused", "succeeded"]
+    jobs = {(j.metadata or {})["sinewgrid_pool"]: j for j in _jobs_of(JobSubmissionClient(ray_head.address), spec.name)}
+    # Ray 2.60 keeps a stopped never-placed job PENDING (its stop is queued); it never started.
+    assert jobs["ray-missing"].status in ("PENDING", "STOPPED") and jobs["ray-missing"].driver_exit_code is None
+    assert jobs["ray-spot"].status == "SUCCEEDED"
+
+
+def test_a_crash_in_the_workload_fails_once_and_is_not_retried(home, pools_file, ray_head):
+    spec = counting_spec("test.ray-crash", config={"steps": STEPS, "seed": SEED, "fail_at_step": 3})
+    with pytest.raises(Exception, match="exit code 1"):
+        materialize_counting(home, pools_file, spec)
+    ledger = read_ledger(Storage.at(str(home)).ledger())
+    assert list(ledger["outcome"]) == ["failed"] and list(ledger["exit_code"]) == [1]
+    (job,) = _jobs_of(JobSubmissionClient(ray_head.address), spec.name)
+    assert job.status == "FAILED" and job.driver_exit_code == 1
+
+
+def test_a_runtime_given_as_a_ray_runtime_env_reaches_the_job(home, tmp_path, ray_head):
+    # A `sitecustomize` on the runtime's PYTHONPATH prints what the job's Python sees at start.
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "sitecustomize.py").write_text(
+        "import os, sys\nprint('runtime-env-check', os.environ.get('SINEWGRID_TEST_MARKER'), sys.executable, flush=True)\n"
+    )
+    catalog = _catalog(ray_head.address).replace(
+        "gpus_per_node: 1\n    price_per_gpu_hour: 1.0",
+        "gpus_per_node: 1\n    price_per_gpu_hour: 1.0\n    runtimes:\n      marked:\n"
+        "        py_executable: .venv/bin/python\n"
+        f"        env_vars: {{SINEWGRID_TEST_MARKER: from-the-runtime, PYTHONPATH: '{site}'}}",
+    )
+    pools_file = tmp_path / "pools.yaml"
+    pools_file.write_text(catalog)
+    assert isinstance(load_pools(pools_file)["ray-spot"].runtimes["marked"], dict)
+    spec = counting_spec("test.ray-runtime", runtime="marked", config={"steps": 5, "seed": SEED})
+    md = result_metadata(materialize_counting(home, pools_file, spec))
+    assert md["pool"] == "ray-spot"  # the only pool with the `marked` runtime
+    (job,) = _jobs_of(JobSubmissionClient(ray_head.address), spec.name)
+    python = str(REPO_ROOT / ".venv" / "bin" / "python")
+    assert job.runtime_env["py_executable"] == python
+    assert job.runtime_env["env_vars"]["SINEWGRID_TEST_MARKER"] == "from-the-runtime"
+    assert "DAGSTER_PIPES_CONTEXT" in job.runtime_env["env_vars"]  # Pipes bootstrap rides along
+    log = Path(md["workload_log"].removeprefix("file://")).read_text()
+    assert f"runtime-env-check from-the-runtime {python}" in log
+
+
+def test_an_entrypoint_exit_75_reads_as_a_preemption(tmp_path, ray_head):
+    pool = load_pools(_write(tmp_path, _catalog(ray_head.address)))["ray-steady"]
+    spec = counting_spec("test.ray-exit75")
+    backend = RayBackend()
+    launch = Launch(
+        name=f"exit75-{tmp_path.name}",
+        command=[sys.executable, "-c", "import sys; print('yielding'); sys.exit(75)"],
+        env={},
+        workdir=str(REPO_ROOT),
+        output_path=str(tmp_path / "out.log"),
+    )
+    handle = backend.submit(pool, spec, launch)
+    status = backend.status(handle)
+    while not status.state.ended:
+        time.sleep(0.5)
+        status = backend.status(handle)
+    assert (status.state, status.exit_code) == (JobState.failed, 75)
+    assert backend._outcome(status) is AttemptOutcome.preempted
+    assert b"yielding" in backend.collect(handle)
+
+
+def test_a_job_stopped_by_the_backend_is_cancelled_not_preempted(tmp_path, ray_head):
+    pool = load_pools(_write(tmp_path, _catalog(ray_head.address)))["ray-steady"]
+    backend = RayBackend()
+    launch = Launch(
+        name=f"stopme-{tmp_path.name}",
+        command=[sys.executable, "-c", "import time; time.sleep(60)"],
+        env={},
+        workdir=str(REPO_ROOT),
+        output_path=str(tmp_path / "out.log"),
+    )
+    handle = backend.submit(pool, counting_spec("test.ray-stopme"), launch)
+    while backend.status(handle).state is JobState.pending:
+        time.sleep(0.3)
+    backend.signal(handle, signal.SIGTERM)
+    status = backend.status(handle)
+    while not status.state.ended:
+        time.sleep(0.3)
+        status = backend.status(handle)
+    assert status.state is JobState.cancelled
+    # Another process (the watcher) that did not stop it sees a preemption.
+    assert RayBackend().status(handle).state is JobState.preempted
+
+
+def _write(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "pools.yaml"
+    path.write_text(text)
+    return path
+
+
+def test_an_attempt_cancelled_before_ray_placed_it_never_starts_its_workload(tmp_path, ray_head):
+    # Ray queues `stop_job` for a job it has not placed; if capacity appears later the job
+    # starts. The cancel marker the backend leaves makes that late start a no-op.
+    pool = load_pools(_write(tmp_path, _catalog(ray_head.address)))["ray-steady"]
+    backend = RayBackend()
+    launch = Launch(
+        name=f"late-{tmp_path.name}",
+        command=[sys.executable, "-c", "print('workload-' + 'ran')"],
+        env={},
+        workdir=str(REPO_ROOT),
+        output_path=str(tmp_path / "out.log"),
+    )
+    (tmp_path / "cancelled").touch()  # what `cancel` leaves beside the attempt's output
+    handle = backend.submit(pool, counting_spec("test.ray-late"), launch)
+    while not backend.status(handle).state.ended:
+        time.sleep(0.3)
+    log = backend.collect(handle).decode()
+    assert "cancelled before Ray placed it" in log and "workload-ran" not in log
+
+
+def test_runtime_env_layers_pool_then_runtime_then_pipes_and_gpus_follow_gpu_resource(tmp_path):
+    catalog = """
+    pools:
+      gpu-ray:
+        provider: p
+        region: r
+        backend: ray
+        backend_settings:
+          address: http://head:8265
+          resources: {pool_a: 1}
+          runtime_env: {env_vars: {A: pool, B: pool}, pip: [tqdm]}
+        purchasing: on_demand
+        accelerator: h100
+        gpus_per_node: 8
+        price_per_gpu_hour: 2.0
+        runtimes:
+          sim: {py_executable: .venv-sim/bin/python, env_vars: {B: runtime, C: runtime}}
+          plain: /opt/py/bin/python
+    """
+    pool = load_pools(_write(tmp_path, textwrap.dedent(catalog)))["gpu-ray"]
+    backend = RayBackend()
+    sim = counting_spec("test.sim", runtime="sim", gpus=2)
+    env = backend.runtime_env(pool, sim, {"C": "launch", "DAGSTER_PIPES_CONTEXT": "x"})
+    assert env["env_vars"] == {"A": "pool", "B": "runtime", "C": "launch", "DAGSTER_PIPES_CONTEXT": "x"}
+    assert env["pip"] == ["tqdm"] and env["py_executable"] == str(REPO_ROOT / ".venv-sim/bin/python")
+    assert backend.command(pool, sim)[0] == str(REPO_ROOT / ".venv-sim/bin/python")
+    assert backend.command(pool, counting_spec("test.plain", runtime="plain"))[0] == "/opt/py/bin/python"
+    assert "py_executable" not in backend.runtime_env(pool, counting_spec("test.plain", runtime="plain"), {})
