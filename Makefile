@@ -40,7 +40,9 @@ $(STAMP): pyproject.toml
 demo: $(STAMP) isaaclab-runtime
 	$(VENV)/bin/sinewgrid demo
 
-test: $(STAMP) isaaclab-runtime
+# The suite runs Slurm and Ray for real: it starts and stops a single-node Slurm cluster and a
+# Ray head itself (tests/engines/); `slurm-packages` installs Slurm's Debian packages if missing.
+test: $(STAMP) isaaclab-runtime slurm-packages
 	$(PY) -m pytest
 
 ui: $(STAMP)
@@ -48,7 +50,7 @@ ui: $(STAMP)
 	$(VENV)/bin/sinewgrid init-instance
 	$(VENV)/bin/dagster dev -w workspace.yaml -h 127.0.0.1 -p 3000
 
-bench: $(STAMP)
+bench: $(STAMP) slurm-packages
 	$(PY) -m benchmarks.run
 
 clean-home:
@@ -58,3 +60,4 @@ clean: clean-home
 	rm -rf $(VENV) *.egg-info
 
 include mk/isaaclab.mk
+include mk/engines.mk

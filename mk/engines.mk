@@ -1,0 +1,19 @@
+# Engines the tests run for real. The Slurm tests (tests/test_slurm_backend.py) start their own
+# single-node cluster from the Debian packages below (tests/engines/slurm_cluster.py); nothing
+# is configured system-wide. Usable on its own: `make -f mk/engines.mk slurm-packages`.
+
+SLURM_PACKAGES ?= slurmctld slurmd slurm-client munge
+
+.PHONY: slurm-packages
+
+# Installs Slurm 22.05 (Debian) only where a command is missing: a no-op on a machine that has them.
+slurm-packages:
+	@if command -v sbatch >/dev/null 2>&1 && command -v slurmctld >/dev/null 2>&1 \
+	    && command -v slurmd >/dev/null 2>&1 && command -v munged >/dev/null 2>&1; then \
+	  exit 0; fi; \
+	if [ "$$(id -u)" != 0 ] || ! command -v apt-get >/dev/null 2>&1; then \
+	  echo "The Slurm tests need $(SLURM_PACKAGES) (sbatch, slurmctld, slurmd, munged), and installing" >&2; \
+	  echo "them needs root and apt-get. As root: apt-get install -y $(SLURM_PACKAGES)" >&2; \
+	  exit 1; fi; \
+	echo "Installing $(SLURM_PACKAGES) (Debian, about 10 s)"; \
+	apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $(SLURM_PACKAGES) >/dev/null
