@@ -287,6 +287,40 @@ def _ingest_table(results: list, repeats: int) -> Table:
     return table
 
 
+def _dispatch_table(results: list, repeats: int) -> Table:
+    table = Table(
+        title="5. Dispatch overhead per backend: an empty step through the platform vs the engine's own empty job",
+        caption=(
+            f"Median of {repeats} repeats, one call each (time.perf_counter), after one warm-up of each; columns "
+            "alternate repeat by repeat. Platform = dg.materialize of an asset whose body is compute.run(...) "
+            "of the counting workload with zero steps: placement, submit, the workload's start (interpreter, "
+            "torch, Pipes), its final checkpoint, the result back through Pipes, the materialization. The "
+            "Slurm cluster (single node) and the Ray head (loopback) are the tests' own, started for this "
+            "figure. Overhead = platform − bare engine."
+        ),
+        title_justify="left",
+        caption_justify="left",
+    )
+    table.add_column("Backend")
+    table.add_column("Platform s", justify="right", style="bold")
+    table.add_column("Baseline")
+    table.add_column("Baseline s", justify="right")
+    table.add_column("Overhead s", justify="right", style="bold")
+    for r in results:
+        if r.skipped:
+            table.add_row(r.backend, "—", r.skipped, "—", "—")
+            continue
+        for i, label in enumerate(r.baselines):
+            table.add_row(
+                r.backend if i == 0 else "",
+                f"{r.platform:.2f}" if i == 0 else "",
+                label,
+                f"{r.baseline(label):.2f}",
+                f"{r.platform - r.baseline(label):+.2f}",
+            )
+    return table
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.run", description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=REPEATS, help=f"timed repeats per figure (default {REPEATS})")
@@ -302,7 +336,7 @@ def main(argv: list[str] | None = None) -> int:
     facts = machine_facts()
     console.print(_machine_table(facts))
 
-    from benchmarks import episode_ingest, isaaclab_overhead, omics_write, rollouts, validation
+    from benchmarks import dispatch, episode_ingest, isaaclab_overhead, omics_write, rollouts, validation
 
     with console.status("Measuring plate validation…"):
         validation_results = validation.run(repeats=args.repeats)
@@ -324,6 +358,10 @@ def main(argv: list[str] | None = None) -> int:
         ingest_results = episode_ingest.run(repeats=args.repeats)
     console.print(_ingest_table(ingest_results, args.repeats))
 
+    with console.status("Measuring dispatch overhead (starts a Slurm cluster and a Ray head, a few minutes)…"):
+        dispatch_results = dispatch.run(repeats=args.repeats)
+    console.print(_dispatch_table(dispatch_results, args.repeats))
+
     total_s = time.perf_counter() - started
     report = {
         "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
@@ -342,6 +380,7 @@ def main(argv: list[str] | None = None) -> int:
             "isaaclab": "timed inside the .venv-isaaclab child with the same time_pair, one call per repeat, "
             "after start-up and one warm-up episode",
             "ingest_min_repeat_seconds": MIN_REPEAT_SECONDS,
+            "dispatch": "one empty step per repeat; platform and each baseline alternate",
             "mb": 1_000_000,
         },
         "figures": {
@@ -353,6 +392,7 @@ def main(argv: list[str] | None = None) -> int:
             "rollout_overhead_mujoco_env_steps_per_s": [r.to_dict() for r in rollout_results],
             "rollout_overhead_isaaclab_env_steps_per_s": isaaclab_result.to_dict(),
             "episode_ingest_frames_per_s": [r.to_dict() for r in ingest_results],
+            "dispatch_overhead_s": [r.to_dict() for r in dispatch_results],
         },
         "total_run_s": total_s,
     }

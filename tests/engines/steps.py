@@ -37,7 +37,13 @@ def counting_asset(spec: StepSpec, lineage: str = "counting") -> dg.AssetsDefini
 
 
 def materialize_counting(
-    home: Path, pools_file: Path, spec: StepSpec, *, instance: dg.DagsterInstance | None = None, lineage: str = "counting"
+    home: Path,
+    pools_file: Path,
+    spec: StepSpec,
+    *,
+    instance: dg.DagsterInstance | None = None,
+    lineage: str = "counting",
+    log_level: str = "DEBUG",
 ) -> dg.ExecuteInProcessResult:
     """Materialize the counting asset once; raises on failure like any test of an asset."""
     return dg.materialize(
@@ -45,6 +51,7 @@ def materialize_counting(
         resources={"compute": ComputeResource(storage_root=str(home), pools_file=str(pools_file))},
         instance=instance,
         raise_on_error=True,
+        run_config={"loggers": {"console": {"config": {"log_level": log_level}}}},
     )
 
 
