@@ -71,6 +71,7 @@ class StepRun:
             "preemptions": self.preemptions,
             "wall_seconds": dg.MetadataValue.float(round(self.wall_seconds, 2)),
             "productive_seconds": dg.MetadataValue.float(round(self.productive_seconds, 2)),
+            "lost_seconds": dg.MetadataValue.float(round(self.wall_seconds - self.productive_seconds, 2)),
             "goodput": dg.MetadataValue.float(round(self.goodput, 4)),
             "gpu_hours": dg.MetadataValue.float(round(self.gpu_hours, 5)),
             "cost_usd": dg.MetadataValue.float(round(self.cost_usd, 5)),

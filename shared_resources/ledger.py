@@ -34,7 +34,7 @@ class AttemptRecord:
     ended_at: str
     wall_seconds: float
     productive_seconds: float
-    outcome: str  # succeeded | preempted | failed
+    outcome: str  # succeeded | preempted | refused | failed | orphaned
     exit_code: int | None
     price_per_gpu_hour: float
 
@@ -50,8 +50,19 @@ class AttemptRecord:
     def goodput(self) -> float:
         return self.productive_seconds / self.wall_seconds if self.wall_seconds > 0 else 0.0
 
+    @property
+    def lost_seconds(self) -> float:
+        """Time the pool was held without making work safe (start-up, redone or unsaved steps)."""
+        return max(self.wall_seconds - self.productive_seconds, 0.0)
+
     def to_dict(self) -> dict:
-        return {**asdict(self), "gpu_hours": self.gpu_hours, "cost_usd": self.cost_usd, "goodput": self.goodput}
+        return {
+            **asdict(self),
+            "gpu_hours": self.gpu_hours,
+            "cost_usd": self.cost_usd,
+            "goodput": self.goodput,
+            "lost_seconds": self.lost_seconds,
+        }
 
     @classmethod
     def for_attempt(
@@ -103,7 +114,7 @@ def record_attempt(ledger_uri: str, record: AttemptRecord) -> str:
 def read_ledger(ledger_uri: str) -> pd.DataFrame:
     """Every attempt recorded under `ledger_uri`, oldest first."""
     fs, path = fs_for(ledger_uri)
-    columns = list(AttemptRecord.__dataclass_fields__) + ["gpu_hours", "cost_usd", "goodput"]
+    columns = list(AttemptRecord.__dataclass_fields__) + ["gpu_hours", "cost_usd", "goodput", "lost_seconds"]
     if not fs.exists(path):
         return pd.DataFrame(columns=columns)
     rows = [json.loads(fs.cat_file(p)) for p in sorted(fs.glob(posixpath.join(path, "*.json")))]
@@ -113,12 +124,12 @@ def read_ledger(ledger_uri: str) -> pd.DataFrame:
 
 def ledger_markdown(records: list[AttemptRecord]) -> str:
     lines = [
-        "| attempt | pool | purchasing | outcome | wall s | productive s | GPU-h | cost |",
-        "|---|---|---|---|---|---|---|---|",
+        "| attempt | pool | backend | purchasing | outcome | wall s | productive s | lost s | GPU-h | cost |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in records:
         lines.append(
-            f"| {r.attempt} | `{r.pool}` | {r.purchasing} | {r.outcome} | {r.wall_seconds:.1f} | "
-            f"{r.productive_seconds:.1f} | {r.gpu_hours:.4f} | ${r.cost_usd:.4f} |"
+            f"| {r.attempt} | `{r.pool}` | {r.backend} | {r.purchasing} | {r.outcome} | {r.wall_seconds:.1f} | "
+            f"{r.productive_seconds:.1f} | {r.lost_seconds:.1f} | {r.gpu_hours:.4f} | ${r.cost_usd:.4f} |"
         )
     return "\n".join(lines)

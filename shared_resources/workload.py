@@ -122,9 +122,9 @@ class WorkloadRun:
             self.info(f"preempted: checkpoint at step {self._last_saved_step} is safe; exiting {PREEMPTED_EXIT_CODE}")
             self._close()
             sys.exit(PREEMPTED_EXIT_CODE)
-        if exc is not None:
-            return False  # Pipes reports the exception when its context closes
-        self._close()
+        # Close the Pipes session either way; with an exception, Pipes reports it to Dagster.
+        if isinstance(self._pipes, PipesContext):
+            self._pipes.__exit__(exc_type, exc, tb)
         return False
 
     def _close(self) -> None:

@@ -77,8 +77,11 @@ def _print_ticks(ticks, all_rows: bool = False) -> bool:
             for r in tick.runs
         )
         ok &= all(r.success or r.quarantined for r in tick.runs)
-        result = tick.skipped or (f"{len(tick.already_run)} already run" if tick.already_run else "")
-        if not tick.runs and not tick.new_partitions and not tick.already_run and not all_rows:
+        events = getattr(tick, "asset_events", [])
+        result = (f"reported on {', '.join(events)}" if events else "") or tick.skipped or (
+            f"{len(tick.already_run)} already run" if tick.already_run else ""
+        )
+        if not tick.runs and not tick.new_partitions and not tick.already_run and not events and not all_rows:
             continue  # keep the table to what happened; `sinewgrid tick` shows every row
         table.add_row(f"{tick.location}/{tick.sensor}", ", ".join(tick.new_partitions), runs, result)
     console.print(table)

@@ -111,7 +111,8 @@ def tick_sensor(
         tick.asset_events.append(event.asset_key.to_user_string())
     if not data.run_requests:
         tick.skipped = data.skip_message or "nothing requested"
-    _run_requests(tick, defs, instance, data.run_requests or [], sensor.job_name, SENSOR_NAME_TAG, sensor.name, on_run, log_level)
+    if data.run_requests:  # a sensor without a job (the watcher) requests no runs
+        _run_requests(tick, defs, instance, data.run_requests, sensor.job_name, SENSOR_NAME_TAG, sensor.name, on_run, log_level)
     return tick
 
 

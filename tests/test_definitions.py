@@ -42,7 +42,7 @@ def test_cell_checks_and_which_ones_block():
 
 
 def test_sensors_and_jobs():
-    assert {s.name for s in defs.sensors} == {"assay_drop_sensor", "training_round_sensor"}
+    assert {s.name for s in defs.sensors} == {"assay_drop_sensor", "training_round_sensor", "cell_gpu_job_watcher"}
     assert {j.name for j in defs.jobs} == {"assay_ingest", "cell_training_round"}
     assert defs.resolve_job_def("assay_ingest").partitions_def.name == "assay_drops"
 

@@ -3,7 +3,6 @@ stopped and booked; one whose run is still going is left alone."""
 
 from __future__ import annotations
 
-import importlib
 import os
 import signal
 import subprocess
@@ -14,7 +13,6 @@ from pathlib import Path
 
 import dagster as dg
 import psutil
-import pytest
 
 from sensors.inflight_watcher import make_inflight_watcher
 from shared_resources.backends.engine import InFlight, JobHandle
@@ -138,10 +136,3 @@ def test_local_handle_never_matches_a_reused_pid():
         assert LocalBackend().status(handle).state.value == "gone"
     finally:
         process.kill()
-
-
-@pytest.mark.parametrize("module", ["cell_lane.definitions", "robotics_lane.definitions"])
-def test_each_lane_has_a_watcher(module):
-    defs = importlib.import_module(module).defs
-    names = [s.name for s in defs.sensors]
-    assert any(name.endswith("gpu_job_watcher") for name in names)

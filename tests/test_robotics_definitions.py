@@ -24,7 +24,7 @@ def test_robotics_location_has_the_whole_loop():
     checks = {(k.asset_key.to_user_string(), k.name) for k in defs.resolve_asset_graph().asset_check_keys}
     assert ("robotics/teleop_episodes", "episodes_valid") in checks
     assert ("robotics/real_robot_evaluation", "results_manifest_and_checksums") in checks
-    assert {s.name for s in defs.sensors} == {"teleop_session_sensor", "robot_eval_sensor", "policy_round_sensor"}
+    assert {s.name for s in defs.sensors} == {"teleop_session_sensor", "robot_eval_sensor", "policy_round_sensor", "robotics_gpu_job_watcher"}
     assert {s.name for s in defs.schedules} == {"nightly_sweep_schedule"}
     for key in defs.resolve_asset_graph().get_all_asset_keys():
         assert len(defs.resolve_asset_graph().get(key).description or "") > 60, f"{key} needs a docstring"
