@@ -23,7 +23,7 @@ from typing import Any
 import dagster as dg
 
 from shared_resources.backends import backend_for
-from shared_resources.backends.engine import InFlight, JobHandle, JobState
+from shared_resources.backends.engine import InFlight, JobHandle
 from shared_resources.compute import ComputeResource
 from shared_resources.ledger import AttemptRecord, record_attempt
 from shared_resources.pools import Pool

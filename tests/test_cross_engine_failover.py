@@ -7,13 +7,11 @@ checkpoint."""
 
 from __future__ import annotations
 
-import threading
 from pathlib import Path
 
 import pytest
 import yaml
 
-from shared_resources.backends.engine import InFlight
 from shared_resources.ledger import read_ledger
 from shared_resources.storage import Storage
 from tests.engines.ray_head import start_ray_head
@@ -75,25 +73,8 @@ def test_preempted_on_slurm_resumes_on_ray_with_the_same_result(engines, home: P
     expected = result_metadata(materialize_counting(uninterrupted_home, local, counting_spec(config=SLOW)))["digest"]
 
     storage = Storage.at(str(home))
-    requeued: list[str] = []
-    stop = threading.Event()
-
-    def requeue_after_first_checkpoint() -> None:  # what a spot reclaim does to the partition's job
-        while not stop.is_set():
-            records = [r for r in InFlight(storage).records() if r["handle"]["backend"] == "slurm"]
-            if records and list((home / "checkpoints" / "counting").glob("step-*/manifest.json")):
-                cluster.client(["scontrol", "requeue", records[0]["handle"]["job_id"]])
-                requeued.append(records[0]["handle"]["job_id"])
-                return
-            stop.wait(0.2)
-
-    thread = threading.Thread(target=requeue_after_first_checkpoint, daemon=True)
-    thread.start()
-    try:
+    with cluster.requeue_after_first_checkpoint(home) as requeued:  # what a spot reclaim does
         result = materialize_counting(home, catalog, counting_spec(config=SLOW), instance=instance)
-    finally:
-        stop.set()
-        thread.join(timeout=10)
 
     assert requeued, "the step finished on Slurm before it could be preempted"
     metadata = result_metadata(result)

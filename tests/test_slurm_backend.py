@@ -8,7 +8,6 @@ from __future__ import annotations
 import json
 import signal
 import subprocess
-import threading
 import time
 from pathlib import Path
 
@@ -18,7 +17,7 @@ import yaml
 
 from shared_resources.backend_settings import SlurmSettings
 from shared_resources.backends.base import AttemptOutcome
-from shared_resources.backends.engine import InFlight, JobState, Launch
+from shared_resources.backends.engine import JobState, Launch
 from shared_resources.backends.slurm import SlurmBackend, render_batch_script
 from shared_resources.ledger import read_ledger
 from shared_resources.pools import Pool, load_pools
@@ -98,27 +97,8 @@ def test_step_runs_as_a_slurm_job_with_its_gpus(slurm, uninterrupted):
 def test_requeue_resumes_from_checkpoint_with_the_same_result(slurm, home, instance, tmp_path, uninterrupted):
     catalog = _catalog(tmp_path, slurm, "gpu")
     storage = Storage.at(str(home))
-    checkpoints = home / "checkpoints" / "counting"
-    requeued: list[str] = []
-    stop = threading.Event()
-
-    def requeue_after_first_checkpoint() -> None:
-        while not stop.is_set():
-            records = InFlight(storage).records()
-            if records and list(checkpoints.glob("step-*/manifest.json")):
-                job_id = records[0]["handle"]["job_id"]
-                slurm.client(["scontrol", "requeue", job_id])
-                requeued.append(job_id)
-                return
-            stop.wait(0.2)
-
-    watcher = threading.Thread(target=requeue_after_first_checkpoint, daemon=True)
-    watcher.start()
-    try:
+    with slurm.requeue_after_first_checkpoint(home) as requeued:
         result = materialize_counting(home, catalog, counting_spec(config=SLOW), instance=instance)
-    finally:
-        stop.set()
-        watcher.join(timeout=10)
     assert requeued, "the step finished before a checkpoint and a job to requeue were seen"
     metadata = result_metadata(result)
     assert metadata["digest"] == uninterrupted["metadata"]["digest"]

@@ -24,7 +24,10 @@ import shutil
 import socket
 import subprocess
 import tempfile
+import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 NODE = "sgnode"
@@ -163,6 +166,36 @@ class SlurmCluster:
         if check and result.returncode != 0:
             raise SlurmClusterError(f"`{' '.join(args)}` failed ({result.returncode}): {result.stderr.strip()}")
         return result
+
+    @contextmanager
+    def requeue_after_first_checkpoint(self, storage_root: Path, lineage: str = "counting") -> Iterator[list[str]]:
+        """While the block runs, `scontrol requeue` the first Slurm job in flight under
+        `storage_root` once a checkpoint of `lineage` exists (what a spot reclaim does).
+        Yields the list the requeued job id is appended to."""
+        from shared_resources.backends.engine import InFlight
+        from shared_resources.storage import Storage
+
+        inflight = InFlight(Storage.at(str(storage_root)))
+        checkpoints = Path(storage_root) / "checkpoints" / lineage
+        requeued: list[str] = []
+        stop = threading.Event()
+
+        def watch() -> None:
+            while not stop.is_set():
+                jobs = [r["handle"]["job_id"] for r in inflight.records() if r["handle"]["backend"] == "slurm"]
+                if jobs and list(checkpoints.glob("step-*/manifest.json")):
+                    self.client(["scontrol", "requeue", jobs[0]])
+                    requeued.append(jobs[0])
+                    return
+                stop.wait(0.2)
+
+        thread = threading.Thread(target=watch, daemon=True)
+        thread.start()
+        try:
+            yield requeued
+        finally:
+            stop.set()
+            thread.join(timeout=10)
 
     def set_partition_state(self, partition: str, state: str) -> None:
         """`UP`, `DOWN` (jobs queue, none start) or `INACTIVE` (submissions are rejected)."""
