@@ -40,9 +40,10 @@ $(STAMP): pyproject.toml
 demo: $(STAMP) isaaclab-runtime
 	$(VENV)/bin/sinewgrid demo
 
-# The suite runs Slurm and Ray for real: it starts and stops a single-node Slurm cluster and a
-# Ray head itself (tests/engines/); `slurm-packages` installs Slurm's Debian packages if missing.
-test: $(STAMP) isaaclab-runtime slurm-packages
+# The suite runs Slurm, Ray and PostgreSQL for real: it starts and stops a single-node Slurm
+# cluster, a Ray head and a PostgreSQL server itself (tests/engines/); `slurm-packages` and
+# `postgres-packages` install their Debian packages if missing.
+test: $(STAMP) isaaclab-runtime slurm-packages postgres-packages
 	$(PY) -m pytest
 
 ui: $(STAMP)

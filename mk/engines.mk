@@ -17,3 +17,20 @@ slurm-packages:
 	  exit 1; fi; \
 	echo "Installing $(SLURM_PACKAGES) (Debian, about 10 s)"; \
 	apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $(SLURM_PACKAGES) >/dev/null
+
+# The ledger's PostgreSQL tests (tests/test_ledger.py) start their own throwaway server in a
+# temporary folder (tests/engines/postgres_server.py) from the server binaries of this package.
+POSTGRES_PACKAGES ?= postgresql
+
+.PHONY: postgres-packages
+
+# Installs PostgreSQL (Debian: 15) only where no server binaries are found: a no-op on a machine that has them.
+postgres-packages:
+	@if ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || [ -x "$${POSTGRES_BIN:-/nonexistent}/initdb" ]; then \
+	  exit 0; fi; \
+	if [ "$$(id -u)" != 0 ] || ! command -v apt-get >/dev/null 2>&1; then \
+	  echo "The ledger's PostgreSQL tests need PostgreSQL's server binaries (initdb, pg_ctl), and installing" >&2; \
+	  echo "them needs root and apt-get. As root: apt-get install -y $(POSTGRES_PACKAGES)" >&2; \
+	  exit 1; fi; \
+	echo "Installing $(POSTGRES_PACKAGES) (Debian, about 15 s)"; \
+	apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $(POSTGRES_PACKAGES) >/dev/null

@@ -146,6 +146,8 @@ class ComputeResource(dg.ConfigurableResource):
                 "config": spec.config,
                 "checkpoint_uri": step.checkpoint_uri,
                 "checkpoint_every_steps": spec.checkpoint_every_steps,
+                # Young/Daly for this pool's interruption rate (None: no time-based cadence).
+                "checkpoint_interval_seconds": plan.verdict(pool.name).checkpoint_interval_seconds,
                 "lineage": {"step": spec.name, "lineage": lineage, "run_id": context.run_id, "asset": asset},
                 "attempt": attempt,
                 "pool": pool.name,
@@ -166,10 +168,13 @@ class ComputeResource(dg.ConfigurableResource):
                 started=started,
                 ended=ended,
                 productive_seconds=result.committed_seconds,
+                checkpoint_seconds=result.checkpoint_seconds,
+                queue_seconds=result.queue_seconds,
+                lane=spec.tenant,
                 outcome=result.outcome.value,
                 exit_code=result.exit_code,
             )
-            record_attempt(storage.ledger(), record)
+            record_attempt(storage, record)
             step.attempts.append(record)
             step.logs.append(result.log_uri)
             if result.outcome is AttemptOutcome.succeeded:

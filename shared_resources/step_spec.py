@@ -2,11 +2,23 @@
 
 from __future__ import annotations
 
+import datetime as dt
 from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from shared_resources.pools import Capacity
+from shared_resources.pools import Capacity, check_accelerator
+
+
+class DatasetRef(BaseModel):
+    """An input dataset and where it sits: placement prefers compute next to it."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    name: str
+    size_gb: Annotated[float, Field(ge=0)]
+    provider: str
+    region: str
 
 
 class StepSpec(BaseModel):
@@ -29,4 +41,23 @@ class StepSpec(BaseModel):
     expected_hours: Annotated[float, Field(gt=0)] = 1.0
     max_preemptions: Annotated[int, Field(ge=0)] = 3
     budget_usd: float | None = None
+    datasets: list[DatasetRef] = Field(default_factory=list, description="Inputs the step reads; moving them costs egress and time.")
+    start: dt.datetime | None = Field(default=None, description="When the step is planned to start (UTC); None: now.")
+    deadline: dt.datetime | None = Field(default=None, description="When it must be done (UTC), data transfer and rework included.")
+    deadline_hours: Annotated[float, Field(gt=0)] | None = Field(default=None, description="Or: hours after its start by which it must be done.")
     config: dict[str, Any] = Field(default_factory=dict, description="Handed to the workload as its config.")
+
+    @field_validator("accelerators")
+    @classmethod
+    def _known_accelerators(cls, names: list[str] | None) -> list[str] | None:
+        return [check_accelerator(n) for n in names] if names else names
+
+    @field_validator("start", "deadline")
+    @classmethod
+    def _utc(cls, moment: dt.datetime | None) -> dt.datetime | None:
+        return moment.replace(tzinfo=dt.UTC) if moment is not None and moment.tzinfo is None else moment
+
+    def deadline_at(self, start: dt.datetime) -> dt.datetime | None:
+        """The latest end: the earlier of `deadline` and `start + deadline_hours`."""
+        ends = [d for d in (self.deadline, start + dt.timedelta(hours=self.deadline_hours) if self.deadline_hours else None) if d]
+        return min(ends) if ends else None

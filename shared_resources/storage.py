@@ -13,7 +13,7 @@ Layout under the root::
     checkpoints/<lineage>/step-N/    safetensors + manifest.json (written last)
     artifacts/<asset>/<version>/     model outputs (predictions, reports)
     outbox/plates/<proposal_id>/     plate worklists for the lab
-    ledger/attempts/                 one JSON record per step attempt
+    ledger/ledger.db                 the attempt ledger (SQLite unless SINEWGRID_LEDGER_URL says otherwise)
 """
 
 from __future__ import annotations

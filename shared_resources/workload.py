@@ -99,6 +99,7 @@ class WorkloadRun:
         self._work_seconds = 0.0  # training time since this attempt resumed
         self._work_mark: float | None = None
         self._last_saved_step: int | None = None
+        self._last_save_at = time.monotonic()
 
     # Life cycle ---------------------------------------------------------------
     def __enter__(self) -> WorkloadRun:
@@ -111,6 +112,8 @@ class WorkloadRun:
         self.extras = extras
         self.config: dict[str, Any] = dict(extras.get("config", {}))
         self.checkpoint_every = int(extras.get("checkpoint_every_steps", 50))
+        interval = extras.get("checkpoint_interval_seconds")
+        self.checkpoint_interval = float(interval) if interval else None
         self.attempt = int(extras.get("attempt", 1))
         self.checkpoints = CheckpointStore(extras["checkpoint_uri"], warn=self.warning)
         signal.signal(signal.SIGTERM, self._on_sigterm)
@@ -171,17 +174,24 @@ class WorkloadRun:
         return self._work_seconds
 
     def save(self, step: int, files: Files, *, meta: Mapping[str, Any] | None = None, final: bool = False) -> str:
+        committed = self._committed_seconds()  # work up to here; the write itself is not work
+        began = time.monotonic()
         where = self.checkpoints.save(
             step, files, meta=meta, lineage=self.extras.get("lineage", {}), final=final
         )
+        written = time.monotonic() - began
+        if self._work_mark is not None:
+            self._work_mark = time.monotonic()
         self._last_saved_step = step
+        self._last_save_at = time.monotonic()
         self.report(
             {
                 "event": "checkpoint",
                 "step": step,
                 "uri": where,
                 "final": final,
-                "committed_seconds": round(self._committed_seconds(), 3),
+                "committed_seconds": round(committed, 3),
+                "checkpoint_seconds": round(written, 3),
             }
         )
         return where
@@ -204,8 +214,15 @@ class WorkloadRun:
         meta: Callable[[], Mapping[str, Any]] | None = None,
         **metrics: float,
     ) -> None:
-        """Call after each training step with the number of steps now done."""
+        """Call after each training step with the number of steps now done.
+
+        Checkpoints every `checkpoint_every_steps` steps, and also once `checkpoint_interval_seconds`
+        (the Young/Daly interval placement worked out for the pool, if it is interruptible) have
+        passed since the last checkpoint, and at once when SIGTERM has arrived.
+        """
         on_cadence = step % self.checkpoint_every == 0
+        if self.checkpoint_interval and time.monotonic() - self._last_save_at >= self.checkpoint_interval:
+            on_cadence = True
         if on_cadence or self.preempt_requested:
             self.save(step, files(), meta=meta() if meta else None)
             self.report({"event": "progress", "step": step, **{k: float(v) for k, v in metrics.items()}})

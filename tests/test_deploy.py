@@ -172,7 +172,7 @@ def test_helm_values_load_each_lane_as_workspace_yaml_does():
     deployments = _helm()["dagster-user-deployments"]
     assert deployments["enabled"] is True
     by_name = {d["name"]: d for d in deployments["deployments"]}
-    assert set(by_name) == set(workspace) == {"cell", "robotics"}
+    assert set(by_name) == set(workspace) == {"cell", "robotics", "platform"}
     for name, deployment in by_name.items():
         args = deployment["dagsterApiGrpcArgs"]
         module = args[args.index("-m") + 1]

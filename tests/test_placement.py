@@ -98,3 +98,38 @@ def test_robotics_steps_find_their_pools():
     no_runtime = plan_placement(_spec(tenant="cell", capacity=Capacity.burst, runtime="isaaclab"), pools)
     assert no_runtime.ranked == []
     assert any("has no `isaaclab` runtime" in r for v in no_runtime.verdicts for r in v.reasons)
+
+
+def test_unknown_accelerator_and_negative_price_name_pool_and_field(tmp_path):
+    path = tmp_path / "pools.yaml"
+    path.write_text(
+        "pools:\n  p1: {provider: aws, region: r, backend: local, purchasing: spot, accelerator: h100, gpus_per_node: 1, price_per_gpu_hour: -2}\n"
+    )
+    with pytest.raises(PoolCatalogError) as error:
+        load_pools(path)
+    assert "pool `p1`, field `accelerator`: Value error, unknown accelerator `h100`" in str(error.value)
+    assert "pool `p1`, field `price_per_gpu_hour`: Input should be greater than or equal to 0 (got -2)" in str(error.value)
+
+
+def test_catalog_sections_record_price_provenance_and_errors_name_the_section(tmp_path):
+    from shared_resources.pools import load_catalog
+
+    catalog = load_catalog()
+    assert catalog.prices.illustrative
+    assert "ILLUSTRATIVE" in catalog.price_provenance(catalog.pools["cell-steady"])
+    path = tmp_path / "pools.yaml"
+    path.write_text(
+        "egress: {default: {cross_region: -1}}\nzones: 1\n"
+        "pools:\n  p1: {provider: aws, region: r, backend: local, purchasing: spot, accelerator: l4, gpus_per_node: 1, price_per_gpu_hour: 2}\n"
+    )
+    with pytest.raises(PoolCatalogError) as error:
+        load_catalog(path)
+    assert "`egress:` section, field `default.cross_region`" in str(error.value)
+    assert "unknown top-level section `zones`" in str(error.value)
+
+
+def test_verdicts_expose_the_checkpoint_interval_for_the_workload():
+    plan = plan_placement(_spec(capacity=Capacity.burst, checkpoint_seconds=9), load_pools())
+    spot = plan.verdict("cell-burst")  # λ = 0.05/h: M = 20 h; τ = √(2 · 9 s · 72,000 s) = 1,138 s
+    assert spot.checkpoint_interval_seconds == pytest.approx((2 * 9 * 72000) ** 0.5)
+    assert plan.verdict("cell-burst-ondemand").checkpoint_interval_seconds is None

@@ -36,11 +36,13 @@ COPY shared_resources ./shared_resources
 COPY cell_lane ./cell_lane
 COPY robotics_lane ./robotics_lane
 COPY sensors ./sensors
+COPY platform_location ./platform_location
 RUN pip install . "dagster-aws==${DAGSTER_INTEGRATIONS_VERSION}"
 
 # The pool catalogs (SINEWGRID_POOLS=/opt/sinewgrid/deploy/pools/<cloud>.yaml) and the workspace.
 COPY workspace.yaml ./
 COPY deploy/pools ./deploy/pools
+COPY deploy/jobs ./deploy/jobs
 
 RUN useradd --uid 10001 --create-home sinewgrid \
     && mkdir -p "${DAGSTER_HOME}" && chown sinewgrid "${DAGSTER_HOME}"

@@ -57,6 +57,7 @@ COPY shared_resources ./shared_resources
 COPY cell_lane ./cell_lane
 COPY robotics_lane ./robotics_lane
 COPY sensors ./sensors
+COPY platform_location ./platform_location
 RUN uv pip install .
 
 RUN useradd --uid 10001 --create-home sinewgrid

@@ -27,12 +27,18 @@ class AttemptResult:
     metadata: dict[str, Any] = field(default_factory=dict)  # the workload's reported result
     log_uri: str | None = None  # the process's own stdout/stderr
     log_tail: str = ""
+    queue_seconds: float = 0.0  # submitted until the engine started it (waiting for capacity)
 
     @property
     def committed_seconds(self) -> float:
         """Training time this attempt saved in a checkpoint (its productive time)."""
         seconds = [float(m.get("committed_seconds", 0.0)) for m in self.messages if m.get("event") == "checkpoint"]
         return max(seconds, default=0.0)
+
+    @property
+    def checkpoint_seconds(self) -> float:
+        """Time this attempt spent writing checkpoints (reported with each one)."""
+        return sum(float(m.get("checkpoint_seconds", 0.0)) for m in self.messages if m.get("event") == "checkpoint")
 
 
 class StepBackend(Protocol):

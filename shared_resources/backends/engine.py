@@ -155,6 +155,7 @@ class EngineBackend(abc.ABC):
         launch_base = dict(name=attempt_id, command=self.command(pool, spec), workdir=str(REPO_ROOT), output_path=str(folder / "output.log"))
         status = JobStatus(JobState.gone)
         handle: JobHandle | None = None
+        started_at: float | None = None
         with open_pipes_session(
             context=context,
             context_injector=dg.PipesFileContextInjector(str(folder / "context.json")),
@@ -166,7 +167,7 @@ class EngineBackend(abc.ABC):
             inflight.add(handle, **attempt_owner(context, spec, extras))
             context.log.info(f"{spec.name}: submitted to {pool.name} as {self.kind} job {handle.job_id}")
             try:
-                status = self._watch(context, pool, handle)
+                status, started_at = self._watch(context, pool, handle)
             except dg.DagsterExecutionInterruptedError:
                 context.log.warning(f"run cancelled: stopping {self.kind} job {handle.job_id} (SIGTERM, then cancel)")
                 self._stop(handle)
@@ -187,18 +188,25 @@ class EngineBackend(abc.ABC):
             tail = status.reason
         elif status.reason:
             tail = f"[{self.kind}: {status.reason}]\n{tail}"
-        return AttemptResult(outcome, status.exit_code, messages, metadata, log_uri=log_uri, log_tail=tail)
+        queued = (started_at or time.time()) - handle.submitted_at
+        return AttemptResult(
+            outcome, status.exit_code, messages, metadata, log_uri=log_uri, log_tail=tail, queue_seconds=max(queued, 0.0)
+        )
 
-    def _watch(self, context: dg.AssetExecutionContext, pool: Pool, handle: JobHandle) -> JobStatus:
+    def _watch(self, context: dg.AssetExecutionContext, pool: Pool, handle: JobHandle) -> tuple[JobStatus, float | None]:
+        """Poll until the job ends; return how it ended and when it was first seen running."""
         deadline = handle.submitted_at + pool.pending_deadline_seconds
         last_state: JobState | None = None
+        started_at: float | None = None
         while True:
             status = self.status(handle)
             if status.state != last_state:
                 context.log.debug(f"{self.kind} job {handle.job_id}: {status.state.value} {status.reason}".rstrip())
                 last_state = status.state
+            if status.state is not JobState.pending and started_at is None:
+                started_at = time.time()
             if status.state.ended:
-                return status
+                return status, started_at
             if status.state is JobState.pending and time.time() > deadline:
                 self.cancel(handle)
                 return JobStatus(
@@ -208,7 +216,7 @@ class EngineBackend(abc.ABC):
                         f"{': ' + status.reason if status.reason else ''}; cancelled it"
                     ),
                     exit_code=None,
-                )
+                ), None
             time.sleep(self.poll_seconds)
 
     def _stop(self, handle: JobHandle) -> None:

@@ -1,0 +1,1 @@
+"""The platform code location: reports that span both lanes (cost and goodput from the ledger)."""

@@ -1,0 +1,1 @@
+"""Cross-lane platform assets."""

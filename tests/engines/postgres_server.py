@@ -1,0 +1,110 @@
+"""A real, throwaway PostgreSQL server in a temporary folder, for tests.
+
+`PostgresServer().start()` runs `initdb` into its own data folder, starts the server with
+`pg_ctl` on a free loopback port (its socket in the same folder, nothing shared with a
+system PostgreSQL), creates a database and gives its SQLAlchemy URL; `stop()` stops the
+server and removes the folder. Trust authentication on loopback only: a test server.
+
+PostgreSQL refuses to run as root, so under root the server runs as the `postgres` system
+user (the Debian package creates it). Needs PostgreSQL's server binaries
+(`make -f mk/engines.mk postgres-packages`); `POSTGRES_BIN` points at another `bin/` folder.
+Run by hand: `python -m tests.engines.postgres_server` starts one, prints its URL and stops
+it on Enter.
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+import pwd
+import shutil
+import socket
+import subprocess
+import tempfile
+from pathlib import Path
+
+DATABASE = "sinewgrid_test"
+
+
+def postgres_bin() -> Path:
+    """The newest PostgreSQL server `bin/` folder on this machine."""
+    if os.environ.get("POSTGRES_BIN"):
+        return Path(os.environ["POSTGRES_BIN"])
+    found = sorted(glob.glob("/usr/lib/postgresql/*/bin/initdb"), key=lambda p: int(Path(p).parts[-3]))
+    if found:
+        return Path(found[-1]).parent
+    on_path = shutil.which("initdb")
+    if on_path:
+        return Path(on_path).parent
+    raise RuntimeError(
+        "The PostgreSQL tests need PostgreSQL's server binaries (initdb, pg_ctl), and none were found in "
+        "/usr/lib/postgresql/*/bin or on PATH. Install them with `make -f mk/engines.mk postgres-packages` "
+        "(as root: apt-get install -y postgresql), or set POSTGRES_BIN to their folder."
+    )
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class PostgresServer:
+    """One PostgreSQL server and one database, alive between `start()` and `stop()`."""
+
+    def __init__(self, root: Path | None = None):
+        self.bin = postgres_bin()
+        self.root = Path(root or tempfile.mkdtemp(prefix="sinewgrid-pg-"))
+        self.data = self.root / "data"
+        self.port = _free_port()
+        self._user = pwd.getpwnam("postgres") if os.geteuid() == 0 else None
+
+    @property
+    def url(self) -> str:
+        return f"postgresql+psycopg2://postgres@127.0.0.1:{self.port}/{DATABASE}"
+
+    def _run(self, tool: str, *args: str) -> subprocess.CompletedProcess:
+        kwargs = {"user": self._user.pw_uid, "group": self._user.pw_gid} if self._user else {}
+        done = subprocess.run(
+            [str(self.bin / tool), *args], capture_output=True, text=True, cwd=self.root, timeout=120, **kwargs
+        )
+        if done.returncode != 0:
+            log = (self.root / "server.log").read_text() if (self.root / "server.log").exists() else ""
+            raise RuntimeError(f"{tool} {' '.join(args)} failed ({done.returncode}):\n{done.stdout}{done.stderr}\n{log}")
+        return done
+
+    def start(self) -> PostgresServer:
+        if self._user:
+            os.chown(self.root, self._user.pw_uid, self._user.pw_gid)
+        self._run("initdb", "-D", str(self.data), "-U", "postgres", "--auth=trust", "--encoding=UTF8", "--no-sync")
+        options = f"-p {self.port} -k {self.root} -c listen_addresses=127.0.0.1 -c fsync=off"
+        self._run("pg_ctl", "-D", str(self.data), "-l", str(self.root / "server.log"), "-o", options, "-w", "-t", "60", "start")
+        self._run("createdb", "-h", "127.0.0.1", "-p", str(self.port), "-U", "postgres", DATABASE)
+        return self
+
+    def create_database(self, name: str) -> str:
+        """A further empty database on this server (one per test keeps tests apart); its URL."""
+        self._run("createdb", "-h", "127.0.0.1", "-p", str(self.port), "-U", "postgres", name)
+        return self.url.rsplit("/", 1)[0] + f"/{name}"
+
+    def stop(self) -> None:
+        try:
+            if (self.data / "postmaster.pid").exists():
+                self._run("pg_ctl", "-D", str(self.data), "-m", "immediate", "-w", "stop")
+        finally:
+            shutil.rmtree(self.root, ignore_errors=True)
+
+    def __enter__(self) -> PostgresServer:
+        try:
+            return self.start()
+        except BaseException:
+            self.stop()
+            raise
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+
+if __name__ == "__main__":
+    with PostgresServer() as server:
+        input(f"PostgreSQL is up: {server.url}\nPress Enter to stop it. ")
