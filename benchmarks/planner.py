@@ -24,7 +24,7 @@ from scipy.optimize import Bounds, LinearConstraint, milp
 from scipy.sparse import coo_matrix
 
 from shared_resources.cost_model import PlanContext, assess
-from shared_resources.planner import SLOT_HOURS, assign, plan_job, regret_order
+from shared_resources.planner import SLOT_HOURS, assign, greedy, plan_job
 from shared_resources.pools import Catalog, EgressRates, EgressTable, Pool, Purchasing
 from shared_resources.step_spec import DatasetRef, StepSpec
 
@@ -161,7 +161,7 @@ def cost_case(seed: int, n_steps: int = 60, n_pools: int = 16, horizon_hours: fl
     a = assess(steps, list(catalog.pools.values()), PlanContext(epoch=T0, egress=catalog.egress))
     started = time.perf_counter()
     # what plan_job does after `assess`; called directly so a step left without room is counted, not raised
-    planned = _policy_cost(a, assign(a, a.feasible, regret_order(a)))
+    planned = _policy_cost(a, greedy(a))
     planner_s = time.perf_counter() - started
     started = time.perf_counter()
     best, status = optimum(a)

@@ -126,6 +126,29 @@ def regret_order(a: Assessment) -> list[int]:
     return list(np.lexsort((a.start_hours, -best_hours, -np.nan_to_num(regret, posinf=1e18))))
 
 
+def size_order(a: Assessment) -> list[int]:
+    """Biggest steps first (GPUs, then GPU-hours): packs tight quotas better than cost regret."""
+    gpus = np.array([max(s.gpus, 1) for s in a.steps])
+    best_hours = np.where(a.feasible, a.gpu_hours, 0).max(axis=1, initial=0)
+    return list(np.lexsort((a.start_hours, -best_hours, -gpus)))
+
+
+def greedy(a: Assessment) -> Assignment:
+    """Place every step greedily, hardest first (cost regret); when that leaves a step without
+    quota room, try again biggest first and keep whichever places more steps (then the cheaper)."""
+    result = assign(a, a.feasible, regret_order(a))
+    if result.unplaced:
+        other = assign(a, a.feasible, size_order(a))
+
+        def total(r: Assignment) -> float:
+            placed = np.flatnonzero(r.choice >= 0)
+            return float(r.compute_usd[placed].sum() + a.egress_usd[placed, r.choice[placed]].sum())
+
+        if (len(other.unplaced), total(other)) < (len(result.unplaced), total(result)):
+            result = other
+    return result
+
+
 def _moment(a: Assessment, hours: float) -> str:
     return (a.context.epoch + dt.timedelta(hours=float(hours))).strftime("%Y-%m-%d %H:%M UTC")
 
@@ -243,7 +266,7 @@ def plan_job(
     steps = [s if s.start is not None else s.model_copy(update={"start": epoch}) for s in steps]
     context = PlanContext(epoch=epoch, egress=catalog.egress, tenant_limits=catalog.tenants)
     a = assess(steps, list(catalog.pools.values()), context)
-    result = assign(a, a.feasible, regret_order(a))
+    result = greedy(a)
     if result.unplaced:
         shown = sorted(result.unplaced)[:5]
         more = f"\n(and {len(result.unplaced) - len(shown)} more steps)" if len(result.unplaced) > len(shown) else ""

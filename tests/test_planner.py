@@ -179,3 +179,21 @@ def test_plan_command_prints_table_totals_evidence_and_json():
     assert pretrain["step"] == "foundation-pretrain" and pretrain["pool"] == pretrain["evidence"][0]["pool"]
     assert doc["totals"]["cost_usd"] == pytest.approx(sum(s["cost_usd"] for s in doc["steps"]))
     assert all(not v["feasible"] for s in doc["steps"] for v in s["evidence"] if v["pool"].startswith("gpucloud"))
+
+
+def test_when_cost_regret_leaves_a_step_without_room_the_planner_packs_biggest_first():
+    # s1 (4 GPUs) runs only on A or the dear C, so its regret is the largest and it goes first,
+    # taking half of A; then s2 takes B and s3 (8 GPUs) fits nowhere. Biggest first places all:
+    # s2 on A, s3 on B, s1 on C — worked by hand: 8·1 + 8·2 + 4·100 = $424 for one hour.
+    a = _pool("A", price_per_gpu_hour=1.0)
+    b = _pool("B", price_per_gpu_hour=2.0, accelerator="h200-141gb")
+    c = _pool("C", price_per_gpu_hour=100.0, gpus_per_node=4)
+    steps = [
+        _step("s1", gpus=4, expected_hours=1, accelerators=["h100-80gb"]),
+        _step("s2", gpus=8, expected_hours=1),
+        _step("s3", gpus=8, expected_hours=1),
+    ]
+    plan = plan_job("tight", steps, _catalog(a, b, c))
+    where = {row["step"]: row["pool"] for row in plan.rows()}
+    assert where["s1"] == "C" and {where["s2"], where["s3"]} == {"A", "B"}
+    assert plan.totals()["cost_usd"] == pytest.approx(424.0)
