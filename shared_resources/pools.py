@@ -34,7 +34,10 @@ KNOWN_ACCELERATORS = frozenset(
 
 def check_accelerator(name: str) -> str:
     if name not in KNOWN_ACCELERATORS:
-        raise ValueError(f"unknown accelerator `{name}`; known: {', '.join(sorted(KNOWN_ACCELERATORS))}")
+        raise ValueError(
+            f"unknown accelerator `{name}`; known: {', '.join(sorted(KNOWN_ACCELERATORS))} "
+            "(new hardware: add its name to KNOWN_ACCELERATORS in shared_resources/pools.py)"
+        )
     return name
 
 

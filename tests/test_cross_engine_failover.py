@@ -35,7 +35,7 @@ def _pool(**fields) -> dict:
     return {
         "provider": "test",
         "region": "local",
-        "accelerator": "any",
+        "accelerator": "local",
         "gpus_per_node": 2,
         "cooldown_seconds": 600,
         **fields,

@@ -280,7 +280,7 @@ def test_runtime_env_layers_pool_then_runtime_then_pipes_and_gpus_follow_gpu_res
           resources: {pool_a: 1}
           runtime_env: {env_vars: {A: pool, B: pool}, pip: [tqdm]}
         purchasing: on_demand
-        accelerator: h100
+        accelerator: h100-80gb
         gpus_per_node: 8
         price_per_gpu_hour: 2.0
         runtimes:

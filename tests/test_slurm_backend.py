@@ -59,7 +59,7 @@ def _catalog(folder: Path, cluster: SlurmCluster, *partitions: str, **per_pool: 
             "backend": "slurm",
             "backend_settings": {"partition": partition, "env": cluster.env, "time_limit": "00:10:00"},
             "purchasing": "spot" if partition == "spot" else "on_demand",
-            "accelerator": "fake-gpu",
+            "accelerator": "local",  # the test cluster's GPUs are character devices
             "gpus_per_node": 2,
             "price_per_gpu_hour": 1.0 if partition == "spot" else 2.0,
             "cooldown_seconds": 600,
@@ -159,7 +159,7 @@ def test_batch_script_carries_the_pool_and_spec(tmp_path):
             "time_limit_notice_seconds": 600,
         },
         purchasing="reserved",
-        accelerator="a100",
+        accelerator="a100-80gb",
         gpus_per_node=8,
         price_per_gpu_hour=1.0,
     )
