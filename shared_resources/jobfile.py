@@ -11,10 +11,9 @@ import datetime as dt
 from pathlib import Path
 from typing import Annotated
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from shared_resources.pools import Capacity, Catalog, TenantLimits, check_accelerator
+from shared_resources.pools import Capacity, Catalog, TenantLimits, check_accelerator, read_yaml_mapping
 from shared_resources.step_spec import DatasetRef, StepSpec
 
 
@@ -127,14 +126,7 @@ def _where(loc: tuple) -> str:
 def load_job(path: str | Path) -> JobFile:
     """Read and validate a job file; JobFileError names file, entry and field."""
     path = Path(path)
-    if not path.exists():
-        raise JobFileError(f"{path}: job file not found.")
-    try:
-        doc = yaml.safe_load(path.read_text())
-    except yaml.YAMLError as exc:
-        raise JobFileError(f"{path}: not valid YAML: {exc}") from exc
-    if not isinstance(doc, dict):
-        raise JobFileError(f"{path}: expected a mapping with `job`, `tenant`, `start`, `datasets` and `steps`.")
+    doc = read_yaml_mapping(path, JobFileError, "job file (`job`, `tenant`, `start`, `datasets`, `steps`)")
     try:
         return JobFile.model_validate(doc)
     except ValidationError as exc:

@@ -286,16 +286,24 @@ def load_catalog(path: str | Path | None = None) -> Catalog:
     return Catalog(pools, prices, egress, tenants, [str(path)])
 
 
-def load_pools(path: str | Path | None = None) -> dict[str, Pool]:
-    """Read and validate a pool catalog (`pools.yaml`); the packaged default if no path."""
-    path = Path(path) if path else DEFAULT_CATALOG
+def read_yaml_mapping(path: Path, error: type[Exception], what: str, missing_hint: str = "") -> dict:
+    """A YAML file that must hold a mapping; `error` names the file and what went wrong."""
     if not path.exists():
-        raise PoolCatalogError(f"{path}: pool catalog not found. Point SINEWGRID_POOLS at a pools.yaml.")
+        raise error(f"{path}: {what} not found.{' ' + missing_hint if missing_hint else ''}")
     try:
         doc = yaml.safe_load(path.read_text())
     except yaml.YAMLError as exc:
-        raise PoolCatalogError(f"{path}: not valid YAML: {exc}") from exc
-    if not isinstance(doc, dict) or not isinstance(doc.get("pools"), dict) or not doc["pools"]:
+        raise error(f"{path}: not valid YAML: {exc}") from exc
+    if not isinstance(doc, dict):
+        raise error(f"{path}: expected a mapping at the top of the {what}.")
+    return doc
+
+
+def load_pools(path: str | Path | None = None) -> dict[str, Pool]:
+    """Read and validate a pool catalog (`pools.yaml`); the packaged default if no path."""
+    path = Path(path) if path else DEFAULT_CATALOG
+    doc = read_yaml_mapping(path, PoolCatalogError, "pool catalog", "Point SINEWGRID_POOLS at a pools.yaml.")
+    if not isinstance(doc.get("pools"), dict) or not doc["pools"]:
         raise PoolCatalogError(f"{path}: expected a top-level `pools:` mapping of pool name to settings.")
     pools: dict[str, Pool] = {}
     problems: list[str] = []

@@ -18,10 +18,11 @@ import glob
 import os
 import pwd
 import shutil
-import socket
 import subprocess
 import tempfile
 from pathlib import Path
+
+from tests.engines.ports import free_port
 
 DATABASE = "sinewgrid_test"
 
@@ -43,11 +44,6 @@ def postgres_bin() -> Path:
     )
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
 
 class PostgresServer:
     """One PostgreSQL server and one database, alive between `start()` and `stop()`."""
@@ -56,7 +52,7 @@ class PostgresServer:
         self.bin = postgres_bin()
         self.root = Path(root or tempfile.mkdtemp(prefix="sinewgrid-pg-"))
         self.data = self.root / "data"
-        self.port = _free_port()
+        self.port = free_port()
         self._user = pwd.getpwnam("postgres") if os.geteuid() == 0 else None
 
     @property

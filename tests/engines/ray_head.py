@@ -16,7 +16,6 @@ import json
 import os
 import random
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -27,6 +26,8 @@ from pathlib import Path
 
 import psutil
 
+from tests.engines.ports import free_port
+
 RAY_CLI = str(Path(sys.executable).with_name("ray"))
 START_TIMEOUT_SECONDS = 120.0
 DEFAULT_RESOURCES = {"pool_spot": 2, "pool_steady": 1}
@@ -34,12 +35,6 @@ DEFAULT_RESOURCES = {"pool_spot": 2, "pool_steady": 1}
 
 class RayHeadError(RuntimeError):
     """The Ray head did not come up; the message carries its logs."""
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def _tail(path: Path, lines: int = 30) -> str:
@@ -110,8 +105,8 @@ def start_ray_head(resources: dict[str, float] | None = None, *, num_cpus: int =
     # Ray puts Unix sockets under the temp folder, whose paths must stay under ~107 characters.
     temp_dir = Path(tempfile.mkdtemp(prefix="sgray-", dir="/tmp"))
     output = temp_dir / "ray-start.out"
-    dashboard_port = _free_port()
-    gcs_port = _free_port()
+    dashboard_port = free_port()
+    gcs_port = free_port()
     worker_base = random.randrange(20000, 29000, 100)
     command = [
         RAY_CLI, "start", "--head", "--block",
@@ -121,13 +116,13 @@ def start_ray_head(resources: dict[str, float] | None = None, *, num_cpus: int =
         "--dashboard-host=127.0.0.1",
         f"--dashboard-port={dashboard_port}",
         f"--port={gcs_port}",
-        f"--ray-client-server-port={_free_port()}",
-        f"--node-manager-port={_free_port()}",
-        f"--object-manager-port={_free_port()}",
-        f"--dashboard-agent-listen-port={_free_port()}",
-        f"--dashboard-agent-grpc-port={_free_port()}",
-        f"--runtime-env-agent-port={_free_port()}",
-        f"--metrics-export-port={_free_port()}",
+        f"--ray-client-server-port={free_port()}",
+        f"--node-manager-port={free_port()}",
+        f"--object-manager-port={free_port()}",
+        f"--dashboard-agent-listen-port={free_port()}",
+        f"--dashboard-agent-grpc-port={free_port()}",
+        f"--runtime-env-agent-port={free_port()}",
+        f"--metrics-export-port={free_port()}",
         f"--min-worker-port={worker_base}",
         f"--max-worker-port={worker_base + 99}",
         f"--temp-dir={temp_dir}",

@@ -30,6 +30,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+from tests.engines.ports import free_port
+
 NODE = "sgnode"
 GPUS = 2
 PARTITIONS = ("gpu", "spot")
@@ -89,11 +91,6 @@ PartitionName=spot Nodes={node} MaxTime=INFINITE State=UP PriorityTier=1 Preempt
 class SlurmClusterError(RuntimeError):
     """The test cluster did not start; the message carries the daemons' logs."""
 
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 class SlurmCluster:
@@ -224,8 +221,8 @@ class SlurmCluster:
         self.conf.write_text(
             SLURM_CONF.format(
                 host=self.host,
-                ctld_port=_free_port(),
-                slurmd_port=_free_port(),
+                ctld_port=free_port(),
+                slurmd_port=free_port(),
                 munge_socket=self.munge_socket,
                 root=self.root,
                 node=NODE,
