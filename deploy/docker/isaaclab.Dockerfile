@@ -22,9 +22,8 @@ FROM nvidia/cuda:${CUDA_VERSION}-base-ubuntu${UBUNTU_VERSION}
 
 ARG PYTHON_VERSION=3.12
 ARG ISAACLAB_VERSION=3.0.0
-ARG ISAACLAB_WORKLOAD_PACKAGES="dagster-pipes==1.13.27 safetensors fsspec pyarrow pandas numpy"
-# Beyond mk/isaaclab.mk: in production the storage root is s3://, which fsspec reads through s3fs.
-ARG PRODUCTION_PACKAGES="s3fs"
+# The same list as mk/isaaclab.mk (s3fs: the production storage root is s3://).
+ARG ISAACLAB_WORKLOAD_PACKAGES="dagster-pipes==1.13.27 safetensors fsspec s3fs pyarrow pandas numpy"
 
 ENV PYTHONUNBUFFERED=1 \
     PYTHONDONTWRITEBYTECODE=1 \
@@ -43,7 +42,7 @@ COPY --from=uv /uv /usr/local/bin/uv
 RUN uv python install "${PYTHON_VERSION}" && uv venv --python "${PYTHON_VERSION}" /opt/venv
 
 # Several GB; if Isaac Lab pulls in Isaac Sim, accepting NVIDIA's EULA is yours to do at run time.
-RUN uv pip install "isaaclab==${ISAACLAB_VERSION}" ${ISAACLAB_WORKLOAD_PACKAGES} ${PRODUCTION_PACKAGES}
+RUN uv pip install "isaaclab==${ISAACLAB_VERSION}" ${ISAACLAB_WORKLOAD_PACKAGES}
 
 # The workloads import the repository's packages from the working directory (PYTHONPATH above).
 WORKDIR /opt/sinewgrid
