@@ -23,7 +23,7 @@ help:
 	@echo "make demo   run the Cell and Robotics loops end to end on this machine, then a summary"
 	@echo "make test   run the whole test suite"
 	@echo "make ui     open the Dagster UI (http://127.0.0.1:3000) on the same storage root"
-	@echo "make bench  print the benchmark figures (validation and omics write throughput)"
+	@echo "make bench  print the benchmark figures, each beside its baseline (benchmarks/README.md)"
 	@echo "storage root: $(SINEWGRID_HOME)   Dagster instance: $(DAGSTER_HOME)"
 
 venv: $(STAMP)

@@ -9,7 +9,7 @@ watcher looks at the records of its own lane's assets and asks the backend about
 |---|---|---|
 | finished, failed, cancelled or gone | still pending or running | cancels it (SIGTERM first, so it checkpoints) — an **orphan** |
 | finished, failed, cancelled or gone | ended | nothing left to stop — a **stale** record |
-| still running | ended or gone for longer than `grace_seconds` | reports it **stuck**: the run waits on a job that is no more |
+| still running | ended or gone, submitted more than `grace_seconds` ago | reports it **stuck**: the run waits on a job that is no more |
 
 An orphan is written to the ledger (outcome `orphaned`, with the time the job held its pool) so
 the cost report includes it. Orphans and stale records are reported as an observation on the

@@ -38,6 +38,19 @@ def load_rng_tensors(generator: torch.Generator, flat: dict[str, torch.Tensor]) 
     torch.set_rng_state(flat["torch_global"])
 
 
+def training_files(model_key: str, model: torch.nn.Module, optimizer: torch.optim.Optimizer, generator: torch.Generator) -> dict[str, dict[str, torch.Tensor]]:
+    """Everything a resumed run needs to continue bit for bit: weights (under `model_key`),
+    optimizer state and RNG state, one safetensors file each."""
+    return {model_key: model.state_dict(), "optimizer": optimizer_tensors(optimizer), "rng": rng_tensors(generator)}
+
+
+def restore_training(files: dict[str, dict[str, torch.Tensor]], model_key: str, model: torch.nn.Module, optimizer: torch.optim.Optimizer, generator: torch.Generator) -> None:
+    """Load what `training_files` saved back into the model, optimizer and generator."""
+    model.load_state_dict(files[model_key])
+    load_optimizer_tensors(optimizer, files["optimizer"])
+    load_rng_tensors(generator, files["rng"])
+
+
 def pick_device(requested: str = "auto") -> torch.device:
     if requested == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")

@@ -13,7 +13,7 @@ from torch import nn
 
 from cell_lane.omics import read_dataset
 from cell_lane.workloads.models import MaskedExpressionModel
-from shared_resources.torch_state import load_optimizer_tensors, load_rng_tensors, optimizer_tensors, pick_device, rng_tensors
+from shared_resources.torch_state import pick_device, restore_training, training_files
 from shared_resources.workload import WorkloadRun
 
 
@@ -52,14 +52,12 @@ def main() -> None:
         losses: list[float] = []
         start = 0
         if checkpoint is not None:
-            model.load_state_dict(checkpoint.tensors["model"])
-            load_optimizer_tensors(optimizer, checkpoint.tensors["optimizer"])
-            load_rng_tensors(generator, checkpoint.tensors["rng"])
+            restore_training(checkpoint.tensors, "model", model, optimizer, generator)
             losses = list(checkpoint.meta.get("losses", []))
             start = checkpoint.step
 
         def state() -> dict:
-            return {"model": model.state_dict(), "optimizer": optimizer_tensors(optimizer), "rng": rng_tensors(generator)}
+            return training_files("model", model, optimizer, generator)
 
         autocast = torch.autocast(device_type="cuda", dtype=torch.bfloat16) if device.type == "cuda" else torch.autocast("cpu", enabled=False)
         run.info(f"pretraining on {n_cells} cells × {n_genes} genes, {device}, steps {start}→{cfg.steps}")

@@ -14,7 +14,7 @@ from torch import nn
 
 from robotics_lane.episodes.lerobot_v3 import read_dataset
 from robotics_lane.policies import MLPPolicy
-from shared_resources.torch_state import load_optimizer_tensors, load_rng_tensors, optimizer_tensors, rng_tensors
+from shared_resources.torch_state import restore_training, training_files
 from shared_resources.workload import WorkloadRun
 
 
@@ -62,14 +62,12 @@ def main() -> None:
         losses: list[float] = []
         start = 0
         if checkpoint is not None:
-            model.load_state_dict(checkpoint.tensors["policy"])
-            load_optimizer_tensors(optimizer, checkpoint.tensors["optimizer"])
-            load_rng_tensors(generator, checkpoint.tensors["rng"])
+            restore_training(checkpoint.tensors, "policy", model, optimizer, generator)
             losses = list(checkpoint.meta.get("losses", []))
             start = checkpoint.step
 
         def state() -> dict:
-            return {"policy": model.state_dict(), "optimizer": optimizer_tensors(optimizer), "rng": rng_tensors(generator)}
+            return training_files("policy", model, optimizer, generator)
 
         run.info(f"behaviour cloning on {len(x)} frames from {n_episodes} episodes, steps {start}→{cfg.steps}")
         for step in range(start, cfg.steps):

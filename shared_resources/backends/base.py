@@ -4,12 +4,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from enum import StrEnum
+from pathlib import Path
 from typing import Any, Protocol
 
 import dagster as dg
 
 from shared_resources.pools import Pool
 from shared_resources.step_spec import StepSpec
+from shared_resources.storage import REPO_ROOT
 
 
 class AttemptOutcome(StrEnum):
@@ -49,3 +51,19 @@ class StepBackend(Protocol):
         spec: StepSpec,
         extras: dict[str, Any],
     ) -> AttemptResult: ...
+
+
+def runtime_interpreter(pool: Pool, spec: StepSpec) -> Path | None:
+    """The interpreter a pool maps the step's runtime to (a relative path is under the
+    repository); None means the interpreter running Dagster."""
+    configured = pool.runtimes.get(spec.runtime, "")
+    if not isinstance(configured, str):
+        raise dg.Failure(
+            description=(
+                f"pool {pool.name}: runtime `{spec.runtime}` must be an interpreter path for a "
+                f"{pool.backend.value} pool, got {configured!r}. Fix `runtimes.{spec.runtime}` in the pool catalog."
+            )
+        )
+    if not configured:
+        return None
+    return Path(configured) if Path(configured).is_absolute() else REPO_ROOT / configured

@@ -31,7 +31,7 @@ from typing import Any, ClassVar
 import dagster as dg
 from dagster._core.pipes.utils import open_pipes_session
 
-from shared_resources.backends.base import AttemptOutcome, AttemptResult
+from shared_resources.backends.base import AttemptOutcome, AttemptResult, runtime_interpreter
 from shared_resources.pools import Pool
 from shared_resources.step_spec import StepSpec
 from shared_resources.storage import REPO_ROOT, Storage, fs_for, glob_uris, read_json, write_bytes_atomic, write_json_atomic
@@ -114,15 +114,8 @@ class EngineBackend(abc.ABC):
     # Runtimes ------------------------------------------------------------------------
     def interpreter(self, pool: Pool, spec: StepSpec) -> str:
         """The Python the pool runs this step's runtime with (a path on the pool's nodes)."""
-        configured = pool.runtimes.get(spec.runtime, "")
-        if not isinstance(configured, str):
-            raise dg.Failure(
-                description=f"pool {pool.name}: runtime `{spec.runtime}` must be an interpreter path for a {self.kind} pool, got {configured!r}."
-            )
-        if not configured:
-            return sys.executable
-        path = Path(configured) if Path(configured).is_absolute() else REPO_ROOT / configured
-        return str(path)
+        path = runtime_interpreter(pool, spec)
+        return str(path) if path else sys.executable
 
     def command(self, pool: Pool, spec: StepSpec) -> list[str]:
         return [self.interpreter(pool, spec), "-m", spec.entry_point]

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import signal
 import sys
-from pathlib import Path
 from collections.abc import Callable, Mapping, Sequence
 import os
 import time
@@ -17,7 +16,7 @@ import dagster as dg
 import psutil
 from dagster._core.pipes.utils import open_pipes_session
 
-from shared_resources.backends.base import AttemptOutcome, AttemptResult
+from shared_resources.backends.base import AttemptOutcome, AttemptResult, runtime_interpreter
 from shared_resources.backends.engine import InFlight, JobHandle, JobState, JobStatus, attempt_owner
 from shared_resources.capacity import pool_slot
 from shared_resources.pools import Pool
@@ -100,10 +99,9 @@ class LocalBackend:
     @staticmethod
     def interpreter(pool: Pool, spec: StepSpec) -> str:
         """The Python that runs this step's runtime on this machine (the pool's mapping)."""
-        configured = pool.runtimes.get(spec.runtime, "")
-        if not configured:
+        path = runtime_interpreter(pool, spec)
+        if path is None:
             return sys.executable
-        path = Path(configured) if Path(configured).is_absolute() else REPO_ROOT / configured
         if not path.exists():
             raise dg.Failure(
                 description=(

@@ -44,6 +44,7 @@ from typing import Any
 import dagster as dg
 
 from shared_resources.backend_settings import RaySettings, settings_for
+from shared_resources.backends.base import runtime_interpreter
 from shared_resources.backends.engine import EngineBackend, JobHandle, JobState, JobStatus, Launch
 from shared_resources.pools import Pool
 from shared_resources.step_spec import StepSpec
@@ -82,16 +83,15 @@ class RayBackend(EngineBackend):
         """The Python that runs the entrypoint: the runtime's path, or its `py_executable`."""
         runtime = self._runtime(pool, spec)
         if isinstance(runtime, str):
-            configured, relative_to = runtime, REPO_ROOT
-        else:
-            configured = str(runtime.get("py_executable") or "")
-            # In a runtime environment with a working_dir, Ray resolves relative paths there.
-            relative_to = None if runtime.get("working_dir") else REPO_ROOT
+            path = runtime_interpreter(pool, spec)
+            return str(path) if path else sys.executable
+        configured = str(runtime.get("py_executable") or "")
         if not configured:
             return sys.executable
-        if Path(configured).is_absolute() or relative_to is None:
+        # In a runtime environment with a working_dir, Ray resolves relative paths there.
+        if Path(configured).is_absolute() or runtime.get("working_dir"):
             return configured
-        return str(relative_to / configured)
+        return str(REPO_ROOT / configured)
 
     def runtime_env(self, pool: Pool, spec: StepSpec, env: dict[str, str]) -> dict[str, Any]:
         """The job's Ray runtime environment: the pool's, then the runtime's, then `env`."""
