@@ -1,14 +1,15 @@
 """The platform code location: cross-lane views — what the GPU work cost and how much was useful,
-and where the lanes' calendar will run next (the capacity plan)."""
+where the lanes' calendar will run next (the capacity plan), and how the platform recovers
+from faults (the failure drills)."""
 
 import dagster as dg
 
-from platform_location.assets import capacity_plan, ledger_reports
+from platform_location.assets import capacity_plan, drills, ledger_reports
 from platform_location.jobs import daily_ledger_report, ledger_report_job
 from shared_resources.resources import platform_resources
 
 defs = dg.Definitions(
-    assets=dg.load_assets_from_modules([ledger_reports, capacity_plan]),
+    assets=dg.load_assets_from_modules([ledger_reports, capacity_plan, drills]),
     jobs=[ledger_report_job],
     schedules=[daily_ledger_report],
     resources=platform_resources(),

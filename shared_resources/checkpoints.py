@@ -7,13 +7,21 @@
 A step folder without a manifest (torn: the writer died mid-way) or whose files do
 not match the manifest's sha256 (corrupt) is skipped with a warning, and the newest
 valid checkpoint before it is used. Files open with `safetensors.safe_open` anywhere.
+
+Failure drills test the torn case for real with a failpoint: `SINEWGRID_FAILPOINT=
+torn-checkpoint:STEP:MARKER` makes the writer of the first checkpoint at or after STEP
+kill itself (SIGKILL) after its tensor files and before its manifest, once: it first
+creates MARKER (holding the time it died), and does nothing while MARKER exists.
 """
 
 from __future__ import annotations
 
 import datetime as dt
 import json
+import os
 import posixpath
+import signal
+import time
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -27,6 +35,26 @@ from shared_resources.storage import fs_for, read_bytes, sha256_bytes, write_byt
 MANIFEST = "manifest.json"
 FORMAT = "sinewgrid.checkpoint/v1"
 _STEP_DIR = re.compile(r"^step-(\d{8})$")
+
+
+FAILPOINT_ENV = "SINEWGRID_FAILPOINT"
+
+
+def _failpoint_torn(step: int) -> None:
+    """The torn-checkpoint failpoint (see the module docstring); a no-op unless armed."""
+    armed = os.environ.get(FAILPOINT_ENV, "")
+    if not armed.startswith("torn-checkpoint:"):
+        return
+    _, at_step, marker = armed.split(":", 2)
+    if step < int(at_step):
+        return
+    try:
+        fd = os.open(marker, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
+    except FileExistsError:
+        return  # fired once already
+    os.write(fd, json.dumps({"step": step, "at": time.time(), "pid": os.getpid()}).encode())
+    os.close(fd)
+    os.kill(os.getpid(), signal.SIGKILL)
 
 
 @dataclass(frozen=True)
@@ -82,6 +110,7 @@ class CheckpointStore:
             data = save_safetensors({k: v.contiguous() for k, v in tensors.items()})
             write_bytes_atomic(posixpath.join(where, f"{stem}.safetensors"), data)
             entries[f"{stem}.safetensors"] = {"sha256": sha256_bytes(data), "bytes": len(data)}
+        _failpoint_torn(step)
         write_json_atomic(
             posixpath.join(where, MANIFEST),
             {

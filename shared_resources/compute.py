@@ -8,13 +8,16 @@ is taken away, records every attempt in the ledger, and returns metadata for the
 from __future__ import annotations
 
 import datetime as dt
+import time
 from dataclasses import dataclass, field
 from typing import Any
 
 import dagster as dg
 
-from shared_resources.backends import AttemptOutcome, backend_for
+from shared_resources.backends import AttemptOutcome, AttemptResult, Refusal, backend_for
 from shared_resources.capacity import Cooldowns
+from shared_resources.health import Drains, Qualifications, probe_spec
+from shared_resources.monitor import STRAGGLER, UNHEALTHY
 from shared_resources.ledger import AttemptRecord, ledger_markdown, record_attempt
 from shared_resources.placement import PlacementPlan, plan_placement
 from shared_resources.pools import Pool, load_pools
@@ -33,6 +36,9 @@ class StepRun:
     attempts: list[AttemptRecord] = field(default_factory=list)
     result: dict[str, Any] = field(default_factory=dict)
     logs: list[str | None] = field(default_factory=list)
+    # One entry per attempt: when it was submitted, ran, resumed, ended and was contained (unix
+    # times), why it ended, the steps it resumed from and reached, what the monitor flagged.
+    timeline: list[dict[str, Any]] = field(default_factory=list)
 
     @property
     def preemptions(self) -> int:
@@ -78,8 +84,51 @@ class StepRun:
             "checkpoints": dg.MetadataValue.path(self.checkpoint_uri),
             "placement": dg.MetadataValue.md(self.plan.evidence_markdown()),
             "ledger": dg.MetadataValue.md(ledger_markdown(self.attempts)),
+            **({"recovery": dg.MetadataValue.md(timeline_markdown(self.timeline))} if len(self.timeline) > 1 else {}),
             **({"workload_log": dg.MetadataValue.path(self.logs[-1])} if self.logs and self.logs[-1] else {}),
         }
+
+
+def attempt_timeline(attempt: int, pool: Pool, submitted: float, result: AttemptResult) -> dict[str, Any]:
+    """What one attempt did, when (unix times), for recovery measurements and the UI."""
+    steps = [int(m["step"]) for m in result.messages if m.get("event") in ("telemetry", "checkpoint", "progress") and "step" in m]
+    resumed = [m for m in result.messages if m.get("event") == "resumed"]
+    return {
+        "attempt": attempt,
+        "pool": pool.name,
+        "backend": pool.backend.value,
+        "outcome": result.outcome.value,
+        "cause": result.cause,
+        "submitted_at": submitted,
+        "running_at": result.running_at,
+        "resumed_at": result.first_event_at("resumed"),
+        "resumed_step": int(resumed[0]["step"]) if resumed else None,
+        "last_step": max(steps, default=None),
+        "ended_at": result.ended_at,
+        "contained_at": None,
+        "checkpoints": sum(1 for m in result.messages if m.get("event") == "checkpoint" and "checkpoint_seconds" in m),
+        "checkpoint_seconds": result.checkpoint_seconds,
+        "flags": result.flags,
+    }
+
+
+def timeline_markdown(timeline: list[dict[str, Any]]) -> str:
+    """The attempts of a step as a table of what happened when (seconds since the first submission)."""
+    if not timeline:
+        return ""
+    t0 = timeline[0]["submitted_at"]
+
+    def since(value: float | None) -> str:
+        return f"{value - t0:.2f}" if value is not None else "—"
+
+    lines = ["| attempt | pool | outcome | cause | submitted | running | resumed (step) | ended | contained |", "|---|---|---|---|---|---|---|---|---|"]
+    for t in timeline:
+        resumed = f"{since(t['resumed_at'])} ({t['resumed_step']})" if t["resumed_at"] is not None else "—"
+        lines.append(
+            f"| {t['attempt']} | `{t['pool']}` | {t['outcome']} | {t['cause'] or '—'} | {since(t['submitted_at'])} | "
+            f"{since(t['running_at'])} | {resumed} | {since(t['ended_at'])} | {since(t['contained_at'])} |"
+        )
+    return "\n".join(lines)
 
 
 class StepFailedError(dg.Failure):
@@ -102,15 +151,19 @@ class ComputeResource(dg.ConfigurableResource):
     def plan(self, spec: StepSpec) -> PlacementPlan:
         return plan_placement(spec, self.pools())
 
-    def _choose_pool(self, plan: PlacementPlan, cooldowns: Cooldowns, refused: set[str], context) -> Pool:
-        """The first pool of the plan that is neither cooling down nor refused this step;
-        if every pool is cooling down, the one whose cool-down ends first."""
-        candidates = [p for p in plan.ranked if p.name not in refused]
+    def _choose_pool(self, plan: PlacementPlan, cooldowns: Cooldowns, drains: Drains, refused: set[str], context) -> Pool:
+        """The first pool of the plan that is neither drained, cooling down nor refused this
+        step; if every pool is cooling down, the one whose cool-down ends first."""
+        drained = {p.name: d for p in plan.ranked if (d := drains.active(p.name)) is not None}
+        candidates = [p for p in plan.ranked if p.name not in refused and p.name not in drained]
         if not candidates:
+            why = [f"{name} refused it" for name in sorted(refused)] + [
+                f"{name} is drained ({d.reason}; {d.remaining_seconds:.0f}s left, or `sinewgrid pools undrain {name}`)" for name, d in drained.items()
+            ]
             raise StepFailedError(
                 description=(
-                    f"No pool had capacity for {plan.step}: {', '.join(sorted(refused))} refused it. "
-                    "Wait for capacity, raise the pools' limits, or add a pool to the catalog."
+                    f"No pool {'could take' if drained else 'had capacity for'} {plan.step}: {'; '.join(why)}. "
+                    "Wait for capacity, fix or undrain a pool, raise the pools' limits, or add a pool to the catalog."
                 )
             )
         waiting = {p.name: cooldowns.active(p.name) for p in candidates}
@@ -120,6 +173,37 @@ class ComputeResource(dg.ConfigurableResource):
         pool = min(candidates, key=lambda p: waiting[p.name].until)
         context.log.info(f"every pool for {plan.step} is cooling down; using {pool.name}, whose cool-down ends first")
         return pool
+
+    def _qualify(self, context, pool: Pool, spec: StepSpec, storage: Storage, attempt: int) -> tuple[AttemptOutcome, str, AttemptResult | None]:
+        """Qualify `pool` for `spec` (see `health.py`): succeeded, refused (no capacity for the
+        probe either: its result is the attempt's) or failed with the problem in words."""
+        if not pool.qualify:
+            return AttemptOutcome.succeeded, "", None
+        backend = backend_for(pool.backend.value)
+        problem = getattr(backend, "qualify", lambda _pool: None)(pool)
+        if isinstance(problem, Refusal):
+            return AttemptOutcome.refused, problem, AttemptResult(AttemptOutcome.refused, None, log_tail=str(problem), cause="refused", ended_at=time.time())
+        if problem:
+            return AttemptOutcome.failed, problem, None
+        qualifications = Qualifications(storage)
+        if qualifications.fresh(pool, spec.runtime):
+            return AttemptOutcome.succeeded, "", None
+        probe = probe_spec(spec, pool)
+        extras = {
+            "config": probe.config,
+            "attempt": attempt,
+            "storage_root": self.storage_root,
+            "log_uri": storage.uri("logs", context.run_id, f"{probe.name}-{pool.name}.log"),
+        }
+        result = backend.run_attempt(context, pool, probe, extras)
+        if result.outcome is AttemptOutcome.succeeded:
+            checks = next((m.get("checks", {}) for m in result.messages if m.get("event") == "qualified"), {})
+            qualifications.record(pool, spec.runtime, checks)
+            context.log.info(f"{pool.name} qualified for {spec.name}: " + "; ".join(f"{k}: {v}" for k, v in checks.items()))
+            return AttemptOutcome.succeeded, "", result
+        if result.outcome is AttemptOutcome.refused:
+            return AttemptOutcome.refused, result.log_tail, result
+        return AttemptOutcome.failed, f"qualification probe failed (exit {result.exit_code}): {result.log_tail.strip()[-800:]}", result
 
     def run(
         self,
@@ -132,7 +216,7 @@ class ComputeResource(dg.ConfigurableResource):
         preemption (on the same pool or the next), and account for every attempt."""
         storage = Storage.at(self.storage_root)
         plan = self.plan(spec)
-        cooldowns = Cooldowns(storage)
+        cooldowns, drains = Cooldowns(storage), Drains(storage)
         context.log.info(f"placement for {spec.name}: {plan.first.name} ({plan.first.purchasing.value})\n{plan.evidence_markdown()}")
         step = StepRun(spec=spec, plan=plan, pool=plan.first, checkpoint_uri=storage.checkpoints(lineage))
         partition = context.partition_key if context.has_partition_key else None
@@ -140,12 +224,26 @@ class ComputeResource(dg.ConfigurableResource):
         refused: set[str] = set()
         # Refusals cost nothing but a try per pool; preemptions are bounded by the step's budget.
         for attempt in range(1, spec.max_preemptions + len(plan.ranked) + 2):
-            pool = self._choose_pool(plan, cooldowns, refused, context)
+            pool = self._choose_pool(plan, cooldowns, drains, refused, context)
             step.pool = pool
+            started = dt.datetime.now(dt.UTC)
+            qualified, problem, probe = self._qualify(context, pool, spec, storage, attempt)
+            if qualified is AttemptOutcome.failed:
+                drain = drains.drain(pool, problem)
+                context.log.warning(
+                    f"{pool.name} failed qualification for {spec.name} and is drained for {pool.drain_seconds:g}s "
+                    f"(`sinewgrid pools undrain {pool.name}` puts it back): {problem}"
+                )
+                step.timeline.append({"attempt": attempt, "pool": pool.name, "backend": pool.backend.value, "outcome": "disqualified",
+                                      "cause": UNHEALTHY, "submitted_at": drain.since, "running_at": None, "resumed_at": None,
+                                      "resumed_step": None, "last_step": None, "ended_at": drain.since, "contained_at": drain.since,
+                                      "flags": [{"cause": UNHEALTHY, "detail": problem, "action": "replace", "at": drain.since}]})
+                continue
             extras = {
                 "config": spec.config,
                 "checkpoint_uri": step.checkpoint_uri,
                 "checkpoint_every_steps": spec.checkpoint_every_steps,
+                "telemetry_seconds": spec.telemetry_seconds,
                 # Young/Daly for this pool's interruption rate (None: no time-based cadence).
                 "checkpoint_interval_seconds": plan.verdict(pool.name).checkpoint_interval_seconds,
                 "lineage": {"step": spec.name, "lineage": lineage, "run_id": context.run_id, "asset": asset},
@@ -154,8 +252,13 @@ class ComputeResource(dg.ConfigurableResource):
                 "storage_root": self.storage_root,
                 "log_uri": storage.uri("logs", context.run_id, f"{spec.name}-attempt{attempt}.log"),
             }
-            started = dt.datetime.now(dt.UTC)
-            result = backend_for(pool.backend.value).run_attempt(context, pool, spec, extras)
+            if qualified is AttemptOutcome.refused and probe is not None:
+                result = probe  # no capacity even for the probe: the pool refused the step
+            else:
+                started = dt.datetime.now(dt.UTC)
+                result = backend_for(pool.backend.value).run_attempt(context, pool, spec, extras)
+            timeline = attempt_timeline(attempt, pool, started.timestamp(), result)
+            step.timeline.append(timeline)
             ended = dt.datetime.now(dt.UTC)
             record = AttemptRecord.for_attempt(
                 run_id=context.run_id,
@@ -173,22 +276,33 @@ class ComputeResource(dg.ConfigurableResource):
                 lane=spec.tenant,
                 outcome=result.outcome.value,
                 exit_code=result.exit_code,
+                cause=result.cause,
             )
             record_attempt(storage, record)
             step.attempts.append(record)
             step.logs.append(result.log_uri)
+            for flag in result.flags:
+                if flag["action"] == "report":
+                    context.log.warning(f"{spec.name} on {pool.name}: {flag['cause']}: {flag['detail']} (policy: report; the step ran on)")
             if result.outcome is AttemptOutcome.succeeded:
                 step.result = result.metadata
                 return step
             if result.outcome is AttemptOutcome.refused:
                 refused.add(pool.name)
                 cooldowns.start(pool, "refused: no capacity")
+                timeline["contained_at"] = time.time()
                 context.log.warning(f"{pool.name} refused {spec.name} ({result.log_tail}); failing over to the next pool in the plan")
                 continue
             if result.outcome is AttemptOutcome.preempted:
+                if result.cause in (STRAGGLER, UNHEALTHY):
+                    flag = next(f for f in result.flags if f["cause"] == result.cause)
+                    drains.drain(pool, f"{result.cause}: {flag['detail']}")
+                    context.log.warning(f"drained {pool.name} for {pool.drain_seconds:g}s ({result.cause}); {spec.name} moves to the next pool")
+                else:
+                    cooldowns.start(pool, "preempted")
+                timeline["contained_at"] = time.time()
                 if step.preemptions > spec.max_preemptions:
                     break
-                cooldowns.start(pool, "preempted")
                 context.log.warning(
                     f"{spec.name} attempt {attempt} on {pool.name} was preempted (exit {result.exit_code}); "
                     "relaunching from its latest checkpoint, on another pool if one is free of cool-down"

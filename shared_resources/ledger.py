@@ -123,6 +123,10 @@ class AttemptRecord:
     token_cost_usd: float | None = None
     task_id: str = ""  # the unit of work this attempt serves; several attempts may serve one task
     completed_task: bool = False  # this attempt completed its task
+    # Why it ended, when not plainly: notice (SIGTERM, checkpointed), lost-node (killed without
+    # notice), reclaimed (the engine took it back), straggler, unhealthy-node, refused, failed,
+    # orphaned; "" on success. Lost time by cause: `Ledger.frame().groupby("cause")`.
+    cause: str = ""
 
     @property
     def wall_seconds(self) -> float:
@@ -193,6 +197,7 @@ class AttemptRecord:
         tokens_in: int | None = None,
         tokens_out: int | None = None,
         token_cost_usd: float | None = None,
+        cause: str | None = None,
     ) -> AttemptRecord:
         """A record from plain values; the time split and the defaults are worked out here.
 
@@ -236,6 +241,7 @@ class AttemptRecord:
             token_cost_usd=token_cost_usd,
             task_id=task_id or f"{run_id}:{step}:{partition or ''}",
             completed_task=(outcome == "succeeded") if completed_task is None else completed_task,
+            cause=cause if cause is not None else ("" if outcome == "succeeded" else outcome),
         )
 
     @classmethod
@@ -290,6 +296,7 @@ attempts = sa.Table(
     sa.Column("token_cost_usd", sa.Float),
     sa.Column("task_id", sa.String(700), nullable=False),
     sa.Column("completed_task", sa.Boolean, nullable=False),
+    sa.Column("cause", sa.String(64), nullable=False, server_default=""),
     sa.Column("gpu_hours", sa.Float, nullable=False),
     sa.Column("gpu_cost_usd", sa.Float, nullable=False),
     sa.Column("cost_usd", sa.Float, nullable=False),
@@ -355,7 +362,26 @@ def _engine(url: str, pid: int) -> Engine:
         # Another process created the table between our check and our CREATE: fine if it is there now.
         if not sa.inspect(engine).has_table(attempts.name):
             raise
+    _add_missing_columns(engine)
     return engine
+
+
+def _add_missing_columns(engine: Engine) -> None:
+    """Columns added since a ledger was created (`cause`) are added to it in place; old rows
+    get the column's default."""
+    present = {c["name"] for c in sa.inspect(engine).get_columns(attempts.name)}
+    for column in attempts.c:
+        if column.name in present or column.server_default is None:
+            continue
+        kind = column.type.compile(dialect=engine.dialect)
+        default = column.server_default.arg
+        try:
+            with engine.begin() as conn:
+                conn.exec_driver_sql(f"ALTER TABLE {attempts.name} ADD COLUMN {column.name} {kind} NOT NULL DEFAULT '{default}'")
+        except (OperationalError, ProgrammingError):
+            # Another process added it first.
+            if column.name not in {c["name"] for c in sa.inspect(engine).get_columns(attempts.name)}:
+                raise
 
 
 def ledger_url(storage: Storage) -> str:

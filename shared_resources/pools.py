@@ -105,6 +105,17 @@ class Pool(BaseModel):
     # A job the engine still holds pending after this long is cancelled: the pool counts as refusing.
     pending_deadline_seconds: Annotated[float, Field(gt=0)] = 600.0
     tenants: list[str] | None = None  # None: every tenant may use it
+    # Health. Before a step lands on the pool it is qualified: the backend says the pool can take
+    # work (Slurm: partition up, a node not drained), and a probe job checks that the step's runtime
+    # starts, the storage root is reachable and the GPUs answer; a pass holds `qualify_ttl_seconds`.
+    # `health_check` is a command run on the node (like Slurm's HealthCheckProgram, e.g. NHC), at
+    # qualification and, on local pools, every `health_check_interval_seconds` while a step runs;
+    # a non-zero exit drains the pool for `drain_seconds` and moves the step.
+    qualify: bool = True  # false: land steps without qualifying the pool (no backend check, no probe)
+    health_check: list[str] = Field(default_factory=list)
+    health_check_interval_seconds: Annotated[float, Field(gt=0)] = 10.0
+    qualify_ttl_seconds: Annotated[float, Field(ge=0)] = 900.0
+    drain_seconds: Annotated[float, Field(ge=0)] = 1800.0
     # Runtime name -> how this pool runs it: a Python interpreter (local, Slurm; relative to the
     # repository or absolute), a container image (Kubernetes), or a Ray runtime environment
     # (a mapping). `default` is the interpreter running Dagster unless the pool says otherwise.

@@ -19,7 +19,7 @@ from matplotlib.figure import Figure
 
 from shared_resources.ledger import LOST_REASONS
 
-GROUPINGS = {"run": "run_id", "project": "project", "provider": "provider", "lane": "lane"}
+GROUPINGS = {"run": "run_id", "project": "project", "provider": "provider", "lane": "lane", "cause": "cause"}
 _PURCHASING_ORDER = ["reserved", "block", "on_demand", "spot"]
 _OUTCOME_COLOURS = {"succeeded": "tab:green", "preempted": "tab:orange", "refused": "tab:gray", "failed": "tab:red", "orphaned": "tab:purple"}
 
@@ -37,7 +37,8 @@ def _weighted(frame: pd.DataFrame) -> pd.DataFrame:
 
 
 def summary(frame: pd.DataFrame, by: str = "lane") -> pd.DataFrame:
-    """Goodput, time and cost per `by` (run, project, provider or lane), costliest first."""
+    """Goodput, time and cost per `by` (run, project, provider, lane or cause: why attempts
+    ended), costliest first."""
     if by not in GROUPINGS:
         raise ValueError(f"cannot report by {by!r}; choose one of {', '.join(GROUPINGS)}")
     key = GROUPINGS[by]

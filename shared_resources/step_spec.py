@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
@@ -40,6 +40,13 @@ class StepSpec(BaseModel):
     checkpoint_seconds: Annotated[float, Field(ge=0)] = 5.0
     expected_hours: Annotated[float, Field(gt=0)] = 1.0
     max_preemptions: Annotated[int, Field(ge=0)] = 3
+    # A straggler: steps `straggler_factor` times slower than this attempt's own earlier ones, for
+    # `straggler_patience` telemetry reports in a row. `replace` drains the pool and moves the step
+    # (it resumes from a checkpoint taken on SIGTERM); `report` only says so.
+    on_straggler: Literal["replace", "report"] = "report"
+    straggler_factor: Annotated[float, Field(gt=1)] = 3.0
+    straggler_patience: Annotated[int, Field(ge=1)] = 3
+    telemetry_seconds: Annotated[float, Field(gt=0)] = Field(default=1.0, description="How often the workload reports its time per step.")
     budget_usd: float | None = None
     datasets: list[DatasetRef] = Field(default_factory=list, description="Inputs the step reads; moving them costs egress and time.")
     start: dt.datetime | None = Field(default=None, description="When the step is planned to start (UTC); None: now.")

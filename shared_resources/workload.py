@@ -100,6 +100,8 @@ class WorkloadRun:
         self._work_mark: float | None = None
         self._last_saved_step: int | None = None
         self._last_save_at = time.monotonic()
+        # Step-time telemetry: mean seconds per step since the last report, every `telemetry_seconds`.
+        self._telemetry_mark: tuple[float, int] | None = None
 
     # Life cycle ---------------------------------------------------------------
     def __enter__(self) -> WorkloadRun:
@@ -115,6 +117,7 @@ class WorkloadRun:
         interval = extras.get("checkpoint_interval_seconds")
         self.checkpoint_interval = float(interval) if interval else None
         self.attempt = int(extras.get("attempt", 1))
+        self.telemetry_seconds = float(extras.get("telemetry_seconds", 1.0))
         self.checkpoints = CheckpointStore(extras["checkpoint_uri"], warn=self.warning)
         signal.signal(signal.SIGTERM, self._on_sigterm)
         return self
@@ -150,8 +153,20 @@ class WorkloadRun:
         self.log.warning(msg)
 
     def report(self, payload: Mapping[str, Any]) -> None:
-        """A structured event for the platform (checkpoints, progress, preemption)."""
-        self._pipes.report_custom_message(dict(payload))  # type: ignore[union-attr]
+        """A structured event for the platform (checkpoints, progress, telemetry, preemption),
+        stamped with the wall-clock time (`at`, unix seconds) it happened."""
+        self._pipes.report_custom_message({**dict(payload), "at": round(time.time(), 4)})  # type: ignore[union-attr]
+
+    def _telemetry(self, step: int) -> None:
+        """Report the mean time per step since the last report (the straggler detector reads it)."""
+        now = time.monotonic()
+        if self._telemetry_mark is None:
+            self._telemetry_mark = (now, step)
+            return
+        since, first = self._telemetry_mark
+        if now - since >= self.telemetry_seconds and step > first:
+            self.report({"event": "telemetry", "step": step, "step_seconds": round((now - since) / (step - first), 6)})
+            self._telemetry_mark = (now, step)
 
     # Resume and checkpoint -------------------------------------------------------
     def resume(self) -> Checkpoint | None:
@@ -162,7 +177,7 @@ class WorkloadRun:
         else:
             self.info(f"resuming from {checkpoint.uri} (step {checkpoint.step})")
             self._last_saved_step = checkpoint.step
-            self.report({"event": "resumed", "step": checkpoint.step})
+        self.report({"event": "resumed", "step": checkpoint.step if checkpoint else 0})
         self._work_mark = time.monotonic()
         return checkpoint
 
@@ -201,10 +216,13 @@ class WorkloadRun:
         atomically), for workloads whose progress is their output rather than a model."""
         self._last_saved_step = step
         self.report({"event": "checkpoint", "step": step, "committed_seconds": round(self._committed_seconds(), 3), **info})
+        self._telemetry(step)
 
-    def start_work(self) -> None:
-        """Start counting productive time (for workloads that do not call `resume`)."""
+    def start_work(self, step: int = 0) -> None:
+        """Start counting productive time (for workloads that do not call `resume`), from `step`
+        units already done (e.g. episodes a previous attempt committed)."""
         self._work_mark = time.monotonic()
+        self.report({"event": "resumed", "step": step})
 
     def step_done(
         self,
@@ -220,6 +238,7 @@ class WorkloadRun:
         (the Young/Daly interval placement worked out for the pool, if it is interruptible) have
         passed since the last checkpoint, and at once when SIGTERM has arrived.
         """
+        self._telemetry(step)
         on_cadence = step % self.checkpoint_every == 0
         if self.checkpoint_interval and time.monotonic() - self._last_save_at >= self.checkpoint_interval:
             on_cadence = True

@@ -128,7 +128,7 @@ def summary() -> None:
 
 @app.command()
 def report(
-    by: str = typer.Option("lane", "--by", help="Group the ledger by run, project, provider or lane."),
+    by: str = typer.Option("lane", "--by", help="Group the ledger by run, project, provider, lane or cause (why attempts ended: notice, lost-node, straggler, unhealthy-node, ...)."),
     as_json: bool = typer.Option(False, "--json", help="Print the table and totals as JSON instead."),
 ) -> None:
     """Goodput and cost from the attempt ledger, per run, project, provider or lane."""
@@ -299,6 +299,86 @@ def _print_plan(result, evidence: bool) -> None:
         for v in sorted(placement.verdicts, key=lambda v: (v.rank is None, v.rank or 0, v.pool)):
             mark = f"[green]{v.rank}[/]" if v.rank else "[red]refused[/]"
             console.print(f"  {mark} {escape(v.pool)}: {escape('; '.join(v.reasons))}")
+
+
+@app.command()
+def drill(
+    backend: list[str] = typer.Option(["local", "slurm"], "--backend", "-b", help="Where to drill: local, slurm (a single-node cluster is started for it). Repeat for several."),
+    scenario: list[str] = typer.Option([], "--scenario", "-s", help="preempt-notice, preempt-no-notice, torn-checkpoint, pool-loss, straggler, unhealthy-node (default: all)."),
+    workload: list[str] = typer.Option([], "--workload", "-w", help="pretrain (Cell), rollouts, policy (Robotics) (default: all)."),
+    size: str = typer.Option("small", help="small (seconds per run) or full (the figures in docs/drills.md)."),
+    trace: str = typer.Option("10-15%", help="Preemption-trace rate: a spot band (<5%, 5-10%, 10-15%, 15-20%, >20%) or interruptions per hour; 'none' to skip."),
+    trace_seed: int = typer.Option(1, help="Seed of the preemption trace."),
+    out: Path = typer.Option(None, help="Where the report goes (default: reports/drills/ under the storage root)."),
+    docs: Path = typer.Option(None, help="Also write the report here (e.g. docs/drills.md) with its plots beside it."),
+) -> None:
+    """Inject real faults into real runs and publish how the platform recovered.
+
+    Each scenario runs an uninterrupted baseline and a faulted run of a lane workload through
+    the real compute resource, as Dagster runs on this instance (the UI shows them under
+    platform/failure_drill), and measures time to detect, contain, replace and resume, work
+    redone against the checkpoint cadence's bound, goodput against the Young/Daly optimum,
+    and whether the end state matches the uninterrupted run.
+    """
+    from drills.campaign import run_campaign
+    from drills.runner import SCENARIOS
+    from drills.workloads import SIZES, WORKLOADS
+
+    _quiet()
+    if size not in SIZES:
+        raise typer.BadParameter(f"use {' or '.join(SIZES)}", param_hint="--size")
+    storage = _storage()
+    ensure_instance_home()
+    out = out or Path(storage.root.removeprefix("file://")) / "reports" / "drills"
+    command = "sinewgrid drill " + " ".join(sys.argv[2:])
+    with get_instance() as instance:
+        try:
+            results, traces, written = run_campaign(
+                instance=instance, storage_root=storage.root, backends=backend, scenarios=scenario or list(SCENARIOS),
+                workloads=workload or list(WORKLOADS), size=size, trace_rate=None if trace == "none" else trace, trace_seed=trace_seed,
+                out_dir=out, docs_path=docs, command=command, say=lambda line: console.print(escape(line)),
+            )
+        except (ValueError, RuntimeError) as exc:
+            console.print(f"[red]{escape(str(exc))}[/]")
+            raise typer.Exit(2) from None
+    console.print(f"\nreport: [bold]{written['markdown']}[/]" + (f" and [bold]{written['docs']}[/]" if written.get("docs") else ""))
+    bad = [r for r in results if not (r.recovered and r.identical and r.within_bound)]
+    bad += [r for t in traces for r in t.runs if not (r.finished and r.identical)]
+    if bad:
+        console.print(f"[red]{len(bad)} drill(s) did not recover to an identical end state within the bound; see the report.[/]")
+        raise typer.Exit(1)
+
+
+pools_app = typer.Typer(help="Pool health: drained pools and how to put them back.", no_args_is_help=True)
+app.add_typer(pools_app, name="pools")
+
+
+@pools_app.command("drained")
+def pools_drained() -> None:
+    """List the pools taken out of placement (failed qualification, unhealthy node, straggler)."""
+    from shared_resources.health import Drains
+
+    drains = Drains(_storage()).all()
+    if not drains:
+        console.print("no pool is drained")
+        return
+    table = Table(title="Drained pools")
+    for column in ("pool", "since", "left", "why"):
+        table.add_column(column)
+    for d in drains:
+        table.add_row(escape(d.pool), time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(d.since)), f"{d.remaining_seconds:.0f}s", escape(d.reason))
+    console.print(table)
+
+
+@pools_app.command("undrain")
+def pools_undrain(pool: str = typer.Argument(..., help="The pool to put back in service.")) -> None:
+    """Put a drained pool back in service (it is qualified again before its next step)."""
+    from shared_resources.health import Drains
+
+    if Drains(_storage()).undrain(pool):
+        console.print(f"{escape(pool)} is back in service; it will be qualified again before its next step")
+    else:
+        console.print(f"{escape(pool)} was not drained")
 
 
 @app.command()

@@ -71,10 +71,10 @@ def _package_imports(package: str) -> dict[Path, set[str]]:
 @pytest.mark.parametrize(
     ("package", "forbidden"),
     [
-        ("shared_resources", ("cell_lane", "robotics_lane", "sensors", "sinewgrid")),
-        ("cell_lane", ("robotics_lane", "sinewgrid")),
-        ("robotics_lane", ("cell_lane", "sinewgrid")),
-        ("sensors", ("cell_lane", "robotics_lane", "sinewgrid")),
+        ("shared_resources", ("cell_lane", "robotics_lane", "sensors", "sinewgrid", "drills")),
+        ("cell_lane", ("robotics_lane", "sinewgrid", "drills")),
+        ("robotics_lane", ("cell_lane", "sinewgrid", "drills")),
+        ("sensors", ("cell_lane", "robotics_lane", "sinewgrid", "drills")),
     ],
 )
 def test_package_boundaries(package, forbidden):
@@ -92,7 +92,7 @@ def test_workloads_talk_back_only_through_pipes():
         + list((REPO / "robotics_lane" / "workloads").rglob("*.py"))
         + list((REPO / "robotics_lane" / "sim").rglob("*.py"))
         + list((REPO / "robotics_lane" / "episodes").rglob("*.py"))
-        + [REPO / "robotics_lane" / "policies.py", REPO / "shared_resources" / "workload.py"]
+        + [REPO / "robotics_lane" / "policies.py", REPO / "shared_resources" / "workload.py", REPO / "shared_resources" / "probe.py"]
     )
     for path in workload_files:
         for name in _imports(path):

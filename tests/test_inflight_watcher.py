@@ -71,7 +71,8 @@ def test_watcher_stops_the_workload_of_a_dead_orchestrator(home: Path, tmp_path:
     env = {**os.environ, "PYTHONPATH": str(REPO_ROOT)}
     orchestrator = subprocess.Popen([sys.executable, "-c", ORCHESTRATOR, str(home), str(pools)], env=env, cwd=REPO_ROOT)
     try:
-        (record,) = _wait_for(lambda: InFlight(storage).records(), "the step to be in flight")
+        # (The pool's qualification probe is in flight first, for a moment.)
+        (record,) = _wait_for(lambda: [r for r in InFlight(storage).records() if r["owner"]["step"] == "test.counting"], "the step to be in flight")
         workload = psutil.Process(int(record["handle"]["job_id"]))
         _wait_for(lambda: storage.fs.exists(storage.checkpoints("counting").removeprefix("file://")), "a checkpoint")
         orchestrator.send_signal(signal.SIGKILL)  # the run worker dies; the GPU job does not

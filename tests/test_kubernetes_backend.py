@@ -61,6 +61,9 @@ def _pool(name: str, price: float, purchasing: str, node_selector: dict[str, str
             "gpus_per_node": 4,
             "price_per_gpu_hour": price,
             "runtimes": {"default": IMAGE},
+            # The fake API server's stand-in kubelet runs pods as local processes, with no GPU for
+            # the qualification probe to find: these pools land steps unqualified.
+            "qualify": False,
             **fields,
         }
     }

@@ -87,8 +87,11 @@ def uninterrupted_digest(ray_head: RayHead, tmp_path_factory) -> str:
     return md["digest"]
 
 
-def _jobs_of(client: JobSubmissionClient, step: str) -> list:
-    return [j for j in client.list_jobs() if (j.metadata or {}).get("sinewgrid_step") == step]
+def _jobs_of(client: JobSubmissionClient, step: str, pool: str | None = None) -> list:
+    return [
+        j for j in client.list_jobs()
+        if (j.metadata or {}).get("sinewgrid_step") == step and pool in (None, (j.metadata or {}).get("sinewgrid_pool"))
+    ]
 
 
 def test_counting_runs_end_to_end_as_a_ray_job(home, pools_file, ray_head, uninterrupted_digest):
@@ -154,10 +157,14 @@ def test_a_pool_whose_resource_the_cluster_lacks_is_refused_and_the_next_pool_ru
     assert md["pools_tried"] == "ray-missing, ray-spot" and md["pool"] == "ray-spot"
     ledger = read_ledger(Storage.at(str(home)).ledger())
     assert list(ledger["outcome"]) == ["refused", "succeeded"]
-    jobs = {(j.metadata or {})["sinewgrid_pool"]: j for j in _jobs_of(JobSubmissionClient(ray_head.address), spec.name)}
+    client = JobSubmissionClient(ray_head.address)
+    # What ray-missing never placed was the pool's qualification probe: the step itself never went there.
+    (probe,) = _jobs_of(client, f"{spec.name}.qualify", pool="ray-missing")
+    assert not _jobs_of(client, spec.name, pool="ray-missing")
     # Ray 2.60 keeps a stopped never-placed job PENDING (its stop is queued); it never started.
-    assert jobs["ray-missing"].status in ("PENDING", "STOPPED") and jobs["ray-missing"].driver_exit_code is None
-    assert jobs["ray-spot"].status == "SUCCEEDED"
+    assert probe.status in ("PENDING", "STOPPED") and probe.driver_exit_code is None
+    (ran,) = _jobs_of(client, spec.name, pool="ray-spot")
+    assert ran.status == "SUCCEEDED"
 
 
 def test_a_crash_in_the_workload_fails_once_and_is_not_retried(home, pools_file, ray_head):

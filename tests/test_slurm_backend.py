@@ -115,7 +115,9 @@ def test_requeue_resumes_from_checkpoint_with_the_same_result(slurm, home, insta
     ("spot_state", "spot_pool"),
     [
         ("INACTIVE", {}),  # sbatch is turned down at once
-        ("DOWN", {"pending_deadline_seconds": 3}),  # the job queues and never starts: past the deadline
+        # Unqualified, so the job is submitted: it queues and never starts, past the deadline.
+        # (Qualified, the DOWN partition would be refused before submission, like INACTIVE.)
+        ("DOWN", {"pending_deadline_seconds": 3, "qualify": False}),
     ],
     ids=["sbatch-rejected", "pending-past-deadline"],
 )

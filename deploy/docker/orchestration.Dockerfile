@@ -37,6 +37,7 @@ COPY cell_lane ./cell_lane
 COPY robotics_lane ./robotics_lane
 COPY sensors ./sensors
 COPY platform_location ./platform_location
+COPY drills ./drills
 RUN pip install . "dagster-aws==${DAGSTER_INTEGRATIONS_VERSION}"
 
 # The pool catalogs (SINEWGRID_POOLS=/opt/sinewgrid/deploy/pools/<cloud>.yaml) and the workspace.

@@ -58,6 +58,7 @@ COPY cell_lane ./cell_lane
 COPY robotics_lane ./robotics_lane
 COPY sensors ./sensors
 COPY platform_location ./platform_location
+COPY drills ./drills
 RUN uv pip install .
 
 RUN useradd --uid 10001 --create-home sinewgrid

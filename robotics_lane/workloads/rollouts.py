@@ -62,7 +62,7 @@ def main() -> None:
         done = committed_seeds(cfg.output_uri)
         todo = [s for s in cfg.seeds if s not in done]
         run.info(f"{cfg.backend} {task.name} rollouts: {len(cfg.seeds)} seeds, {len(done)} already committed, {len(todo)} to run")
-        run.start_work()
+        run.start_work(len(done))
         started = time.monotonic()
         steps = 0
         if todo:

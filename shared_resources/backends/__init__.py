@@ -6,10 +6,10 @@ that engine (imported only when a pool uses it, so a laptop needs none of their 
 
 from __future__ import annotations
 
-from shared_resources.backends.base import AttemptOutcome, AttemptResult, StepBackend
+from shared_resources.backends.base import AttemptOutcome, AttemptResult, Refusal, StepBackend
 from shared_resources.backends.local import LocalBackend
 
-__all__ = ["AttemptOutcome", "AttemptResult", "StepBackend", "LocalBackend", "backend_for"]
+__all__ = ["AttemptOutcome", "AttemptResult", "Refusal", "StepBackend", "LocalBackend", "backend_for"]
 
 
 def backend_for(kind: str) -> StepBackend:

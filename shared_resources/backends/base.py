@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import signal
 from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
@@ -12,6 +13,22 @@ import dagster as dg
 from shared_resources.pools import Pool
 from shared_resources.step_spec import StepSpec
 from shared_resources.storage import REPO_ROOT
+
+
+# A process killed by these signals lost its node (spot reclaim without notice, a node
+# failure, the OOM-killer of a shared box) rather than failing on its own: the step is
+# resumed from its checkpoint, not failed.
+LOST_NODE_SIGNALS = frozenset({signal.SIGKILL, signal.SIGTERM})
+
+
+def killed_by_lost_node(exit_code: int | None) -> bool:
+    """An exit code that means the process was killed from outside (minus the signal number)."""
+    return exit_code is not None and exit_code < 0 and -exit_code in LOST_NODE_SIGNALS
+
+
+class Refusal(str):
+    """A qualification answer that is about capacity, not health (a partition not taking jobs,
+    a controller not answering): the pool refuses the step and cools down; it is not drained."""
 
 
 class AttemptOutcome(StrEnum):
@@ -30,12 +47,23 @@ class AttemptResult:
     log_uri: str | None = None  # the process's own stdout/stderr
     log_tail: str = ""
     queue_seconds: float = 0.0  # submitted until the engine started it (waiting for capacity)
+    running_at: float | None = None  # unix time the workload was first seen running
+    ended_at: float | None = None  # unix time the platform saw the attempt end
+    # Why it ended, when not plainly: `notice` (SIGTERM, checkpointed), `lost-node` (killed
+    # without notice), `straggler`, `unhealthy-node`, `refused`, `failed`; "" on success.
+    cause: str = ""
+    flags: list[dict[str, Any]] = field(default_factory=list)  # what the attempt monitor flagged, with times
 
     @property
     def committed_seconds(self) -> float:
         """Training time this attempt saved in a checkpoint (its productive time)."""
         seconds = [float(m.get("committed_seconds", 0.0)) for m in self.messages if m.get("event") == "checkpoint"]
         return max(seconds, default=0.0)
+
+    def first_event_at(self, event: str) -> float | None:
+        """When the workload first reported `event` (unix time the workload stamped on it)."""
+        times = [float(m["at"]) for m in self.messages if m.get("event") == event and "at" in m]
+        return min(times, default=None)
 
     @property
     def checkpoint_seconds(self) -> float:

@@ -13,6 +13,11 @@ loop they share lives here:
    `cancel`s it;
 5. `collect` the job's own stdout/stderr into the attempt's log, and map the ending to an
    outcome: exit 0 succeeded, exit 75 or an engine preemption preempted, anything else failed.
+
+While the job runs, an `AttemptMonitor` watches its step-time telemetry and asks
+`node_problem` about its node; a straggler (by the step's policy) or an unhealthy node gets
+SIGTERM, then a cancel, and the attempt ends as preempted with that cause. `qualify` says
+whether a pool can take work before anything is submitted to it.
 """
 
 from __future__ import annotations
@@ -31,7 +36,8 @@ from typing import Any, ClassVar
 import dagster as dg
 from dagster._core.pipes.utils import open_pipes_session
 
-from shared_resources.backends.base import AttemptOutcome, AttemptResult, runtime_interpreter
+from shared_resources.backends.base import AttemptOutcome, AttemptResult, killed_by_lost_node, runtime_interpreter
+from shared_resources.monitor import AttemptMonitor, Flag
 from shared_resources.pools import Pool
 from shared_resources.step_spec import StepSpec
 from shared_resources.storage import REPO_ROOT, Storage, fs_for, glob_uris, read_json, write_bytes_atomic, write_json_atomic
@@ -111,6 +117,15 @@ class EngineBackend(abc.ABC):
     def collect(self, handle: JobHandle) -> bytes:
         """The job's own stdout/stderr (what `Launch.output_path` received, or the engine's logs)."""
 
+    # Health --------------------------------------------------------------------------------
+    def qualify(self, pool: Pool) -> str | None:
+        """Can this pool take work now, from the engine's point of view? None: yes; else the problem."""
+        return None
+
+    def node_problem(self, handle: JobHandle) -> str | None:
+        """Is the node a running job sits on unhealthy? None: fine; else the problem, in words."""
+        return None
+
     # Runtimes ------------------------------------------------------------------------
     def interpreter(self, pool: Pool, spec: StepSpec) -> str:
         """The Python the pool runs this step's runtime with (a path on the pool's nodes)."""
@@ -159,13 +174,17 @@ class EngineBackend(abc.ABC):
             handle = self.submit(pool, spec, Launch(env=env, **launch_base))
             inflight.add(handle, **attempt_owner(context, spec, extras))
             context.log.info(f"{spec.name}: submitted to {pool.name} as {self.kind} job {handle.job_id}")
+            monitor = AttemptMonitor(
+                pool, spec, messages=session.get_custom_messages, node_problem=lambda: self.node_problem(handle), log=context.log.warning
+            )
             try:
-                status, started_at = self._watch(context, pool, handle)
+                status, started_at = self._watch(context, pool, handle, monitor)
             except dg.DagsterExecutionInterruptedError:
                 context.log.warning(f"run cancelled: stopping {self.kind} job {handle.job_id} (SIGTERM, then cancel)")
                 self._stop(handle)
                 inflight.remove(handle)
                 raise
+        ended_at = time.time()
         inflight.remove(handle)
         log = self.collect(handle)
         log_uri = extras.get("log_uri")
@@ -183,14 +202,30 @@ class EngineBackend(abc.ABC):
             tail = f"[{self.kind}: {status.reason}]\n{tail}"
         queued = (started_at or time.time()) - handle.submitted_at
         return AttemptResult(
-            outcome, status.exit_code, messages, metadata, log_uri=log_uri, log_tail=tail, queue_seconds=max(queued, 0.0)
+            outcome,
+            status.exit_code,
+            messages,
+            metadata,
+            log_uri=log_uri,
+            log_tail=tail,
+            queue_seconds=max(queued, 0.0),
+            running_at=started_at,
+            ended_at=ended_at,
+            cause=ending_cause(outcome, status.exit_code, monitor.acted),
+            flags=[f.to_json() for f in monitor.flags],
         )
 
-    def _watch(self, context: dg.AssetExecutionContext, pool: Pool, handle: JobHandle) -> tuple[JobStatus, float | None]:
-        """Poll until the job ends; return how it ended and when it was first seen running."""
+    def _watch(
+        self, context: dg.AssetExecutionContext, pool: Pool, handle: JobHandle, monitor: AttemptMonitor | None = None
+    ) -> tuple[JobStatus, float | None]:
+        """Poll until the job ends; return how it ended and when it was first seen running.
+
+        While it runs, the monitor may ask for it to be stopped (straggler, unhealthy node):
+        SIGTERM first (the workload checkpoints and exits 75), a cancel after the grace period."""
         deadline = handle.submitted_at + pool.pending_deadline_seconds
         last_state: JobState | None = None
         started_at: float | None = None
+        stop_by: float | None = None
         while True:
             status = self.status(handle)
             if status.state != last_state:
@@ -199,7 +234,17 @@ class EngineBackend(abc.ABC):
             if status.state is not JobState.pending and started_at is None:
                 started_at = time.time()
             if status.state.ended:
+                if stop_by is not None and status.state is not JobState.succeeded:
+                    # We stopped it: however the engine words the ending, the step moves on.
+                    status = JobStatus(JobState.preempted, status.exit_code, f"stopped by Sinewgrid: {monitor.acted.detail}")
                 return status, started_at
+            if status.state is JobState.running and monitor is not None:
+                if stop_by is None and monitor.poll() is not None:
+                    self.signal(handle, signal.SIGTERM)
+                    stop_by = time.time() + STOP_GRACE_SECONDS
+                elif stop_by is not None and time.time() > stop_by:
+                    context.log.warning(f"{self.kind} job {handle.job_id} did not stop within {STOP_GRACE_SECONDS:g}s of SIGTERM; cancelling it")
+                    self.cancel(handle)
             if status.state is JobState.pending and time.time() > deadline:
                 self.cancel(handle)
                 return JobStatus(
@@ -228,7 +273,30 @@ class EngineBackend(abc.ABC):
             return AttemptOutcome.preempted
         if status.state is JobState.gone and status.exit_code is None:
             return AttemptOutcome.preempted  # the engine lost it (node gone): resume elsewhere
+        if killed_by_lost_node(status.exit_code):
+            return AttemptOutcome.preempted  # killed from outside without notice (node lost, spot reclaim)
         return AttemptOutcome.failed
+
+
+# How long a workload asked to stop (straggler, unhealthy node) has to checkpoint and exit.
+STOP_GRACE_SECONDS = 120.0
+
+
+def ending_cause(outcome: AttemptOutcome, exit_code: int | None, acted: Flag | None) -> str:
+    """Why an attempt ended, for the ledger: the monitor's flag if it stopped the attempt;
+    `notice` (SIGTERM, checkpointed, exit 75), `lost-node` (killed without notice),
+    `reclaimed` (the engine took it back), `refused`, `failed`; "" on success."""
+    if acted is not None:
+        return acted.cause
+    if outcome is AttemptOutcome.succeeded:
+        return ""
+    if outcome is AttemptOutcome.refused:
+        return "refused"
+    if outcome is AttemptOutcome.preempted:
+        if exit_code == PREEMPTED_EXIT_CODE:
+            return "notice"
+        return "lost-node" if killed_by_lost_node(exit_code) else "reclaimed"
+    return "failed"
 
 
 def attempt_owner(context: dg.AssetExecutionContext, spec: StepSpec, extras: dict[str, Any]) -> dict[str, Any]:

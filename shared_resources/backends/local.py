@@ -2,32 +2,28 @@
 
 from __future__ import annotations
 
+import os
 import signal
 import sys
-from collections.abc import Callable, Mapping, Sequence
-import os
-import time
 import tempfile
-from subprocess import STDOUT, Popen
-from typing import IO
-from typing import Any
+import time
+from collections.abc import Callable, Mapping, Sequence
+from subprocess import STDOUT, Popen, TimeoutExpired
+from typing import IO, Any
 
 import dagster as dg
 import psutil
 from dagster._core.pipes.utils import open_pipes_session
 
-from shared_resources.backends.base import AttemptOutcome, AttemptResult, runtime_interpreter
-from shared_resources.backends.engine import InFlight, JobHandle, JobState, JobStatus, attempt_owner
+from shared_resources.backends.base import AttemptOutcome, AttemptResult, killed_by_lost_node, runtime_interpreter
+from shared_resources.backends.engine import STOP_GRACE_SECONDS, InFlight, JobHandle, JobState, JobStatus, attempt_owner, ending_cause
 from shared_resources.capacity import pool_slot
+from shared_resources.health import run_health_check
+from shared_resources.monitor import AttemptMonitor
 from shared_resources.pools import Pool
 from shared_resources.step_spec import StepSpec
 from shared_resources.storage import REPO_ROOT, Storage, write_bytes_atomic
 from shared_resources.workload import PREEMPTED_EXIT_CODE
-
-# A process killed by these signals lost its node (spot reclaim, OOM-killer on a
-# shared box) rather than failing on its own: the step is resumed, not failed.
-_LOST_NODE_SIGNALS = {signal.SIGKILL, signal.SIGTERM}
-
 
 class PreemptiblePipesSubprocessClient(dg.PipesSubprocessClient):
     """`PipesSubprocessClient` that hands back the exit code instead of raising on it.
@@ -48,12 +44,14 @@ class PreemptiblePipesSubprocessClient(dg.PipesSubprocessClient):
         output: IO[bytes] | None = None,
         on_started: Callable[[Popen], None] | None = None,
         on_ended: Callable[[Popen], None] | None = None,
+        on_poll: Callable[[Popen, Any], None] | None = None,
     ) -> tuple[int, dg.PipesClientCompletedInvocation]:
         """Run `command` in a Pipes session; return its exit code and what it reported.
 
         `output`, if given, receives the process's stdout and stderr (the workload's own
         reports travel through Pipes either way). `on_started`/`on_ended` see the process
-        (the backend records it as in flight between the two).
+        (the backend records it as in flight between the two); `on_poll` sees it and the
+        Pipes session a few times a second while it runs (the attempt monitor).
         """
         with open_pipes_session(
             context=context,
@@ -71,7 +69,13 @@ class PreemptiblePipesSubprocessClient(dg.PipesSubprocessClient):
             if on_started:
                 on_started(process)
             try:
-                process.wait()
+                while True:
+                    try:
+                        process.wait(timeout=0.25)
+                        break
+                    except TimeoutExpired:
+                        if on_poll:
+                            on_poll(process, session)
             except dg.DagsterExecutionInterruptedError:
                 # The run was cancelled: give the workload its preemption path (checkpoint, exit).
                 process.send_signal(signal.SIGTERM)
@@ -121,7 +125,9 @@ class LocalBackend:
         command = [self.interpreter(pool, spec), "-m", spec.entry_point]
         with pool_slot(pool) as slot:
             if slot is None:
-                return AttemptResult(AttemptOutcome.refused, None, log_tail=f"all {pool.max_concurrent_steps} slots of {pool.name} are busy")
+                return AttemptResult(
+                    AttemptOutcome.refused, None, log_tail=f"all {pool.max_concurrent_steps} slots of {pool.name} are busy", cause="refused", ended_at=time.time()
+                )
             # The process's own output (library banners, warnings) goes to a log file per attempt,
             # kept in the object store beside the run; what the workload reports comes through Pipes.
             inflight = InFlight(Storage.at(str(extras["storage_root"]))) if extras.get("storage_root") else None
@@ -132,13 +138,34 @@ class LocalBackend:
                 if inflight:
                     inflight.add(handles[0], **attempt_owner(context, spec, extras))
 
+            times: dict[str, float] = {}
+            monitor: list[AttemptMonitor] = []
+            stop_by: list[float] = []
+
             def ended(process: Popen) -> None:
+                times["ended"] = time.time()
                 if inflight and handles:
                     inflight.remove(handles[0])
 
+            def poll(process: Popen, session) -> None:
+                if not monitor:
+                    times["running"] = time.time()
+                    monitor.append(
+                        AttemptMonitor(
+                            pool, spec, messages=session.get_custom_messages, node_problem=lambda: run_health_check(pool), log=context.log.warning
+                        )
+                    )
+                if monitor[0].poll() is not None:
+                    process.send_signal(signal.SIGTERM)  # checkpoint and exit 75: the step moves
+                    stop_by.append(time.time() + STOP_GRACE_SECONDS)
+                elif stop_by and time.time() > stop_by[0]:
+                    context.log.warning(f"{spec.name} did not stop within {STOP_GRACE_SECONDS:g}s of SIGTERM; killing it")
+                    process.kill()
+
+            started_at = time.time()
             with tempfile.TemporaryFile() as output:
                 exit_code, invocation = self.client.launch(
-                    context=context, command=command, extras=extras, output=output, on_started=started, on_ended=ended
+                    context=context, command=command, extras=extras, output=output, on_started=started, on_ended=ended, on_poll=poll
                 )
                 output.seek(0)
                 log = output.read()
@@ -153,11 +180,29 @@ class LocalBackend:
             results = invocation.get_results()
             for result in results:
                 metadata.update(getattr(result, "metadata", None) or {})
-        elif exit_code == PREEMPTED_EXIT_CODE or -exit_code in _LOST_NODE_SIGNALS:
+        elif exit_code == PREEMPTED_EXIT_CODE or killed_by_lost_node(exit_code):
             outcome = AttemptOutcome.preempted
         else:
             outcome = AttemptOutcome.failed
-        return AttemptResult(outcome, exit_code, messages, metadata, log_uri=log_uri, log_tail=tail)
+        acted = monitor[0].acted if monitor else None
+        return AttemptResult(
+            outcome,
+            exit_code,
+            messages,
+            metadata,
+            log_uri=log_uri,
+            log_tail=tail,
+            running_at=started_at,
+            ended_at=times.get("ended", time.time()),
+            cause=ending_cause(outcome, exit_code, acted),
+            flags=[f.to_json() for f in monitor[0].flags] if monitor else [],
+        )
+
+    # Health ---------------------------------------------------------------------------
+    @staticmethod
+    def qualify(pool: Pool) -> str | None:
+        """A local pool can take work when its node (this machine) passes its health check."""
+        return run_health_check(pool)
 
     # Handles, for the watcher ---------------------------------------------------------
     @staticmethod

@@ -1,0 +1,143 @@
+"""`sinewgrid drill`: run the drill matrix as Dagster runs, then publish the report.
+
+Every scenario × backend × workload that applies is one partition of `platform/failure_drill`,
+materialized on the same Dagster instance the UI shows; the preemption trace is
+`platform/preemption_trace`. A Slurm backend gets a throwaway single-node cluster
+(`drills.slurm_cluster`) for the length of the campaign.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import shutil
+import subprocess
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager, nullcontext
+from pathlib import Path
+
+import dagster as dg
+
+from drills import runner
+from drills.model import DrillResult, Timings, TraceResult
+from drills.report import write_report
+from drills.runner import BACKENDS, SCENARIOS
+from drills.workloads import WORKLOADS
+
+
+def matrix(backends: list[str], scenarios: list[str], workloads: list[str]) -> list[tuple[str, str, str]]:
+    """(scenario, backend, workload) for every combination that applies, in report order."""
+    for name, known in (("backend", BACKENDS), ("scenario", list(SCENARIOS)), ("workload", WORKLOADS)):
+        chosen = {"backend": backends, "scenario": scenarios, "workload": workloads}[name]
+        unknown = [c for c in chosen if c not in known]
+        if unknown:
+            raise ValueError(f"unknown {name} {', '.join(unknown)}; choose from {', '.join(known)}")
+    return [(s, b, w) for s in scenarios for b in backends for w in workloads if w in SCENARIOS[s].workloads]
+
+
+@contextmanager
+def slurm_cluster() -> Iterator[object]:
+    """A single-node Slurm cluster for the campaign, registered for the drill asset."""
+    from drills.slurm_cluster import SlurmCluster
+
+    missing = [d for d in ("munged", "slurmctld", "slurmd") if not shutil.which(d) and not Path(f"/usr/sbin/{d}").exists()]
+    if missing:
+        raise RuntimeError(f"Slurm drills need {', '.join(missing)}: install them with `make slurm-packages` (Debian packages slurmctld slurmd munge)")
+    with SlurmCluster() as cluster:
+        runner.ACTIVE_CLUSTERS["slurm"] = cluster
+        try:
+            yield cluster
+        finally:
+            runner.ACTIVE_CLUSTERS.pop("slurm", None)
+
+
+def environment() -> str:
+    """The machine the figures were measured on, in one line."""
+    try:
+        slurm = subprocess.run(["sinfo", "--version"], capture_output=True, text=True, timeout=10).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        slurm = "no Slurm"
+    import torch
+
+    gpu = torch.cuda.get_device_name(0) if torch.cuda.is_available() else "no GPU (CPU only)"
+    return f"{platform.node()}: {os.cpu_count()} cores, {gpu}, Python {platform.python_version()}, torch {torch.__version__}, {slurm or 'no Slurm'}"
+
+
+def run_campaign(
+    *,
+    instance: dg.DagsterInstance,
+    storage_root: str,
+    backends: list[str],
+    scenarios: list[str],
+    workloads: list[str],
+    size: str,
+    trace_rate: str | None,
+    trace_seed: int,
+    out_dir: Path,
+    docs_path: Path | None,
+    command: str,
+    say: Callable[[str], None] = print,
+) -> tuple[list[DrillResult], list[TraceResult], dict]:
+    from platform_location.assets.drills import drill_root, failure_drill, preemption_trace
+    from shared_resources.resources import StorageResource, platform_resources
+
+    plan = matrix(backends, scenarios, workloads)
+    resources = platform_resources(root=storage_root)
+    root = drill_root(StorageResource(root=storage_root))
+    results: list[DrillResult] = []
+    traces: list[TraceResult] = []
+    for backend in backends:
+        todo = [(s, w) for s, b, w in plan if b == backend]
+        if not todo:
+            continue
+        with slurm_cluster() if backend == "slurm" else nullcontext():
+            for scenario, name in todo:
+                key = dg.MultiPartitionKey({"scenario": scenario, "target": f"{backend}-{name}"})
+                say(f"{SCENARIOS[scenario].title} · {backend} · {name} …")
+                outcome = dg.materialize(
+                    [failure_drill], partition_key=key, instance=instance, resources=resources, raise_on_error=False,
+                    run_config={"ops": {"platform__failure_drill": {"config": {"size": size}}}},
+                )
+                path = root / "results" / f"{scenario}--{backend}-{name}.json"
+                if not outcome.success or not path.exists():
+                    errors = [e.step_failure_data.error.message.strip().splitlines()[-1] for e in outcome.all_events if e.is_step_failure and e.step_failure_data.error]
+                    say(f"  failed (run {outcome.run_id}): {errors[-1] if errors else 'see the run in the UI'}")
+                    continue
+                result = load_result(path)
+                results.append(result)
+                t = result.timings
+                say(
+                    f"  detect {_s(t.detect)} · contain {_s(t.contain)} · replace {_s(t.replace)} · resume {_s(t.resume)} · "
+                    f"{result.unit} redone {result.work_lost}/{result.loss_bound} · identical {'yes' if result.identical else 'NO'}"
+                )
+    if trace_rate:
+        say(f"Preemption trace at {trace_rate} · local · pretrain (three cadences) …")
+        outcome = dg.materialize(
+            [preemption_trace], instance=instance, resources=resources, raise_on_error=False,
+            run_config={"ops": {"platform__preemption_trace": {"config": {"rate": trace_rate, "seed": trace_seed, "size": size}}}},
+        )
+        path = root / "results" / "trace.json"
+        if outcome.success and path.exists():
+            data = json.loads(path.read_text())
+            from drills.model import TraceRun
+
+            trace = TraceResult(**{**data, "runs": [TraceRun(**r) for r in data["runs"]]})
+            traces.append(trace)
+            for r in trace.runs:
+                say(f"  {r.cadence}: goodput {r.goodput:.1%} (Daly predicts {r.predicted_goodput:.1%}), {len(r.faults_at)} interruptions, identical {'yes' if r.identical else 'NO'}")
+        else:
+            say(f"  failed (run {outcome.run_id}); see the run in the UI")
+    written = write_report(results, traces, out_dir, docs_path, command=command, environment=environment())
+    return results, traces, written
+
+
+def load_result(path: Path) -> DrillResult:
+    data = json.loads(path.read_text())
+    data.pop("within_bound", None)
+    data["timings"] = Timings(**data["timings"])
+    return DrillResult(**data)
+
+
+def _s(value: float | None) -> str:
+    return f"{value:.2f}s" if value is not None else "—"

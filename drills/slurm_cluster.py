@@ -1,0 +1,356 @@
+"""A throwaway single-node Slurm 22.05 cluster in a temporary folder, to run drills against.
+
+`SlurmCluster().start()` writes its own `slurm.conf` and `gres.conf`, starts its own
+`munged` (own socket), `slurmctld` and `slurmd` (own ports, state, spool and logs) and waits
+until the node takes jobs; `stop()` cancels every job, stops the daemons and removes the
+folder. Nothing is shared with a system Slurm: point the client commands at it with
+`SLURM_CONF=cluster.conf` (`cluster.env`). The test suite starts the same cluster.
+
+Two partitions on the one node stand for two pools: `gpu` (normal) and `spot` (lower
+priority tier: `preempt/partition_prio` requeues its jobs when `gpu` needs the node).
+The node offers two fake GPUs as GRES (character devices like /dev/null), so jobs that
+ask for `--gres=gpu:1` or `--gpus=1` get a real `CUDA_VISIBLE_DEVICES`.
+
+Faults a drill injects through it: `drain_node` (what a health check such as NHC does to a
+sick node: running jobs go on, nothing new starts there; `resume_node` undoes it),
+`set_partition_state` (DOWN / INACTIVE), `requeue_after_first_checkpoint` (a spot reclaim),
+and `job_pids` to signal a job's workload process directly.
+
+Needs root and the Debian packages `slurmctld slurmd slurm-client munge`
+(`make slurm-packages`). Run by hand: `python -m drills.slurm_cluster` starts one,
+prints its SLURM_CONF and stops it on Enter.
+"""
+
+from __future__ import annotations
+
+import os
+import pwd
+import shutil
+import socket
+import subprocess
+import tempfile
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+
+NODE = "sgnode"
+GPUS = 2
+PARTITIONS = ("gpu", "spot")
+# The daemons a cluster needs (`make slurm-packages` installs them).
+DAEMONS = ("munged", "slurmctld", "slurmd")
+
+SLURM_CONF = """\
+# Written by drills/slurm_cluster.py: a throwaway single-node cluster, nothing shared.
+ClusterName=sinewgrid-test
+SlurmctldHost={host}(127.0.0.1)
+SlurmctldPort={ctld_port}
+SlurmdPort={slurmd_port}
+SlurmUser=root
+SlurmdUser=root
+AuthType=auth/munge
+CredType=cred/munge
+AuthInfo=socket={munge_socket}
+StateSaveLocation={root}/state
+SlurmdSpoolDir={root}/spool
+SlurmctldPidFile={root}/run/slurmctld.pid
+SlurmdPidFile={root}/run/slurmd.pid
+SlurmctldLogFile={root}/log/slurmctld.log
+SlurmdLogFile={root}/log/slurmd.log
+SlurmctldDebug=info
+SlurmdDebug=info
+# No cgroups here: processes are tracked by parentage, tasks are not confined.
+ProctrackType=proctrack/linuxproc
+TaskPlugin=task/none
+MpiDefault=none
+SelectType=select/cons_tres
+# Cores only: memory is not a consumable resource, so jobs need not ask for it.
+SelectTypeParameters=CR_Core
+SchedulerType=sched/backfill
+SchedulerParameters=bf_interval=2,sched_interval=2
+# Without slurmdbd: finished jobs stay visible to `scontrol show job` for MinJobAge seconds,
+# and `sacct --completion` reads the job completion file after that.
+AccountingStorageType=accounting_storage/none
+JobAcctGatherType=jobacct_gather/none
+JobCompType=jobcomp/filetxt
+JobCompLoc={root}/log/jobcomp.txt
+MinJobAge=600
+KillWait=5
+JobRequeue=1
+ReturnToService=2
+InactiveLimit=0
+SlurmctldTimeout=30
+SlurmdTimeout=30
+GresTypes=gpu
+PreemptType=preempt/partition_prio
+PreemptMode=REQUEUE
+NodeName={node} NodeHostname={host} NodeAddr=127.0.0.1 CPUs={cpus} Gres=gpu:{gpus} State=UNKNOWN
+PartitionName=gpu Nodes={node} Default=YES MaxTime=INFINITE State=UP PriorityTier=10 PreemptMode=OFF
+PartitionName=spot Nodes={node} MaxTime=INFINITE State=UP PriorityTier=1 PreemptMode=REQUEUE
+"""
+
+
+class SlurmClusterError(RuntimeError):
+    """The cluster did not start, or a command against it failed; the message says which."""
+
+
+def free_port() -> int:
+    """A free TCP port on loopback, for the cluster's daemons."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class SlurmCluster:
+    """One throwaway Slurm cluster: `start()`, use `env` for the client commands, `stop()`."""
+
+    def __init__(self, root: Path | None = None):
+        self.root = Path(root) if root else Path(tempfile.mkdtemp(prefix="sinewgrid-slurm-"))
+        self.conf = self.root / "etc" / "slurm.conf"
+        self.munge_socket = self.root / "munge" / "munge.socket"
+        self.host = socket.gethostname().split(".")[0]
+        self.processes: dict[str, subprocess.Popen] = {}
+
+    @property
+    def env(self) -> dict[str, str]:
+        """What the Slurm client commands need to talk to this cluster."""
+        return {"SLURM_CONF": str(self.conf)}
+
+    # Life cycle ---------------------------------------------------------------------
+    def start(self, timeout: float = 60.0) -> SlurmCluster:
+        missing = [d for d in (*DAEMONS, "sbatch") if shutil.which(d) is None]
+        if missing:
+            raise SlurmClusterError(
+                f"cannot start the throwaway Slurm cluster: {', '.join(missing)} not found. "
+                "Install the packages (as root): `make slurm-packages` "
+                "(apt-get install slurmctld slurmd slurm-client munge)."
+            )
+        if os.geteuid() != 0:
+            raise SlurmClusterError("the throwaway Slurm cluster runs its daemons as root (SlurmUser=root); run the drills or tests as root.")
+        try:
+            self._write_config()
+            self._start_munged()
+            self._spawn("slurmctld", ["slurmctld", "-D", "-f", str(self.conf)])
+            self._wait(lambda: self._client_ok(["scontrol", "ping"], "UP"), timeout, "slurmctld answering `scontrol ping`")
+            self._spawn("slurmd", ["slurmd", "-D", "-N", NODE, "-f", str(self.conf)])
+            self._wait(self._node_ready, timeout, f"node {NODE} idle in `sinfo`")
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def stop(self) -> None:
+        """Cancel every job, stop the daemons and remove the cluster's folder."""
+        if "slurmctld" in self.processes and self.processes["slurmctld"].poll() is None:
+            for partition in PARTITIONS:
+                self.client(["scancel", f"--partition={partition}"], check=False)
+            # Jobs end once their processes do (SIGKILL after KillWait): leave no slurmstepd behind.
+            self._wait(self._all_jobs_done, 30, "jobs to end", raise_on_timeout=False)
+        for name in reversed(list(self.processes)):
+            process = self.processes[name]
+            if process.poll() is None:
+                process.terminate()
+                try:
+                    process.wait(timeout=15)
+                except subprocess.TimeoutExpired:
+                    process.kill()
+                    process.wait()
+        self.processes.clear()
+        shutil.rmtree(self.root, ignore_errors=True)
+
+    def __enter__(self) -> SlurmCluster:
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+    # Using it -----------------------------------------------------------------------
+    def client(self, args: list[str], check: bool = True) -> subprocess.CompletedProcess:
+        """Run a Slurm client command (`scontrol`, `squeue`...) against this cluster."""
+        result = subprocess.run(args, env={**os.environ, **self.env}, capture_output=True, text=True, timeout=30)
+        if check and result.returncode != 0:
+            raise SlurmClusterError(f"`{' '.join(args)}` failed ({result.returncode}): {result.stderr.strip()}")
+        return result
+
+    @contextmanager
+    def requeue_after_first_checkpoint(self, storage_root: Path, lineage: str = "counting") -> Iterator[list[str]]:
+        """While the block runs, `scontrol requeue` the first Slurm job in flight under
+        `storage_root` once a checkpoint of `lineage` exists (what a spot reclaim does).
+        Yields the list the requeued job id is appended to."""
+        from shared_resources.backends.engine import InFlight
+        from shared_resources.storage import Storage
+
+        inflight = InFlight(Storage.at(str(storage_root)))
+        checkpoints = Path(storage_root) / "checkpoints" / lineage
+        requeued: list[str] = []
+        stop = threading.Event()
+
+        def watch() -> None:
+            while not stop.is_set():
+                jobs = [r["handle"]["job_id"] for r in inflight.records() if r["handle"]["backend"] == "slurm"]
+                if jobs and list(checkpoints.glob("step-*/manifest.json")):
+                    self.client(["scontrol", "requeue", jobs[0]])
+                    requeued.append(jobs[0])
+                    return
+                stop.wait(0.2)
+
+        thread = threading.Thread(target=watch, daemon=True)
+        thread.start()
+        try:
+            yield requeued
+        finally:
+            stop.set()
+            thread.join(timeout=10)
+
+    def set_partition_state(self, partition: str, state: str) -> None:
+        """`UP`, `DOWN` (jobs queue, none start) or `INACTIVE` (submissions are rejected)."""
+        self.client(["scontrol", "update", f"PartitionName={partition}", f"State={state}"])
+
+    def drain_node(self, reason: str, node: str = NODE) -> None:
+        """Drain `node` with `reason`, as a health check (NHC, Slurm's `HealthCheckProgram`)
+        does to a sick node: jobs running there go on, no new job starts there."""
+        if not reason.strip():
+            raise ValueError("drain_node needs a reason: Slurm refuses to drain a node without one")
+        self.client(["scontrol", "update", f"NodeName={node}", "State=DRAIN", f"Reason={reason}"])
+
+    def resume_node(self, node: str = NODE, timeout: float = 30.0) -> None:
+        """Return `node` to service (`State=RESUME`) and wait until the controller has heard
+        from it again (Slurm marks a resumed node NOT_RESPONDING until its next ping)."""
+        self.client(["scontrol", "update", f"NodeName={node}", "State=RESUME"])
+        unfit = {"DRAIN", "DOWN", "FAIL", "NOT_RESPONDING"}
+        self._wait(lambda: not set(self.node_state(node).split("+")) & unfit, timeout, f"node {node} back in service after RESUME")
+
+    def node_state(self, node: str = NODE) -> str:
+        """The node's state as `scontrol show node` gives it, e.g. `IDLE`, `MIXED+DRAIN`."""
+        shown = self.client(["scontrol", "show", "node", "--oneliner", node]).stdout
+        for word in shown.split():
+            if word.startswith("State="):
+                return word.removeprefix("State=")
+        raise SlurmClusterError(f"`scontrol show node {node}` gave no State=: {shown.strip()}")
+
+    def job_pids(self, job_id: str) -> list[int]:
+        """The processes of a running job on this node (`scontrol listpids`), workload first,
+        without slurmstepd; empty when the job has no processes here (pending or ended)."""
+        result = self.client(["scontrol", "listpids", str(job_id)], check=False)
+        if result.returncode != 0:
+            if "does not exist" in result.stderr or "not found" in result.stderr.lower():
+                return []
+            raise SlurmClusterError(f"`scontrol listpids {job_id}` failed ({result.returncode}): {result.stderr.strip()}")
+        pids = []
+        for line in result.stdout.splitlines():
+            first = line.split()[0] if line.split() else ""
+            if not first.isdigit() or int(first) <= 0:
+                continue  # the header, or -1 for a step without a process
+            try:
+                command = Path(f"/proc/{first}/comm").read_text().strip()
+            except OSError:
+                continue  # ended since
+            if command != "slurmstepd":
+                pids.append(int(first))
+        return pids
+
+    def logs(self) -> str:
+        """The daemons' logs, for a drill or test that needs to say why the cluster misbehaved."""
+        parts = []
+        for path in (self.munge_socket.parent / "munged.log", self.root / "log" / "slurmctld.log", self.root / "log" / "slurmd.log"):
+            text = path.read_text(errors="replace") if path.exists() else "(no log)"
+            parts.append(f"--- {path} (last 40 lines) ---\n" + "\n".join(text.splitlines()[-40:]))
+        return "\n".join(parts)
+
+    # Internals ------------------------------------------------------------------------
+    def _write_config(self) -> None:
+        for sub in ("etc", "state", "spool", "run", "log", "dev"):
+            (self.root / sub).mkdir(parents=True, exist_ok=True)
+        # munged runs as user `munge` and must reach its socket through this folder.
+        self.root.chmod(0o755)
+        devices = []
+        for i in range(GPUS):
+            device = self.root / "dev" / f"nvidia{i}"
+            if not device.exists():
+                os.mknod(device, 0o666 | 0o020000, os.makedev(1, 3))  # a character device, like /dev/null
+            devices.append(str(device))
+        self.conf.write_text(
+            SLURM_CONF.format(
+                host=self.host,
+                ctld_port=free_port(),
+                slurmd_port=free_port(),
+                munge_socket=self.munge_socket,
+                root=self.root,
+                node=NODE,
+                cpus=os.cpu_count() or 1,
+                gpus=GPUS,
+            )
+        )
+        (self.conf.parent / "gres.conf").write_text(
+            "".join(f"NodeName={NODE} Name=gpu File={d}\n" for d in devices)
+        )
+
+    def _start_munged(self) -> None:
+        munge = pwd.getpwnam("munge")
+        folder = self.munge_socket.parent
+        folder.mkdir(parents=True, exist_ok=True)
+        os.chown(folder, munge.pw_uid, munge.pw_gid)
+        folder.chmod(0o755)
+        self._spawn(
+            "munged",
+            [
+                "munged", "--foreground", f"--socket={self.munge_socket}",
+                f"--pid-file={folder / 'munged.pid'}", f"--seed-file={folder / 'munged.seed'}",
+                f"--log-file={folder / 'munged.log'}",
+            ],
+            user=munge.pw_uid,
+            group=munge.pw_gid,
+        )
+        self._wait(self.munge_socket.exists, 20, f"munged's socket {self.munge_socket}")
+
+    def _spawn(self, name: str, command: list[str], **kwargs) -> None:
+        log = open(self.root / "log" / f"{name}.out", "ab")
+        self.processes[name] = subprocess.Popen(
+            command, env={**os.environ, **self.env}, stdout=log, stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL, start_new_session=True, **kwargs
+        )
+        log.close()
+
+    def _client_ok(self, args: list[str], expect: str) -> bool:
+        result = self.client(args, check=False)
+        return result.returncode == 0 and expect in result.stdout
+
+    def _node_ready(self) -> bool:
+        result = self.client(["sinfo", "-h", "-N", "-n", NODE, "-o", "%T"], check=False)
+        states = {line.strip().rstrip("*~#") for line in result.stdout.splitlines()}  # one line per partition
+        return result.returncode == 0 and bool(states) and states <= {"idle", "mixed", "allocated"}
+
+    def _all_jobs_done(self) -> bool:
+        states = self.client(["squeue", "-h", "-t", "all", "-o", "%T"], check=False).stdout.split()
+        return all(s in ("CANCELLED", "COMPLETED", "FAILED", "TIMEOUT", "PREEMPTED", "NODE_FAIL", "BOOT_FAIL", "OUT_OF_MEMORY", "DEADLINE") for s in states)
+
+    def _wait(self, ready, timeout: float, what: str, raise_on_timeout: bool = True) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            dead = [n for n, p in self.processes.items() if p.poll() is not None]
+            if dead and raise_on_timeout:
+                raise SlurmClusterError(
+                    f"throwaway Slurm cluster in {self.root}: {', '.join(dead)} exited while waiting for {what}.\n{self._startup_report()}"
+                )
+            if ready():
+                return
+            time.sleep(0.3)
+        if raise_on_timeout:
+            raise SlurmClusterError(f"throwaway Slurm cluster in {self.root}: no {what} after {timeout:g}s.\n{self._startup_report()}")
+
+    def _startup_report(self) -> str:
+        parts = [self.logs()]
+        for name in self.processes:
+            out = self.root / "log" / f"{name}.out"
+            if out.exists():
+                parts.append(f"--- {out} ---\n" + out.read_text(errors="replace")[-3000:])
+        return "\n".join(parts)
+
+
+if __name__ == "__main__":
+    with SlurmCluster() as cluster:
+        print(f"Slurm cluster up: export SLURM_CONF={cluster.conf}")
+        print(cluster.client(["sinfo"]).stdout)
+        input("Enter stops it. ")

@@ -1,0 +1,206 @@
+"""Failure drills at a small size: every scenario recovers, loses no more than its cadence
+promises, and ends identical to an uninterrupted run. Outcomes, not times, are asserted.
+
+Local pool: every scenario against Cell pretraining; a rollout sweep and policy training
+against the faults that matter most for them; the preemption trace; the command line.
+(The Slurm scenarios are in tests/test_drills_slurm.py, with the cluster.)
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import dagster as dg
+import pytest
+from typer.testing import CliRunner
+
+from drills.model import DrillResult
+from shared_resources.checkpoints import CheckpointStore
+from shared_resources.ledger import read_ledger
+from shared_resources.resources import platform_resources
+from shared_resources.storage import Storage
+
+
+@pytest.fixture(scope="module")
+def drill_home(tmp_path_factory: pytest.TempPathFactory):
+    """One storage root for the module, so the uninterrupted baselines are run once."""
+    root = tmp_path_factory.mktemp("drills") / "home"
+    root.mkdir()
+    saved = {k: os.environ.get(k) for k in ("SINEWGRID_SLOTS_DIR", "SINEWGRID_HOME")}
+    os.environ["SINEWGRID_SLOTS_DIR"] = str(root / "slots")
+    os.environ["SINEWGRID_HOME"] = str(root)
+    yield root
+    for key, value in saved.items():
+        if value is None:
+            os.environ.pop(key, None)
+        else:
+            os.environ[key] = value
+
+
+def drill(home: Path, scenario: str, target: str, **config) -> DrillResult:
+    from drills.campaign import load_result
+    from platform_location.assets.drills import failure_drill
+
+    result = dg.materialize(
+        [failure_drill],
+        partition_key=dg.MultiPartitionKey({"scenario": scenario, "target": target}),
+        resources=platform_resources(root=str(home)),
+        run_config={"ops": {"platform__failure_drill": {"config": {"size": "small", **config}}}},
+    )
+    assert result.success
+    return load_result(home / "drills" / "results" / f"{scenario}--{target}.json")
+
+
+def assert_recovered(r: DrillResult) -> None:
+    assert r.recovered, r.action
+    assert r.identical, f"end state {r.digest} differs from the uninterrupted run's {r.baseline_digest}"
+    assert r.work_lost <= r.loss_bound, f"{r.work_lost} {r.unit} redone, the cadence promises at most {r.loss_bound}"
+    assert all(v is not None for v in (r.timings.detect, r.timings.contain, r.timings.replace, r.timings.resume)), r.timings
+    assert r.timings.detect <= r.timings.contain <= r.timings.replace <= r.timings.resume, r.timings
+    assert 0 < r.goodput < 1 and 0 < r.optimum_goodput <= 1
+
+
+def outcomes(r: DrillResult) -> list[tuple[str, str, str]]:
+    return [(a["pool"], a["outcome"], a["cause"]) for a in r.attempts]
+
+
+def test_preemption_with_notice_checkpoints_and_loses_nothing(drill_home):
+    r = drill(drill_home, "preempt-notice", "local-pretrain")
+    assert_recovered(r)
+    assert outcomes(r) == [("drill-local-a", "preempted", "notice"), ("drill-local-a", "succeeded", "")]
+    assert r.work_lost == 0 and r.attempts[1]["resumed_step"] > 0
+    assert r.ledger_causes.get("notice", 0) > 0  # the lost time is booked with its cause
+
+
+def test_preemption_without_notice_redoes_at_most_one_interval(drill_home):
+    r = drill(drill_home, "preempt-no-notice", "local-pretrain")
+    assert_recovered(r)
+    assert outcomes(r)[0] == ("drill-local-a", "preempted", "lost-node")
+    assert r.attempts[1]["resumed_step"] % 100 == 0 and r.attempts[1]["resumed_step"] >= 300
+
+
+def test_a_torn_checkpoint_is_skipped_and_kept(drill_home):
+    r = drill(drill_home, "torn-checkpoint", "local-pretrain")
+    assert_recovered(r)
+    assert outcomes(r)[0][2] == "lost-node"
+    # The writer died publishing step 300 (the failpoint's record says so); the next attempt
+    # skipped the torn folder and resumed from the checkpoint before it.
+    marker = drill_home / "drills" / "faults" / f"torn-{r.run_id}.json"
+    assert json.loads(marker.read_text())["step"] == 300
+    assert r.attempts[1]["resumed_step"] == 200
+
+
+def test_a_lost_pool_refuses_and_the_step_fails_over(drill_home):
+    r = drill(drill_home, "pool-loss", "local-pretrain")
+    assert_recovered(r)
+    assert outcomes(r) == [
+        ("drill-local-a", "preempted", "lost-node"),
+        ("drill-local-a", "refused", "refused"),
+        ("drill-local-b", "succeeded", ""),
+    ]
+
+
+def test_a_straggler_is_flagged_drained_and_replaced(drill_home):
+    r = drill(drill_home, "straggler", "local-pretrain")
+    assert_recovered(r)
+    assert outcomes(r) == [("drill-local-a", "preempted", "straggler"), ("drill-local-b", "succeeded", "")]
+    assert "straggler" in r.attempts[0]["flags"] and r.work_lost == 0
+
+
+def test_an_unhealthy_node_is_drained_and_the_step_moves(drill_home):
+    r = drill(drill_home, "unhealthy-node", "local-pretrain")
+    assert_recovered(r)
+    assert outcomes(r) == [("drill-local-a", "preempted", "unhealthy-node"), ("drill-local-b", "succeeded", "")]
+    assert "health check" in r.attempts[0]["flags"]
+
+
+def test_a_rollout_sweep_killed_mid_episode_ends_with_the_same_episodes(drill_home):
+    r = drill(drill_home, "preempt-no-notice", "local-rollouts")
+    assert_recovered(r)
+    assert r.unit == "episodes" and r.attempts[1]["resumed_step"] >= 3
+
+
+def test_policy_training_survives_a_torn_checkpoint(drill_home):
+    r = drill(drill_home, "torn-checkpoint", "local-policy")
+    assert_recovered(r)
+    assert r.attempts[1]["resumed_step"] == 200
+
+
+def test_a_scenario_that_does_not_apply_is_refused_clearly(drill_home):
+    from platform_location.assets.drills import failure_drill
+
+    result = dg.materialize(
+        [failure_drill],
+        partition_key=dg.MultiPartitionKey({"scenario": "straggler", "target": "local-rollouts"}),
+        resources=platform_resources(root=str(drill_home)),
+        raise_on_error=False,
+    )
+    assert not result.success
+    message = next(e for e in result.all_events if e.is_step_failure).step_failure_data.error.message
+    assert "does not apply to rollouts" in message
+
+
+def test_preemption_trace_compares_three_cadences_to_the_same_end_state(drill_home):
+    from drills.goodput import young_daly_interval
+    from platform_location.assets.drills import preemption_trace
+
+    dg.materialize([preemption_trace], resources=platform_resources(root=str(drill_home)), run_config={"ops": {"platform__preemption_trace": {"config": {"size": "small", "seed": 3}}}})
+    trace = json.loads((drill_home / "drills" / "results" / "trace.json").read_text())
+    runs = {r["cadence"]: r for r in trace["runs"]}
+    assert list(runs) == ["none", "fixed", "young-daly"]
+    for run in runs.values():
+        assert run["finished"] and run["identical"], run
+        assert run["faults_at"] == runs["none"]["faults_at"] or len(run["faults_at"]) >= 1  # the same trace, replayed
+        assert 0 < run["goodput"] < 1 and 0 < run["predicted_goodput"] < 1
+    assert runs["none"]["interval_seconds"] is None
+    # The Young/Daly cadence is the one placement chose: √(2·δ·M) for the measured δ and the replayed rate.
+    expected = young_daly_interval(trace["checkpoint_seconds"], 3600.0 / trace["rate_per_hour"])
+    assert runs["young-daly"]["interval_seconds"] == pytest.approx(expected, rel=0.05)
+    assert runs["young-daly"]["checkpoints"] > runs["none"]["checkpoints"]
+
+
+def test_drill_command_writes_the_report(drill_home, tmp_path):
+    from sinewgrid.cli import app
+
+    docs = tmp_path / "docs" / "drills.md"
+    result = CliRunner().invoke(
+        app, ["drill", "-b", "local", "-s", "preempt-notice", "-w", "pretrain", "--trace", "none", "--out", str(tmp_path / "out"), "--docs", str(docs)],
+        env={"SINEWGRID_HOME": str(drill_home), "DAGSTER_HOME": str(drill_home / "dagster")},
+    )
+    assert result.exit_code == 0, result.output
+    assert "detect" in result.output and "identical yes" in result.output
+    text = docs.read_text()
+    assert "Preemption with notice" in text and "## Method" in text or "Method" in text
+    assert (tmp_path / "out" / "drills.json").exists() and (docs.parent / "drills" / "recovery.png").exists()
+    data = json.loads((tmp_path / "out" / "drills.json").read_text())
+    assert data["scenarios"][0]["scenario"] == "preempt-notice"
+    # The drill's run is a run of the instance the UI shows.
+    with dg.DagsterInstance.from_config(str(drill_home / "dagster")) as instance:
+        assert instance.get_runs_count() >= 1
+
+
+def test_drill_ledger_books_every_lost_second_with_its_cause(drill_home):
+    ledger = read_ledger(Storage.at(str(drill_home)))
+    drills = ledger[ledger["lane"] == "drills"]
+    assert {"notice", "lost-node", "straggler", "unhealthy-node", "refused"} <= set(drills["cause"])
+    lost = drills[drills["outcome"] == "preempted"]
+    assert (lost["lost_seconds"] > 0).all()
+
+
+def test_unknown_matrix_entries_are_named():
+    from drills.campaign import matrix
+
+    with pytest.raises(ValueError, match="unknown scenario meteor"):
+        matrix(["local"], ["meteor"], ["pretrain"])
+    assert ("straggler", "local", "rollouts") not in matrix(["local"], ["straggler"], ["pretrain", "rollouts"])
+
+
+def test_checkpoint_store_ignores_the_failpoint_unless_armed(tmp_path, monkeypatch):
+    import torch
+
+    monkeypatch.delenv("SINEWGRID_FAILPOINT", raising=False)
+    store = CheckpointStore(str(tmp_path / "ck"))
+    store.save(5, {"model": {"w": torch.zeros(2)}})
+    assert store.latest_valid().step == 5
