@@ -55,13 +55,16 @@ def slurm_cluster() -> Iterator[object]:
 def environment() -> str:
     """The machine the figures were measured on, in one line."""
     try:
-        slurm = subprocess.run(["sinfo", "--version"], capture_output=True, text=True, timeout=10).stdout.strip()
+        # `--version` needs a configuration to read; any cluster's will do (SLURM_CONF or the campaign's).
+        cluster = runner.ACTIVE_CLUSTERS.get("slurm")
+        env = {**os.environ, **(cluster.env if cluster is not None else {})}
+        slurm = subprocess.run(["sinfo", "--version"], capture_output=True, text=True, timeout=10, env=env).stdout.strip()
     except (OSError, subprocess.SubprocessError):
-        slurm = "no Slurm"
+        slurm = ""
     import torch
 
     gpu = torch.cuda.get_device_name(0) if torch.cuda.is_available() else "no GPU (CPU only)"
-    return f"{platform.node()}: {os.cpu_count()} cores, {gpu}, Python {platform.python_version()}, torch {torch.__version__}, {slurm or 'no Slurm'}"
+    return f"{platform.node()}: {os.cpu_count()} cores, {gpu}, Python {platform.python_version()}, torch {torch.__version__}, {slurm or 'Slurm not running'}"
 
 
 def run_campaign(
@@ -87,11 +90,14 @@ def run_campaign(
     root = drill_root(StorageResource(root=storage_root))
     results: list[DrillResult] = []
     traces: list[TraceResult] = []
+    machine = environment()
     for backend in backends:
         todo = [(s, w) for s, b, w in plan if b == backend]
         if not todo:
             continue
         with slurm_cluster() if backend == "slurm" else nullcontext():
+            if backend == "slurm":
+                machine = environment()  # with the cluster up, Slurm can say its version
             for scenario, name in todo:
                 key = dg.MultiPartitionKey({"scenario": scenario, "target": f"{backend}-{name}"})
                 say(f"{SCENARIOS[scenario].title} · {backend} · {name} …")
@@ -128,7 +134,7 @@ def run_campaign(
                 say(f"  {r.cadence}: goodput {r.goodput:.1%} (Daly predicts {r.predicted_goodput:.1%}), {len(r.faults_at)} interruptions, identical {'yes' if r.identical else 'NO'}")
         else:
             say(f"  failed (run {outcome.run_id}); see the run in the UI")
-    written = write_report(results, traces, out_dir, docs_path, command=command, environment=environment())
+    written = write_report(results, traces, out_dir, docs_path, command=command, environment=machine)
     return results, traces, written
 
 

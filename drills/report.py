@@ -315,12 +315,17 @@ def _method() -> list[str]:
         "**Replace**: when the next attempt was running on replacement capacity.",
         "**Resume**: when the new attempt reported it had loaded its checkpoint and was working again.",
         "**Work lost**: the units (steps or episodes) done before the fault minus the unit the next attempt "
-        "resumed from.",
+        "resumed from. With notice, the checkpoint written on SIGTERM gives the units done exactly; without, "
+        "they are the last checkpoint plus the time from it to the fault at the attempt's median step time "
+        "(from its step-time telemetry).",
         "**Bound**: what the checkpoint cadence promises: 0 with notice (the workload checkpoints on SIGTERM "
         "at the end of its current step), one checkpoint interval without.",
         "**Goodput**: productive ÷ allocated seconds over every attempt of the faulted run, from the ledger.",
-        "**Optimum**: Daly's model (Daly 2006) at the Young/Daly interval √(2·δ·M), for the checkpoint cost δ "
-        "measured in the run and a fault rate of one per faulted run.",
+        "**Optimum**: the best goodput a checkpoint cadence allows this run: Daly's model (Daly 2006) at the "
+        "Young/Daly interval √(2·δ·M), for the checkpoint cost δ measured in the run, one fault per faulted run "
+        "(M = its wall time) and the restart cost R measured in it (process start, imports, data, reading the "
+        "checkpoint), with the first start-up added. At these small sizes start-up dominates: the gap between "
+        "goodput and optimum is mostly the recovery the scenario measures.",
         "**Identical**: the sha256 of the final checkpoint's tensors (training) or of the episode files "
         "(rollouts), compared with an uninterrupted run with the same seeds.",
         "**Trace mode**: interruption times are a Poisson process drawn with a fixed seed; every cadence "
@@ -362,7 +367,7 @@ def _trace_section(number: int, trace: TraceResult, image: str | None) -> list[s
         lines.append(f"- Replayed rate: {trace.rate_per_hour:.3g} per hour (one every {format_hours(1 / trace.rate_per_hour)})")
     else:
         lines.append("- Replayed rate: 0 per hour (no interruptions)")
-    lines.append(f"- Checkpoint cost (measured): {trace.checkpoint_seconds:.2f} s; uninterrupted work: {trace.work_seconds:.2f} s")
+    lines.append(f"- Checkpoint cost (measured): {_seconds(trace.checkpoint_seconds)} s; uninterrupted work: {trace.work_seconds:.2f} s")
     if trace.rate_per_hour > 0:
         interval = young_daly_interval(trace.checkpoint_seconds, 3600.0 / trace.rate_per_hour)
         lines.append(f"- Young/Daly interval at the replayed rate: {interval:.2f} s of work")
@@ -445,7 +450,9 @@ def _code(text: str) -> str:
 
 
 def _seconds(value: float | None) -> str:
-    return "—" if value is None or not math.isfinite(value) else f"{value:.2f}"
+    if value is None or not math.isfinite(value):
+        return "—"
+    return f"{value:.2f}" if abs(value) >= 0.1 or value == 0 else f"{value:.3g}"
 
 
 def _percent(value: float | None) -> str:

@@ -297,7 +297,9 @@ def measure(scenario: Scenario, setup: DrillSetup, w: DrillWorkload, step: StepR
         replace=since(replacement["running_at"]) if replacement else None,
         resume=since(replacement["resumed_at"]) if replacement else None,
     )
-    reached = (hit or {}).get("last_step") or 0
+    # Rollouts commit each finished episode: the one in flight is lost time, never a unit redone.
+    notice = scenario.notice or w.name == "rollouts"
+    reached = units_done_at(hit, fault_at, notice=notice, cadence=w.checkpoint_every) if hit else 0
     resumed = (replacement or {}).get("resumed_step") or 0
     work_lost = max(reached - resumed, 0)
     bound = 0 if w.name == "rollouts" else loss_bound_steps(w.checkpoint_every, scenario.notice)
@@ -305,7 +307,7 @@ def measure(scenario: Scenario, setup: DrillSetup, w: DrillWorkload, step: StepR
     count = sum(t["checkpoints"] for t in writes)
     checkpoint_s = sum(t["checkpoint_seconds"] for t in writes) / count if count else 0.0
     wall = step.wall_seconds
-    _, optimum = optimum_goodput(checkpoint_s, wall) if wall > 0 else (0.0, 0.0)
+    optimum = best_goodput(step.productive_seconds, checkpoint_s, wall, timeline)
     ledger = read_ledger(storage, run_id=step.attempts[0].run_id) if step.attempts else None
     causes: dict[str, float] = {}
     if ledger is not None and not ledger.empty:
@@ -336,6 +338,34 @@ def measure(scenario: Scenario, setup: DrillSetup, w: DrillWorkload, step: StepR
         ledger_causes=causes,
         run_id=step.attempts[0].run_id if step.attempts else "",
     )
+
+
+def units_done_at(attempt: dict, fault_at: float, *, notice: bool, cadence: int) -> int:
+    """Units the faulted attempt had done when the fault hit.
+
+    With notice, the checkpoint it wrote on SIGTERM says it exactly. Without, the process
+    could not say: the count is its last checkpoint plus the time from that checkpoint to
+    the fault at its median step time (never less than the last step it reported, never past
+    the next checkpoint on its cadence, which it did not publish).
+    """
+    reported = attempt.get("last_step") or 0
+    if notice or attempt.get("last_checkpoint_at") is None or not attempt.get("step_seconds"):
+        return reported
+    since = max(min(fault_at, attempt.get("ended_at") or fault_at) - attempt["last_checkpoint_at"], 0.0)
+    estimate = min(int(attempt["last_checkpoint_step"] + since / attempt["step_seconds"]), attempt["last_checkpoint_step"] + cadence)
+    return max(reported, estimate)
+
+
+def best_goodput(work_s: float, checkpoint_s: float, wall_s: float, timeline: list[dict]) -> float:
+    """The most goodput this run could have had: Daly's model at the Young/Daly interval for the
+    measured checkpoint cost, one fault per run (M = the run's wall time) and the measured
+    restart cost (start, imports, data, reading the checkpoint), plus the first start-up."""
+    starts = [t["resumed_at"] - t["running_at"] for t in timeline if t.get("resumed_at") and t.get("running_at")]
+    if wall_s <= 0 or work_s <= 0 or not starts:
+        return 0.0
+    restart = sum(starts) / len(starts)
+    _, daly = optimum_goodput(checkpoint_s, wall_s, restart_s=restart)
+    return work_s / (work_s / daly + starts[0]) if daly > 0 else 0.0
 
 
 def _action(timeline: list[dict], hit: dict | None, replacement: dict | None, pools: list[str]) -> str:

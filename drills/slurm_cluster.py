@@ -217,9 +217,12 @@ class SlurmCluster:
 
     def resume_node(self, node: str = NODE, timeout: float = 30.0) -> None:
         """Return `node` to service (`State=RESUME`) and wait until the controller has heard
-        from it again (Slurm marks a resumed node NOT_RESPONDING until its next ping)."""
-        self.client(["scontrol", "update", f"NodeName={node}", "State=RESUME"])
+        from it again (Slurm marks a resumed node NOT_RESPONDING until its next ping).
+        A node already in service is left as it is."""
         unfit = {"DRAIN", "DOWN", "FAIL", "NOT_RESPONDING"}
+        if not set(self.node_state(node).split("+")) & unfit:
+            return
+        self.client(["scontrol", "update", f"NodeName={node}", "State=RESUME"])
         self._wait(lambda: not set(self.node_state(node).split("+")) & unfit, timeout, f"node {node} back in service after RESUME")
 
     def node_state(self, node: str = NODE) -> str:

@@ -93,6 +93,8 @@ def attempt_timeline(attempt: int, pool: Pool, submitted: float, result: Attempt
     """What one attempt did, when (unix times), for recovery measurements and the UI."""
     steps = [int(m["step"]) for m in result.messages if m.get("event") in ("telemetry", "checkpoint", "progress") and "step" in m]
     resumed = [m for m in result.messages if m.get("event") == "resumed"]
+    saved = [m for m in result.messages if m.get("event") == "checkpoint" and "at" in m]
+    pace = sorted(float(m["step_seconds"]) for m in result.messages if m.get("event") == "telemetry" and m.get("step_seconds"))
     return {
         "attempt": attempt,
         "pool": pool.name,
@@ -106,6 +108,9 @@ def attempt_timeline(attempt: int, pool: Pool, submitted: float, result: Attempt
         "last_step": max(steps, default=None),
         "ended_at": result.ended_at,
         "contained_at": None,
+        "last_checkpoint_step": int(saved[-1]["step"]) if saved else None,
+        "last_checkpoint_at": float(saved[-1]["at"]) if saved else None,
+        "step_seconds": pace[len(pace) // 2] if pace else None,  # median of the telemetry reports
         "checkpoints": sum(1 for m in result.messages if m.get("event") == "checkpoint" and "checkpoint_seconds" in m),
         "checkpoint_seconds": result.checkpoint_seconds,
         "flags": result.flags,
