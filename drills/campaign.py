@@ -116,6 +116,7 @@ def run_campaign(
                 say(
                     f"  detect {_s(t.detect)} · contain {_s(t.contain)} · replace {_s(t.replace)} · resume {_s(t.resume)} · "
                     f"{result.unit} redone {result.work_lost}/{result.loss_bound} · identical {'yes' if result.identical else 'NO'}"
+                    + ("" if result.reacted else " · THE PLATFORM NEVER REACTED")
                 )
     if trace_rate:
         say(f"Preemption trace at {trace_rate} · local · pretrain (three cadences) …")
@@ -140,7 +141,8 @@ def run_campaign(
 
 def load_result(path: Path) -> DrillResult:
     data = json.loads(path.read_text())
-    data.pop("within_bound", None)
+    for derived in ("within_bound", "reacted", "passed"):
+        data.pop(derived, None)
     data["timings"] = Timings(**data["timings"])
     return DrillResult(**data)
 

@@ -55,8 +55,18 @@ class DrillResult:
     def within_bound(self) -> bool:
         return self.work_lost <= self.loss_bound
 
+    @property
+    def reacted(self) -> bool:
+        """The platform noticed the fault and moved the work on (every milestone happened)."""
+        t = self.timings
+        return None not in (t.detect, t.contain, t.replace, t.resume)
+
+    @property
+    def passed(self) -> bool:
+        return self.recovered and self.reacted and self.identical and self.within_bound
+
     def to_json(self) -> dict[str, Any]:
-        return {**asdict(self), "within_bound": self.within_bound}
+        return {**asdict(self), "within_bound": self.within_bound, "reacted": self.reacted, "passed": self.passed}
 
 
 @dataclass

@@ -26,6 +26,7 @@ from typing import Any
 
 import numpy as np
 from matplotlib.figure import Figure
+from matplotlib.patches import Patch
 
 from drills.goodput import young_daly_interval
 from drills.model import DrillResult, Timings, TraceResult, TraceRun
@@ -109,7 +110,7 @@ def load_report(path: Path) -> tuple[list[DrillResult], list[TraceResult], dict[
     document = json.loads(Path(path).read_text())
     results = []
     for entry in document.get("scenarios", []):
-        fields = {k: v for k, v in entry.items() if k != "within_bound"}
+        fields = {k: v for k, v in entry.items() if k not in ("within_bound", "reacted", "passed")}
         fields["timings"] = Timings(**fields["timings"])
         results.append(DrillResult(**fields))
     traces = [
@@ -166,49 +167,54 @@ def _png(figure: Figure) -> bytes:
 
 
 def _label(result: DrillResult) -> str:
-    return f"{result.scenario}\n{result.backend} · {result.workload}"
+    return f"{result.scenario} · {result.backend} · {result.workload}"
+
+
+def _rows_figure(count: int, title: str) -> tuple[Figure, Any]:
+    figure = Figure(figsize=(10, 1.2 + 0.28 * max(count, 1)))
+    axes = figure.add_subplot()
+    axes.set_title(title, fontsize=10)
+    return figure, axes
 
 
 def recovery_png(results: list[DrillResult]) -> bytes:
-    """Grouped bars: seconds from the fault to each milestone, per scenario and backend."""
-    figure = Figure(figsize=(max(6.0, 1.4 * len(results)), 4))
-    axes = figure.add_subplot()
-    width = 0.8 / len(MILESTONES)
-    positions = np.arange(len(results))
-    for index, milestone in enumerate(MILESTONES):
-        values = [getattr(result.timings, milestone) for result in results]
-        heights = [np.nan if v is None else v for v in values]
-        offsets = positions + (index - (len(MILESTONES) - 1) / 2) * width
-        axes.bar(offsets, heights, width, label=milestone, color=_MILESTONE_COLOURS[milestone])
-        for x, value in zip(offsets, values, strict=True):
+    """One row per drill: the time from the fault to each milestone, as consecutive segments
+    (fault → detect → contain → replace → resume)."""
+    figure, axes = _rows_figure(len(results), "Recovery: seconds from the fault to each milestone (— did not happen)")
+    for row, result in enumerate(results):
+        start = 0.0
+        for milestone in MILESTONES:
+            value = getattr(result.timings, milestone)
             if value is None:
-                axes.annotate("—", (x, 0), ha="center", va="bottom", fontsize=8, color="grey")
-    axes.set_xticks(positions, [_label(r) for r in results], fontsize=8)
-    axes.set_xlim(-0.5, len(results) - 0.5)  # missing bars (NaN) would otherwise not widen the axes
-    axes.set_ylabel("seconds after the fault")
-    axes.set_title("Recovery: time from the fault to each milestone (— did not happen)", fontsize=10)
-    axes.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.0, 1.0))
+                axes.annotate("—", (start, row), ha="left", va="center", fontsize=8, color="grey")
+                break
+            axes.barh(row, max(value - start, 0.0), left=start, height=0.6, color=_MILESTONE_COLOURS[milestone],
+                      label=milestone if row == 0 else None)
+            start = max(start, value)
+        else:
+            axes.annotate(f"{start:.1f}s", (start, row), xytext=(3, 0), textcoords="offset points", va="center", fontsize=7)
+    axes.set_yticks(range(len(results)), [_label(r) for r in results], fontsize=7)
+    axes.set_ylim(len(results) - 0.5, -0.5)  # first drill on top
+    axes.set_xlabel("seconds after the fault")
+    handles = [Patch(color=_MILESTONE_COLOURS[m], label=m) for m in MILESTONES]
+    axes.legend(handles=handles, fontsize=8, loc="lower right")
     return _png(figure)
 
 
 def goodput_png(results: list[DrillResult]) -> bytes:
-    """Paired bars: each faulted run's measured goodput and the Young/Daly optimum for it."""
-    figure = Figure(figsize=(max(6.0, 1.2 * len(results)), 4))
-    axes = figure.add_subplot()
-    positions = np.arange(len(results))
-    measured = [_nan(r.goodput) for r in results]
-    optimum = [_nan(r.optimum_goodput) for r in results]
-    axes.bar(positions - 0.2, measured, 0.4, label="measured", color="tab:blue")
-    axes.bar(positions + 0.2, optimum, 0.4, label="Young/Daly optimum", color="tab:gray", alpha=0.6)
-    for x, value in zip(positions - 0.2, measured, strict=True):
-        if not math.isnan(value):
-            axes.annotate(f"{value:.0%}", (x, value), ha="center", va="bottom", fontsize=7)
-    axes.set_xticks(positions, [_label(r) for r in results], fontsize=8)
-    axes.set_ylim(0, 1.25)
-    axes.set_yticks(np.linspace(0, 1, 6))
-    axes.set_ylabel("goodput (productive ÷ allocated)")
-    axes.set_title("Goodput of each faulted run against the Young/Daly optimum", fontsize=10)
-    axes.legend(fontsize=8, loc="upper center", ncols=2)
+    """One row per drill: the faulted run's measured goodput, and the Young/Daly optimum for it."""
+    figure, axes = _rows_figure(len(results), "Goodput of each faulted run (bar) against the Young/Daly optimum for it (|)")
+    for row, result in enumerate(results):
+        measured, optimum = _nan(result.goodput), _nan(result.optimum_goodput)
+        axes.barh(row, measured, height=0.6, color="tab:blue")
+        if not math.isnan(optimum):
+            axes.plot([optimum, optimum], [row - 0.35, row + 0.35], color="black", linewidth=2)
+        if not math.isnan(measured):
+            axes.annotate(f"{measured:.0%}", (measured, row), xytext=(3, 0), textcoords="offset points", va="center", fontsize=7)
+    axes.set_yticks(range(len(results)), [_label(r) for r in results], fontsize=7)
+    axes.set_ylim(len(results) - 0.5, -0.5)
+    axes.set_xlim(0, 1.05)
+    axes.set_xlabel("goodput (productive ÷ allocated)")
     return _png(figure)
 
 
@@ -338,7 +344,7 @@ def _method() -> list[str]:
 def _scenario_table(results: list[DrillResult]) -> list[str]:
     header = [
         "scenario", "backend", "workload", "detect (s)", "contain (s)", "replace (s)", "resume (s)",
-        "work lost / bound", "goodput vs optimum", "identical", "what the platform did",
+        "work lost / bound", "goodput vs optimum", "identical", "passed", "what the platform did",
     ]
     rows = []
     for r in results:
@@ -346,7 +352,8 @@ def _scenario_table(results: list[DrillResult]) -> list[str]:
         rows.append([
             r.scenario, r.backend, r.workload,
             *(_seconds(getattr(r.timings, m)) for m in MILESTONES),
-            lost, f"{_percent(r.goodput)} vs {_percent(r.optimum_goodput)}", _tick(r.identical), r.action,
+            lost, f"{_percent(r.goodput)} vs {_percent(r.optimum_goodput)}", _tick(r.identical),
+            _tick(r.passed) + ("" if r.reacted else " (no reaction)"), r.action,
         ])
     return _table(header, rows)
 

@@ -201,14 +201,23 @@ def run_scenario(context: dg.AssetExecutionContext, setup: DrillSetup, scenario_
     def pids() -> list[int]:
         return faults.workload_pids(storage, step_name, setup.cluster)
 
+    def target() -> list[int]:
+        """The workload's processes, waiting out a moment where the engine cannot list them."""
+        deadline = time.time() + 10
+        while not (found := pids()):
+            if time.time() > deadline:
+                raise RuntimeError(f"found no process of {step_name} to fault in its in-flight records within 10 s")
+            time.sleep(0.02)
+        return found
+
     def ready() -> bool:
         return _progress(storage, w, checkpoint_uri, output_uri) >= ready_unit and bool(pids())
 
     def inject() -> None:
         if scenario.key == "preempt-notice":
-            faults.signal_workload(pids(), signal.SIGTERM)
+            faults.signal_workload(target(), signal.SIGTERM)
         elif scenario.key == "preempt-no-notice":
-            faults.signal_workload(pids(), signal.SIGKILL)
+            faults.signal_workload(target(), signal.SIGKILL)
         elif scenario.key == "pool-loss":
             if setup.backend == "local":
                 holder = faults.SlotHolder(pools[first_pool])
@@ -217,9 +226,9 @@ def run_scenario(context: dg.AssetExecutionContext, setup: DrillSetup, scenario_
                 time.sleep(0.1)  # the holder now waits on the busy slot
             else:
                 setup.cluster.set_partition_state("spot", "INACTIVE")
-            faults.signal_workload(pids(), signal.SIGKILL)
+            faults.signal_workload(target(), signal.SIGKILL)
         elif scenario.key == "straggler":
-            throttle = faults.Throttle(pids())
+            throttle = faults.Throttle(target())
             throttle.start()
             held["throttle"] = throttle
         elif scenario.key == "unhealthy-node":

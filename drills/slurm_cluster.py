@@ -204,6 +204,18 @@ class SlurmCluster:
             stop.set()
             thread.join(timeout=10)
 
+    def reset(self) -> str:
+        """Back to a healthy cluster: node in service, every partition up, no job queued or
+        running (cancelled). Returns what was left running, for a test to complain about."""
+        self.resume_node()
+        for partition in PARTITIONS:
+            self.set_partition_state(partition, "UP")
+        left = self.client(["squeue", "-h", "-t", "PD,R,S", "-o", "%i %P %T %r"]).stdout.strip()  # completing jobs are on their way out
+        if left:
+            for partition in PARTITIONS:
+                self.client(["scancel", f"--partition={partition}"], check=False)
+        return left
+
     def set_partition_state(self, partition: str, state: str) -> None:
         """`UP`, `DOWN` (jobs queue, none start) or `INACTIVE` (submissions are rejected)."""
         self.client(["scontrol", "update", f"PartitionName={partition}", f"State={state}"])

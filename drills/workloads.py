@@ -107,6 +107,8 @@ def make_omics(uri: str, cells: int = 400, genes: int = 200, seed: int = 11) -> 
     import anndata as ad
     import pandas as pd
 
+    from cell_lane.omics import write_dataset
+
     fs, path = fs_for(uri)
     if fs.exists(posixpath.join(path, ".zattrs")) or fs.exists(posixpath.join(path, "zarr.json")):
         return uri
@@ -119,7 +121,7 @@ def make_omics(uri: str, cells: int = 400, genes: int = 200, seed: int = 11) -> 
         obs=pd.DataFrame({"cell_type": pd.Categorical(np.where(kind == 0, "A", "B"))}, index=[f"cell-{i}" for i in range(cells)]),
         var=pd.DataFrame(index=[f"gene-{j}" for j in range(genes)]),
     )
-    adata.write_zarr(path)
+    write_dataset(adata, uri)  # as the Cell lane writes its datasets (zarr format 3)
     return uri
 
 

@@ -117,6 +117,17 @@ def attempt_timeline(attempt: int, pool: Pool, submitted: float, result: Attempt
     }
 
 
+def disqualified_timeline(attempt: int, pool: Pool, at: float, problem: str) -> dict[str, Any]:
+    """The timeline entry of a pool that failed qualification: nothing ran, the pool was drained."""
+    return {
+        "attempt": attempt, "pool": pool.name, "backend": pool.backend.value, "outcome": "disqualified", "cause": UNHEALTHY,
+        "submitted_at": at, "running_at": None, "resumed_at": None, "resumed_step": None, "last_step": None,
+        "last_checkpoint_step": None, "last_checkpoint_at": None, "step_seconds": None, "ended_at": at, "contained_at": at,
+        "checkpoints": 0, "checkpoint_seconds": 0.0,
+        "flags": [{"cause": UNHEALTHY, "detail": problem, "action": "replace", "at": at}],
+    }
+
+
 def timeline_markdown(timeline: list[dict[str, Any]]) -> str:
     """The attempts of a step as a table of what happened when (seconds since the first submission)."""
     if not timeline:
@@ -239,10 +250,7 @@ class ComputeResource(dg.ConfigurableResource):
                     f"{pool.name} failed qualification for {spec.name} and is drained for {pool.drain_seconds:g}s "
                     f"(`sinewgrid pools undrain {pool.name}` puts it back): {problem}"
                 )
-                step.timeline.append({"attempt": attempt, "pool": pool.name, "backend": pool.backend.value, "outcome": "disqualified",
-                                      "cause": UNHEALTHY, "submitted_at": drain.since, "running_at": None, "resumed_at": None,
-                                      "resumed_step": None, "last_step": None, "ended_at": drain.since, "contained_at": drain.since,
-                                      "flags": [{"cause": UNHEALTHY, "detail": problem, "action": "replace", "at": drain.since}]})
+                step.timeline.append(disqualified_timeline(attempt, pool, drain.since, problem))
                 continue
             extras = {
                 "config": spec.config,

@@ -321,11 +321,11 @@ def test_report_writes_json_figures_and_markdown(tmp_path: Path):
     for section in ("## How to read this", "## Method", "## Scenarios", "## Preemption trace", "## Scenario details"):
         assert section in page
     assert (
-        "| preempt-notice | local | pretrain | 0.12 | 0.50 | 2.25 | 3.00 | 0 / 0 steps | 81.2% vs 94.6% | ✓ | "
+        "| preempt-notice | local | pretrain | 0.12 | 0.50 | 2.25 | 3.00 | 0 / 0 steps | 81.2% vs 94.6% | ✓ | ✓ | "
         "retried on the same pool \\| resumed from step 40 |"
     ) in page
     assert (
-        "| straggler | slurm | rollouts | 4.00 | — | — | — | 7 / 5 episodes (over bound) | 50.0% vs 90.0% | ✗ | "
+        "| straggler | slurm | rollouts | 4.00 | — | — | — | 7 / 5 episodes (over bound) | 50.0% vs 90.0% | ✗ | ✗ (no reaction) | "
         "flagged the straggler |"
     ) in page
     for image in ("recovery.png", "goodput.png", "trace-1.png"):

@@ -40,9 +40,7 @@ def slurm_home(tmp_path_factory, cluster):
 @pytest.fixture
 def healthy(cluster):
     yield cluster
-    cluster.set_partition_state("spot", "UP")
-    cluster.resume_node()
-    left = cluster.client(["squeue", "-h", "-o", "%i %P %T"]).stdout.strip()
+    left = cluster.reset()
     assert not left, f"jobs left on the cluster after the drill: {left}"
 
 

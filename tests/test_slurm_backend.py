@@ -40,12 +40,8 @@ def cluster():
 def slurm(cluster: SlurmCluster):
     """The module's cluster, with both partitions up again and no job left after each test."""
     yield cluster
-    for partition in ("gpu", "spot"):
-        cluster.set_partition_state(partition, "UP")
-    left = cluster.client(["squeue", "-h", "-o", "%i %P %T %r"]).stdout.strip()
+    left = cluster.reset()
     if left:
-        cluster.client(["scancel", "--partition=gpu"], check=False)
-        cluster.client(["scancel", "--partition=spot"], check=False)
         pytest.fail(f"jobs left running on the test cluster after the test:\n{left}")
 
 

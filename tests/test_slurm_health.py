@@ -36,14 +36,8 @@ def slurm(cluster: SlurmCluster):
     """The module's cluster; after each test its node is in service, both partitions are
     up and no job is left (a test that leaves one fails)."""
     yield cluster
-    if set(cluster.node_state().split("+")) & {"DRAIN", "DOWN", "FAIL", "NOT_RESPONDING"}:
-        cluster.resume_node()
-    for partition in PARTITIONS:
-        cluster.set_partition_state(partition, "UP")
-    left = cluster.client(["squeue", "-h", "-t", "PD,R,S", "-o", "%i %P %T %r"]).stdout.strip()  # completing jobs are on their way out
+    left = cluster.reset()
     if left:
-        for partition in PARTITIONS:
-            cluster.client(["scancel", f"--partition={partition}"], check=False)
         pytest.fail(f"jobs left on the test cluster after the test:\n{left}")
 
 
