@@ -11,6 +11,9 @@ For each backend:
   local: `python -c pass` as a subprocess; Slurm: `sbatch --wait --wrap 'exec python -c pass'`;
   Ray: `ray job submit --address … -- python -c pass` (waits and tails the logs).
 - **overhead** = platform − bare: what the platform adds on top of what the engine costs anyway.
+- **qualification**: the same step with the pool's qualification pass forgotten, so the probe
+  job (runtime, storage, GPUs, health check) runs before it — the cost of a pool's first step
+  in each `qualify_ttl_seconds`; the steady-state platform figure excludes it.
 
 The Slurm cluster and Ray head are the tests' own (`tests/engines/`), started here and stopped
 after. A backend whose engine cannot start here is reported as skipped, with the reason.
@@ -91,6 +94,8 @@ def _measure(
 ) -> DispatchResult:
     import json
 
+    from shared_resources.health import Qualifications
+    from shared_resources.storage import Storage
     from tests.engines.steps import counting_spec, materialize_counting
 
     result = DispatchResult(backend, baselines={label: [] for label in baselines})
@@ -104,6 +109,13 @@ def _measure(
         def platform(i: int) -> None:
             materialize_counting(home, pools, spec, lineage=f"dispatch-{i}", log_level="ERROR")
 
+        def unqualified(i: int = 0) -> None:
+            # The pool's qualification pass forgotten: the probe job runs before the step.
+            Qualifications(Storage.at(str(home))).forget("bench")
+            materialize_counting(home, pools, spec, lineage=f"dispatch-cold-{time.perf_counter_ns()}", log_level="ERROR")
+
+        baselines = {**baselines, QUALIFYING: unqualified}
+        result.baselines[QUALIFYING] = []
         platform(-1)  # warm-up: first imports, first Ray worker, Slurm's first job
         for fn in baselines.values():
             fn()
@@ -149,6 +161,9 @@ def _ray_api(address: str) -> Callable[[], None]:
 
 
 BARE = "bare engine, empty job"
+# Not a baseline but the platform's own first step on a pool in each qualification TTL: the
+# probe job runs first. Platform minus it (negative) is what qualification costs that step.
+QUALIFYING = "the same step on a pool not qualified yet (its probe job runs first)"
 
 
 def run(repeats: int = 3) -> list[DispatchResult]:

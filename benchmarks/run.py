@@ -297,7 +297,9 @@ def _dispatch_table(results: list, repeats: int) -> Table:
             "of the counting workload with zero steps: placement, submit, the workload's start (interpreter, "
             "torch, Pipes), its final checkpoint, the result back through Pipes, the materialization. The "
             "Slurm cluster (single node) and the Ray head (loopback) are the tests' own, started for this "
-            "figure. Overhead = platform − bare engine."
+            "figure. Overhead = platform − bare engine. The 'not qualified yet' row is the same step when "
+            "the pool's qualification pass has expired, so the probe job runs first: its negative overhead "
+            "is what qualification adds to a pool's first step in each qualify_ttl_seconds."
         ),
         title_justify="left",
         caption_justify="left",
