@@ -20,7 +20,7 @@ from pathlib import Path
 import dagster as dg
 
 from drills import runner
-from drills.model import DrillResult, Timings, TraceResult
+from drills.model import DrillResult, Timings, TraceResult, TraceRun
 from drills.report import write_report
 from drills.runner import BACKENDS, SCENARIOS
 from drills.workloads import WORKLOADS
@@ -76,7 +76,7 @@ def run_campaign(
     workloads: list[str],
     size: str,
     trace_rate: str | None,
-    trace_seed: int,
+    trace_seeds: list[int],
     out_dir: Path,
     docs_path: Path | None,
     command: str,
@@ -118,25 +118,27 @@ def run_campaign(
                     f"{result.unit} redone {result.work_lost}/{result.loss_bound} · identical {'yes' if result.identical else 'NO'}"
                     + ("" if result.reacted else " · THE PLATFORM NEVER REACTED")
                 )
-    if trace_rate:
-        say(f"Preemption trace at {trace_rate} · local · pretrain (three cadences) …")
+    for seed in trace_seeds if trace_rate else []:
+        say(f"Preemption trace at {trace_rate}, seed {seed} · local · pretrain (three cadences) …")
         outcome = dg.materialize(
             [preemption_trace], instance=instance, resources=resources, raise_on_error=False,
-            run_config={"ops": {"platform__preemption_trace": {"config": {"rate": trace_rate, "seed": trace_seed, "size": size}}}},
+            run_config={"ops": {"platform__preemption_trace": {"config": {"rate": trace_rate, "seed": seed, "size": size}}}},
         )
-        path = root / "results" / "trace.json"
-        if outcome.success and path.exists():
-            data = json.loads(path.read_text())
-            from drills.model import TraceRun
-
-            trace = TraceResult(**{**data, "runs": [TraceRun(**r) for r in data["runs"]]})
-            traces.append(trace)
-            for r in trace.runs:
-                say(f"  {r.cadence}: goodput {r.goodput:.1%} (Daly predicts {r.predicted_goodput:.1%}), {len(r.faults_at)} interruptions, identical {'yes' if r.identical else 'NO'}")
-        else:
+        path = root / "results" / f"trace-seed{seed}.json"
+        if not outcome.success or not path.exists():
             say(f"  failed (run {outcome.run_id}); see the run in the UI")
+            continue
+        trace = load_trace(path)
+        traces.append(trace)
+        for r in trace.runs:
+            say(f"  {r.cadence}: goodput {r.goodput:.1%} (Daly predicts {r.predicted_goodput:.1%}), {len(r.faults_at)} interruptions, identical {'yes' if r.identical else 'NO'}")
     written = write_report(results, traces, out_dir, docs_path, command=command, environment=machine)
     return results, traces, written
+
+
+def load_trace(path: Path) -> TraceResult:
+    data = json.loads(path.read_text())
+    return TraceResult(**{**data, "runs": [TraceRun(**r) for r in data["runs"]]})
 
 
 def load_result(path: Path) -> DrillResult:

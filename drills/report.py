@@ -284,6 +284,8 @@ def render_markdown(
         lines += ["No scenario was run.", ""]
     lines += ["## Preemption trace", ""]
     if traces:
+        if len(traces) > 1:
+            lines += _trace_summary(traces)
         for number, trace in enumerate(traces, start=1):
             lines += _trace_section(number, trace, by_name.get(f"trace-{number}.png"))
     else:
@@ -356,6 +358,32 @@ def _scenario_table(results: list[DrillResult]) -> list[str]:
             _tick(r.passed) + ("" if r.reacted else " (no reaction)"), r.action,
         ])
     return _table(header, rows)
+
+
+def _trace_summary(traces: list[TraceResult]) -> list[str]:
+    """Each cadence over every trace: one draw of a Poisson process can be lucky or unlucky
+    (a long quiet gap, a burst); the mean over several draws is the figure to compare."""
+    cadences = list(dict.fromkeys(run.cadence for trace in traces for run in trace.runs))
+    rows = []
+    for cadence in cadences:
+        runs = [run for trace in traces for run in trace.runs if run.cadence == cadence]
+        mean = lambda values: sum(values) / len(values) if values else float("nan")  # noqa: E731
+        rows.append([
+            cadence,
+            str(len(runs)),
+            str(sum(len(run.faults_at) for run in runs)),
+            _percent(mean([run.goodput for run in runs])),
+            _percent(mean([run.predicted_goodput for run in runs])),
+            f"{mean([run.work_lost_seconds for run in runs]):.2f}",
+            f"{sum(run.finished and run.identical for run in runs)}/{len(runs)}",
+        ])
+    header = ["cadence", "traces", "interruptions (all)", "mean goodput", "mean predicted (Daly)", "mean work lost (s)", "finished and identical"]
+    return [
+        f"Over {len(traces)} traces (one seed each, the same rate); the sections below give each trace.",
+        "",
+        *_table(header, rows),
+        "",
+    ]
 
 
 def _trace_section(number: int, trace: TraceResult, image: str | None) -> list[str]:

@@ -308,7 +308,7 @@ def drill(
     workload: list[str] = typer.Option([], "--workload", "-w", help="pretrain (Cell), rollouts, policy (Robotics) (default: all)."),
     size: str = typer.Option("small", help="small (seconds per run) or full (the figures in docs/drills.md)."),
     trace: str = typer.Option("10-15%", help="Preemption-trace rate: a spot band (<5%, 5-10%, 10-15%, 15-20%, >20%) or interruptions per hour; 'none' to skip."),
-    trace_seed: int = typer.Option(1, help="Seed of the preemption trace."),
+    trace_seed: list[int] = typer.Option([1, 2, 3], "--trace-seed", help="Seeds of the preemption traces: one trace per seed, each replayed under the three cadences."),
     out: Path = typer.Option(None, help="Where the report goes (default: reports/drills/ under the storage root)."),
     docs: Path = typer.Option(None, help="Also write the report here (e.g. docs/drills.md) with its plots beside it."),
 ) -> None:
@@ -335,7 +335,7 @@ def drill(
         try:
             results, traces, written = run_campaign(
                 instance=instance, storage_root=storage.root, backends=backend, scenarios=scenario or list(SCENARIOS),
-                workloads=workload or list(WORKLOADS), size=size, trace_rate=None if trace == "none" else trace, trace_seed=trace_seed,
+                workloads=workload or list(WORKLOADS), size=size, trace_rate=None if trace == "none" else trace, trace_seeds=trace_seed,
                 out_dir=out, docs_path=docs, command=command, say=lambda line: console.print(escape(line)),
             )
         except (ValueError, RuntimeError) as exc:

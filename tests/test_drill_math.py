@@ -379,3 +379,14 @@ def test_report_removes_figures_of_an_earlier_report(tmp_path: Path):
     write_report(_results(), [], out, docs, command="c", environment="e", generated_at=_WHEN)
     assert not (out / "trace-1.png").exists() and not (docs.parent / "drills" / "trace-1.png").exists()
     assert (out / "recovery.png").is_file()
+
+
+def test_several_traces_are_summarised_per_cadence(tmp_path: Path):
+    first, second = _trace(), _trace()
+    second.seed = 2
+    written = write_report([], [first, second], tmp_path / "out", None, command="sinewgrid drill", environment="test")
+    page = written["markdown"].read_text()
+    assert "Over 2 traces" in page and "### Trace 2:" in page
+    for run in first.runs:
+        # The mean of two identical traces is the trace's own figure.
+        assert f"| {run.cadence} | 2 | {2 * len(run.faults_at)} | {run.goodput:.1%} |" in page

@@ -140,7 +140,9 @@ def test_figures_are_valid_pngs_even_for_an_empty_ledger(frame, draw):
 def test_the_platform_location_loads():
     from platform_location.definitions import defs
 
-    assert set(defs.resolve_all_asset_keys()) == {dg.AssetKey(["platform", "ledger_summary"]), dg.AssetKey(["platform", "capacity_plan"])}
+    assert set(defs.resolve_all_asset_keys()) == {
+        dg.AssetKey(["platform", name]) for name in ("ledger_summary", "capacity_plan", "failure_drill", "preemption_trace")
+    }
     assert defs.resolve_job_def("ledger_report_job") is not None
     assert defs.resolve_schedule_def("daily_ledger_report").cron_schedule == "0 6 * * *"
 

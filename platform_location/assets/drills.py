@@ -137,7 +137,7 @@ def preemption_trace(context: dg.AssetExecutionContext, config: TraceConfig, sto
     root = drill_root(storage)
     setup = DrillSetup(storage_root=storage.root, drill_root=root, backend="local", catalog=root / "unused.yaml", pools=[])
     result = run_trace(context, setup, config.rate, seed=config.seed, size=config.size, expected_faults=config.expected_faults)
-    out = root / "results" / "trace.json"
+    out = root / "results" / f"trace-seed{config.seed}.json"
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(result.to_json(), indent=2, default=str))
     lines = ["| cadence | interval s | interruptions | wall s | goodput | Daly predicts | checkpoints | work lost s | identical |", "|---|---|---|---|---|---|---|---|---|"]
