@@ -338,7 +338,10 @@ def _method() -> list[str]:
         "(rollouts), compared with an uninterrupted run with the same seeds.",
         "**Trace mode**: interruption times are a Poisson process drawn with a fixed seed; every cadence "
         "replays the same times. The predicted goodput is Daly's model for the cadence's interval, the "
-        "measured checkpoint cost and the replayed rate.",
+        "measured checkpoint cost, the replayed rate and the measured restart cost. A trace holds a bounded "
+        "number of interruptions, so a run that keeps losing its work (no cadence) finishes once they run "
+        "out, where Daly's model assumes they never stop: there, measured goodput is above the prediction by "
+        "construction. One draw can be lucky or unlucky; compare the means over several seeds.",
     ]
     return ["## Method", "", *(f"- {item}" for item in items), ""]
 
