@@ -314,11 +314,7 @@ def drill(
 ) -> None:
     """Inject real faults into real runs and publish how the platform recovered.
 
-    Each scenario runs an uninterrupted baseline and a faulted run of a lane workload through
-    the real compute resource, as Dagster runs on this instance (the UI shows them under
-    platform/failure_drill), and measures time to detect, contain, replace and resume, work
-    redone against the checkpoint cadence's bound, goodput against the Young/Daly optimum,
-    and whether the end state matches the uninterrupted run.
+    Each scenario runs an uninterrupted baseline and a faulted run of a lane workload through the real compute resource, as Dagster runs on this instance (the UI shows them under platform/failure_drill). It measures the time to detect, contain, replace and resume, the work redone against the checkpoint cadence's bound, goodput against the Young/Daly optimum, and whether the end state matches the uninterrupted run.
     """
     from drills.campaign import run_campaign
     from drills.runner import SCENARIOS
