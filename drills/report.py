@@ -307,7 +307,9 @@ def _how_to_read() -> list[str]:
         "allows; a run within its bound lost no more than promised. *Goodput* is the share of the "
         "allocated time that went into the result, next to the best a checkpoint cadence can do at that "
         "fault rate. *Identical* says whether the run ended in exactly the state an uninterrupted run "
-        "with the same seeds reaches. The preemption trace replays interruptions drawn from a rate over a "
+        "with the same seeds reaches. *Passed* needs all of it: the platform reacted (every milestone "
+        "happened), the step finished, within its bound, identical. Each drill is a Dagster run: open "
+        "`platform/failure_drill` in the UI for its partition's metadata. The preemption trace replays interruptions drawn from a rate over a "
         "longer run, once per checkpoint cadence, and compares goodput with what the model predicts.",
         "",
     ]
