@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import warnings
 from pathlib import Path
@@ -68,3 +69,6 @@ def _fresh_dagster_context():
     gc.collect()
     with set_defs_state_storage(None):
         yield
+    # A command run in-process (CliRunner) silences logging for its own output; undo it, or
+    # every later test would lose the Dagster events its runs log.
+    logging.disable(logging.NOTSET)

@@ -238,7 +238,7 @@ def test_a_pod_taken_away_mid_run_resumes_from_its_checkpoint(home: Path, tmp_pa
 
 
 def test_an_unschedulable_pool_is_refused_and_the_step_lands_on_the_next(home: Path, tmp_path: Path, kube, instance) -> None:
-    nowhere = _pool("k8s-nowhere", 0.1, "on_demand", {"sinewgrid.test/capacity": "a100-reserved"}, kube.kubeconfig, pending_deadline_seconds=5)
+    nowhere = _pool("k8s-nowhere", 0.1, "on_demand", {"sinewgrid.test/capacity": "a100-reserved"}, kube.kubeconfig, pending_deadline_seconds=2)
     result = materialize_counting(home, _catalog(tmp_path, nowhere, _on_demand(kube)), counting_spec(config={"steps": 10}), instance=instance)
     md = result_metadata(result)
     assert (md["pools_tried"], md["pool"], md["digest"]) == ("k8s-nowhere, k8s-on-demand", "k8s-on-demand", expected_digest(10, 7))
