@@ -50,6 +50,8 @@ def summary(frame: pd.DataFrame, by: str = "lane") -> pd.DataFrame:
     if frame.empty:
         return pd.DataFrame(columns=columns)
     work = pd.concat([frame[[key, "outcome", "gpu_cost_usd", "cost_usd", "task_id"]], _weighted(frame)], axis=1)
+    if key == "cause":
+        work["cause"] = work["cause"].replace("", "none (succeeded)")
     work["token_cost_usd"] = frame["token_cost_usd"].astype(float).fillna(0.0)
     work["completed"] = frame["task_id"].where(frame["completed_task"])
     grouped = work.groupby(key, sort=False)

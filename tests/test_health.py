@@ -133,3 +133,21 @@ def test_a_booked_attempt_keeps_its_cause(tmp_path):
     frame = ledger.frame()
     assert list(frame["cause"]) == ["straggler"] and frame["lost_preemption_seconds"].iloc[0] == pytest.approx(6)
     assert os.path.exists(tmp_path / "l.db")
+
+
+def test_report_by_cause_names_every_cause(tmp_path):
+    from shared_resources.ledger import AttemptRecord
+    from shared_resources.reports import summary
+
+    ledger = Ledger(f"sqlite:///{tmp_path / 'l.db'}")
+    now = dt.datetime.now(dt.UTC)
+    pool = next(iter(load_pools(None).values()))
+    for attempt, (outcome, cause) in enumerate([("preempted", "straggler"), ("succeeded", None)], start=1):
+        ledger.record(AttemptRecord.for_attempt(
+            pool=pool, run_id="r", step="s", asset="a/b", partition=None, attempt=attempt, gpus=1,
+            started=now - dt.timedelta(seconds=10 * attempt), ended=now - dt.timedelta(seconds=10 * attempt - 5),
+            productive_seconds=2, outcome=outcome, cause=cause,
+        ))
+    table = summary(ledger.frame(), by="cause")
+    assert set(table["cause"]) == {"straggler", "none (succeeded)"}
+    assert table.set_index("cause").loc["straggler", "lost_preemption_gpu_hours"] > 0
