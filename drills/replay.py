@@ -11,6 +11,7 @@ prediction for the same interval, checkpoint cost, rate and restart cost.
 
 from __future__ import annotations
 
+import signal
 import threading
 import time
 from dataclasses import replace
@@ -23,7 +24,7 @@ import yaml
 from drills import faults
 from drills.goodput import expected_goodput
 from drills.model import TraceResult, TraceRun
-from drills.runner import DrillSetup, _run, baseline
+from drills.runner import DrillSetup, baseline, run_step
 from drills.trace import acceleration_for, draw_trace, rate_for
 from drills.workloads import prepare_inputs, workload
 from shared_resources.compute import StepRun
@@ -49,7 +50,7 @@ class KillAt(threading.Thread):
                 time.sleep(0.01)  # between attempts: the interruption hits the next one
             if self.done.is_set():
                 return
-            faults.signal_workload(pids, 9)
+            faults.signal_workload(pids, signal.SIGKILL)
             self.fired.append(round(time.time() - self.start_at, 3))
             while not self.done.is_set() and set(self.pids()) & set(pids):
                 time.sleep(0.01)
@@ -81,7 +82,7 @@ def run_trace(context: dg.AssetExecutionContext, setup: DrillSetup, band_or_rate
 
     # The uninterrupted run: its work time, checkpoint cost, restart cost and end state.
     probe_setup = replace(setup, catalog=_catalog(setup.drill_root, 0.0, "calm"), pools=["drill-trace"])
-    calm, expected = _run(context, probe_setup, w, f"{tag}/uninterrupted-{context.run_id[:8]}", inputs)
+    calm, expected = run_step(context, probe_setup, w, f"{tag}/uninterrupted-{context.run_id[:8]}", inputs)
     work_s = calm.productive_seconds
     writes = sum(t["checkpoints"] for t in calm.timeline)
     checkpoint_s = sum(t["checkpoint_seconds"] for t in calm.timeline) / writes if writes else 0.0
@@ -108,7 +109,7 @@ def run_trace(context: dg.AssetExecutionContext, setup: DrillSetup, band_or_rate
         killer = KillAt(trace, lambda n=overrides["name"]: faults.workload_pids(storage, n), time.time())
         killer.start()
         try:
-            step, digest = _run(context, run_setup, w, f"{tag}/{cadence}-{context.run_id[:8]}", inputs, **overrides)
+            step, digest = run_step(context, run_setup, w, f"{tag}/{cadence}-{context.run_id[:8]}", inputs, **overrides)
         finally:
             killer.done.set()
             killer.join(timeout=10)

@@ -69,10 +69,9 @@ class DrillSetup:
     storage_root: str
     drill_root: Path
     backend: str
-    catalog: Path
-    pools: list[str]  # placement order: the first pool, its peer, (the fallback)
+    catalog: Path | None = None  # None: the drill writes its own (the preemption trace does)
+    pools: list[str] = field(default_factory=list)  # placement order: the first pool, its peer, (the fallback)
     cluster: Any = None
-    extra: dict[str, Any] = field(default_factory=dict)
 
 
 def drill_catalog(drill_root: Path, backend: str, cluster=None) -> tuple[Path, list[str]]:
@@ -114,7 +113,7 @@ def drill_catalog(drill_root: Path, backend: str, cluster=None) -> tuple[Path, l
 # Running -------------------------------------------------------------------------------------
 
 
-def _run(context: dg.AssetExecutionContext, setup: DrillSetup, w: DrillWorkload, drill: str, inputs: dict[str, str], **spec_overrides) -> tuple[StepRun, str]:
+def run_step(context: dg.AssetExecutionContext, setup: DrillSetup, w: DrillWorkload, drill: str, inputs: dict[str, str], **spec_overrides) -> tuple[StepRun, str]:
     storage = Storage.at(setup.storage_root)
     output_uri = storage.uri("drills", "outputs", drill)
     spec = w.spec(drill.replace("/", "."), inputs, output_uri, **spec_overrides)
@@ -135,7 +134,7 @@ def baseline(context: dg.AssetExecutionContext, setup: DrillSetup, w: DrillWorkl
     cache = setup.drill_root / "baselines" / f"{baseline_name(w, inputs).split('/', 1)[1]}.json"
     if cache.exists():
         return json.loads(cache.read_text())["digest"]
-    _, digest = _run(context, setup, w, baseline_name(w, inputs), inputs)
+    _, digest = run_step(context, setup, w, baseline_name(w, inputs), inputs)
     cache.parent.mkdir(parents=True, exist_ok=True)
     cache.write_text(json.dumps({"digest": digest, "workload": w.name}))
     return digest
@@ -195,7 +194,6 @@ def run_scenario(context: dg.AssetExecutionContext, setup: DrillSetup, scenario_
     first_pool = setup.pools[0]
     pools = load_pools(setup.catalog)
     ready_unit = w.trigger
-    cleanups: list[Callable[[], None]] = []
     held: dict[str, Any] = {}
 
     def pids() -> list[int]:
@@ -253,7 +251,6 @@ def run_scenario(context: dg.AssetExecutionContext, setup: DrillSetup, scenario_
             drains.undrain(pool)
         os.environ.pop(FAILPOINT_ENV, None)
 
-    cleanups.append(restore)
     marker = setup.drill_root / "faults" / f"torn-{context.run_id}.json"
     injector: Injector | None = None
     try:
@@ -263,13 +260,12 @@ def run_scenario(context: dg.AssetExecutionContext, setup: DrillSetup, scenario_
         else:
             injector = Injector(inject, ready, delay=_mid_interval_delay(w))
             injector.start()
-        step, digest = _run(context, setup, w, drill, inputs, on_straggler=scenario.on_straggler, name=step_name)
+        step, digest = run_step(context, setup, w, drill, inputs, on_straggler=scenario.on_straggler, name=step_name)
     finally:
         if injector is not None:
             injector.cancelled.set()
             injector.join(timeout=10)
-        for cleanup in cleanups:
-            cleanup()
+        restore()
     if injector is not None and injector.error is not None:
         raise dg.Failure(f"the drill could not inject its fault: {injector.error!r}")
     fault_at = injector.fault_at if injector is not None else (json.loads(marker.read_text())["at"] if marker.exists() else None)

@@ -45,7 +45,9 @@ def _failpoint_torn(step: int) -> None:
     armed = os.environ.get(FAILPOINT_ENV, "")
     if not armed.startswith("torn-checkpoint:"):
         return
-    _, at_step, marker = armed.split(":", 2)
+    _, at_step, marker = (armed.split(":", 2) + ["", ""])[:3]
+    if not at_step.isdigit() or not marker:
+        raise ValueError(f"{FAILPOINT_ENV}={armed!r}: expected torn-checkpoint:STEP:MARKER (a step number and a file path)")
     if step < int(at_step):
         return
     try:

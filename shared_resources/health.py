@@ -71,13 +71,8 @@ class Drains:
         return True
 
     def all(self) -> list[Drain]:
-        drains = []
-        for uri in glob_uris(self.storage.uri("state", "health", "drained", "*.json")):
-            doc = read_json(uri)
-            drain = Drain(doc["pool"], float(doc["since"]), float(doc["until"]), str(doc["reason"]))
-            if drain.remaining_seconds > 0:
-                drains.append(drain)
-        return drains
+        pools = (read_json(uri)["pool"] for uri in glob_uris(self.storage.uri("state", "health", "drained", "*.json")))
+        return [drain for pool in pools if (drain := self.active(pool)) is not None]
 
 
 class Qualifications:

@@ -152,7 +152,7 @@ def test_preemption_trace_compares_three_cadences_to_the_same_end_state(drill_ho
     assert list(runs) == ["none", "fixed", "young-daly"]
     for run in runs.values():
         assert run["finished"] and run["identical"], run
-        assert run["faults_at"] == runs["none"]["faults_at"] or len(run["faults_at"]) >= 1  # the same trace, replayed
+        assert run["faults_at"], "every cadence met the trace's interruptions"
         assert 0 < run["goodput"] < 1 and 0 < run["predicted_goodput"] < 1
     assert runs["none"]["interval_seconds"] is None
     # The Young/Daly cadence is the one placement chose: √(2·δ·M) for the measured δ and the replayed rate.
@@ -172,7 +172,7 @@ def test_drill_command_writes_the_report(drill_home, tmp_path):
     assert result.exit_code == 0, result.output
     assert "detect" in result.output and "identical yes" in result.output
     text = docs.read_text()
-    assert "Preemption with notice" in text and "## Method" in text or "Method" in text
+    assert "Preemption with notice" in text and "## Method" in text
     assert (tmp_path / "out" / "drills.json").exists() and (docs.parent / "drills" / "recovery.png").exists()
     data = json.loads((tmp_path / "out" / "drills.json").read_text())
     assert data["scenarios"][0]["scenario"] == "preempt-notice"
@@ -204,3 +204,11 @@ def test_checkpoint_store_ignores_the_failpoint_unless_armed(tmp_path, monkeypat
     store = CheckpointStore(str(tmp_path / "ck"))
     store.save(5, {"model": {"w": torch.zeros(2)}})
     assert store.latest_valid().step == 5
+
+
+def test_a_malformed_failpoint_says_what_it_expects(tmp_path, monkeypatch):
+    import torch
+
+    monkeypatch.setenv("SINEWGRID_FAILPOINT", "torn-checkpoint:soon")
+    with pytest.raises(ValueError, match="expected torn-checkpoint:STEP:MARKER"):
+        CheckpointStore(str(tmp_path / "ck")).save(5, {"model": {"w": torch.zeros(2)}})

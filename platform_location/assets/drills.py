@@ -135,7 +135,7 @@ def preemption_trace(context: dg.AssetExecutionContext, config: TraceConfig, sto
     from drills.replay import run_trace
 
     root = drill_root(storage)
-    setup = DrillSetup(storage_root=storage.root, drill_root=root, backend="local", catalog=root / "unused.yaml", pools=[])
+    setup = DrillSetup(storage_root=storage.root, drill_root=root, backend="local")
     result = run_trace(context, setup, config.rate, seed=config.seed, size=config.size, expected_faults=config.expected_faults)
     out = root / "results" / f"trace-seed{config.seed}.json"
     out.parent.mkdir(parents=True, exist_ok=True)
