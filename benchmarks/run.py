@@ -3,9 +3,11 @@
 Usage (from the repository root)::
 
     make bench
-    .venv/bin/python -m benchmarks.run [--repeats N] [--output PATH]
+    .venv/bin/python -m benchmarks.run [--repeats N] [--output PATH] [--only FIGURES]
 
-Each figure is printed next to its baseline, measured in the same run.
+Each figure is printed next to its baseline, measured in the same run. With ``--only`` (e.g.
+``--only 7``) just those figures are measured, and the others already in the JSON file are kept
+(its ``measured`` map says which run measured each figure).
 """
 
 from __future__ import annotations
@@ -362,13 +364,122 @@ def _planner_tables(cases: list, timing: Any) -> tuple[Table, Table]:
     return cost, speed
 
 
+def _registry_tables(results: list, repeats: int, setup_s: float) -> tuple[Table, Table]:
+    method = (
+        f"Median of {repeats} repeats, one call each (time.perf_counter); register, re-register, md5, get and "
+        "copytree alternate; destinations are fresh temporary folders on the same file system (page cache, no "
+        "fsync), made and removed outside the timed region. MB/s = the folder's bytes (10^6) ÷ seconds. "
+    )
+    register = Table(
+        title="7a. Data registry, registering: DataRegistry.register vs shutil.copytree (same folder, local root)",
+        caption=(
+            method + "Register: a new version each repeat, the DVC remote emptied after each (outside the timing), so "
+            "every file is hashed and copied (checked). Re-register: the same content under its registered version "
+            "(hash + git look-up, nothing copied), beside hashlib.md5 of every file. Ratio = register ÷ copytree time; "
+            "re-reg ÷ md5 = re-register ÷ md5 time (its ratio to copytree is in the JSON). "
+            f"Data made in {setup_s:.1f} s, outside the timings."
+        ),
+        title_justify="left",
+        caption_justify="left",
+    )
+    for column, style in (("Case", None), ("Files", None), ("MB", None), ("Register ms", None), ("Register MB/s", "bold"),
+                          ("copytree ms", None), ("copytree MB/s", None), ("Ratio", "bold"), ("Re-register ms", None),
+                          ("md5 ms", None), ("Ratio re-reg ÷ md5", "bold")):
+        register.add_column(column, justify="left" if column == "Case" else "right", style=style)
+    for r in results:
+        register.add_row(
+            r.case.name, f"{r.case.files:,}", f"{r.case.mb:,.1f}",
+            _ms(r.timings["register"].median), _rate(r.mb_per_s("register")),
+            _ms(r.timings["copytree"].median), _rate(r.mb_per_s("copytree")), _times(r.ratio("register")),
+            _ms(r.timings["re_register"].median), _ms(r.timings["md5_every_file"].median),
+            _times(r.ratio("re_register", "md5_every_file")),
+        )
+    get = Table(
+        title="7b. Data registry, getting a version back: DataRegistry.get vs shutil.copytree of the source folder",
+        caption=(
+            method + "Get: download from the DVC remote into a hidden sibling, check every file's md5 against the "
+            "registration, rename into place (the same run as 7a; checked once to return the identical folder). "
+            "Ratio = get time ÷ copytree time."
+        ),
+        title_justify="left",
+        caption_justify="left",
+    )
+    for column, style in (("Case", None), ("Files", None), ("MB", None), ("Get ms", None), ("Get MB/s", "bold"),
+                          ("copytree ms", None), ("copytree MB/s", None), ("Ratio", "bold")):
+        get.add_column(column, justify="left" if column == "Case" else "right", style=style)
+    for r in results:
+        get.add_row(
+            r.case.name, f"{r.case.files:,}", f"{r.case.mb:,.1f}",
+            _ms(r.timings["get"].median), _rate(r.mb_per_s("get")),
+            _ms(r.timings["copytree"].median), _rate(r.mb_per_s("copytree")), _times(r.ratio("get")),
+        )
+    return register, get
+
+
+FIGURES = {
+    "1": "validation", "2": "omics", "3a": "rollouts", "3b": "isaaclab", "4": "ingest", "5": "dispatch",
+    "6": "planner", "7": "registry",
+}
+"""Figure number -> name; `--only` takes either (and '3' for both 3a and 3b)."""
+
+
+def _selected(only: list[str] | None) -> set[str]:
+    """The figure numbers `--only` names (all of them when not given); ValueError names a wrong one."""
+    if not only:
+        return set(FIGURES)
+    names = {name: number for number, name in FIGURES.items()}
+    chosen: set[str] = set()
+    for item in (part.strip().lower() for value in only for part in value.split(",")):
+        if item == "3":
+            chosen |= {"3a", "3b"}
+        elif item in FIGURES:
+            chosen.add(item)
+        elif item in names:
+            chosen.add(names[item])
+        elif item:
+            known = ", ".join(f"{number} ({name})" for number, name in FIGURES.items())
+            raise ValueError(f"--only: no figure {item!r}; the figures are {known}")
+    return chosen
+
+
+def _merge_kept(output: Path, report: dict[str, Any]) -> list[str]:
+    """Carry the figures this run did not measure over from the existing ``output``; their keys."""
+    try:
+        old = json.loads(output.read_text())
+    except (OSError, ValueError):
+        return []
+    if not isinstance(old, dict) or not isinstance(old.get("figures"), dict):
+        return []
+    old_measured = old.get("measured") or {}
+    fallback = {"created": old.get("created"), "command": old.get("command"), "repeats": (old.get("method") or {}).get("repeats")}
+    kept = [key for key in old["figures"] if key not in report["figures"]]
+    new_figures, new_measured = report["figures"], report["measured"]
+    order = [*old["figures"], *(key for key in new_figures if key not in old["figures"])]  # the file's order, new ones last
+    report["figures"] = {key: new_figures[key] if key in new_figures else old["figures"][key] for key in order}
+    report["measured"] = {key: new_measured[key] if key in new_measured else old_measured.get(key, fallback) for key in order}
+    for key, value in (old.get("method") or {}).items():
+        report["method"].setdefault(key, value)
+    return kept
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.run", description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=REPEATS, help=f"timed repeats per figure (default {REPEATS})")
     parser.add_argument("--output", type=Path, default=RESULTS_FILE, help=f"JSON file to write (default {RESULTS_FILE})")
+    parser.add_argument(
+        "--only",
+        action="append",
+        metavar="FIGURES",
+        help="measure only these figures, by number or name, comma-separated or repeated (e.g. --only 7, "
+        "--only 2,registry; 3 means 3a and 3b). The other figures already in the JSON file are kept.",
+    )
     args = parser.parse_args(argv)
     if args.repeats < 1:
         parser.error("--repeats must be at least 1")
+    try:
+        chosen = _selected(args.only)
+    except ValueError as exc:
+        parser.error(str(exc))
 
     console = Console()
     if not console.is_terminal and "COLUMNS" not in os.environ:
@@ -377,41 +488,87 @@ def main(argv: list[str] | None = None) -> int:
     facts = machine_facts()
     console.print(_machine_table(facts))
 
-    from benchmarks import dispatch, episode_ingest, isaaclab_overhead, omics_write, planner, rollouts, validation
+    from benchmarks import dispatch, episode_ingest, isaaclab_overhead, omics_write, planner, registry, rollouts, validation
 
-    with console.status("Measuring plate validation…"):
-        validation_results = validation.run(repeats=args.repeats)
-    console.print(_validation_table(validation_results, args.repeats))
+    figures: dict[str, Any] = {}
+    method: dict[str, Any] = {}
 
-    with console.status("Measuring omics writes…"):
-        omics_results, load_s = omics_write.run(repeats=args.repeats)
-    console.print(_omics_table(omics_results, args.repeats, load_s))
+    if "1" in chosen:
+        with console.status("Measuring plate validation…"):
+            validation_results = validation.run(repeats=args.repeats)
+        console.print(_validation_table(validation_results, args.repeats))
+        figures["validation_throughput_wells_per_s"] = [r.to_dict() for r in validation_results]
+        method["validation_min_repeat_seconds"] = MIN_REPEAT_SECONDS
 
-    with console.status("Measuring MuJoCo rollouts…"):
-        rollout_results = rollouts.run(repeats=args.repeats)
-    console.print(_rollouts_table(rollout_results, args.repeats))
+    if "2" in chosen:
+        with console.status("Measuring omics writes…"):
+            omics_results, load_s = omics_write.run(repeats=args.repeats)
+        console.print(_omics_table(omics_results, args.repeats, load_s))
+        figures["omics_write_throughput_mb_per_s"] = {"reference_load_s": load_s, "cases": [r.to_dict() for r in omics_results]}
+        method["omics"] = "one write per repeat, each into a fresh temporary folder"
 
-    with console.status("Measuring Isaac Lab rollouts (child process in .venv-isaaclab, about a minute)…"):
-        isaaclab_result = isaaclab_overhead.run(repeats=args.repeats)
-    console.print(_isaaclab_table(isaaclab_result, args.repeats))
+    if "3a" in chosen:
+        with console.status("Measuring MuJoCo rollouts…"):
+            rollout_results = rollouts.run(repeats=args.repeats)
+        console.print(_rollouts_table(rollout_results, args.repeats))
+        figures["rollout_overhead_mujoco_env_steps_per_s"] = [r.to_dict() for r in rollout_results]
+        method["rollouts"] = (
+            "one call per repeat (env built, every seed run), each into a fresh temporary folder; "
+            "harness, harness + commit and raw alternate"
+        )
 
-    with console.status("Measuring episode ingest…"):
-        ingest_results = episode_ingest.run(repeats=args.repeats)
-    console.print(_ingest_table(ingest_results, args.repeats))
+    if "3b" in chosen:
+        with console.status("Measuring Isaac Lab rollouts (child process in .venv-isaaclab, about a minute)…"):
+            isaaclab_result = isaaclab_overhead.run(repeats=args.repeats)
+        console.print(_isaaclab_table(isaaclab_result, args.repeats))
+        figures["rollout_overhead_isaaclab_env_steps_per_s"] = isaaclab_result.to_dict()
+        method["isaaclab"] = (
+            "timed inside the .venv-isaaclab child with the same time_pair, one call per repeat, "
+            "after start-up and one warm-up episode"
+        )
 
-    with console.status("Measuring dispatch overhead (starts a Slurm cluster and a Ray head, a few minutes)…"):
-        dispatch_results = dispatch.run(repeats=args.repeats)
-    console.print(_dispatch_table(dispatch_results, args.repeats))
+    if "4" in chosen:
+        with console.status("Measuring episode ingest…"):
+            ingest_results = episode_ingest.run(repeats=args.repeats)
+        console.print(_ingest_table(ingest_results, args.repeats))
+        figures["episode_ingest_frames_per_s"] = [r.to_dict() for r in ingest_results]
+        method["ingest_min_repeat_seconds"] = MIN_REPEAT_SECONDS
 
-    with console.status("Planning capacity (HiGHS optima, then 10,000 steps × 500 pools, about a minute)…"):
-        planner_cases, planner_timing = planner.run(repeats=min(args.repeats, 3))
-    for table in _planner_tables(planner_cases, planner_timing):
-        console.print(table)
+    if "5" in chosen:
+        with console.status("Measuring dispatch overhead (starts a Slurm cluster and a Ray head, a few minutes)…"):
+            dispatch_results = dispatch.run(repeats=args.repeats)
+        console.print(_dispatch_table(dispatch_results, args.repeats))
+        figures["dispatch_overhead_s"] = [r.to_dict() for r in dispatch_results]
+        method["dispatch"] = "one empty step per repeat; platform and each baseline alternate"
+
+    if "6" in chosen:
+        with console.status("Planning capacity (HiGHS optima, then 10,000 steps × 500 pools, about a minute)…"):
+            planner_cases, planner_timing = planner.run(repeats=min(args.repeats, 3))
+        for table in _planner_tables(planner_cases, planner_timing):
+            console.print(table)
+        figures["capacity_plan"] = {
+            "cost_vs_optimum": [c.to_dict() for c in planner_cases],
+            "planning_time": planner_timing.to_dict(),
+        }
+        method["planner"] = "cost: seeded instances, each plan priced with the full cost model; time: min(repeats, 3) runs of plan_job"
+
+    if "7" in chosen:
+        with console.status("Measuring the data registry (register, re-register, get vs copytree, about 30 s)…"):
+            registry_results, registry_setup_s = registry.run(repeats=args.repeats)
+        for table in _registry_tables(registry_results, args.repeats, registry_setup_s):
+            console.print(table)
+        figures["data_registry_mb_per_s"] = {"data_setup_s": registry_setup_s, "cases": [r.to_dict() for r in registry_results]}
+        method["registry"] = (
+            "one call per repeat; register, re-register, md5, get and copytree alternate; each register is a new "
+            "version and its DVC remote is emptied after it (outside the timing); destinations fresh temporary folders"
+        )
 
     total_s = time.perf_counter() - started
+    created = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
+    command = " ".join([Path(sys.executable).name, "-m", "benchmarks.run", *(argv if argv is not None else sys.argv[1:])])
     report = {
-        "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
-        "command": " ".join([Path(sys.executable).name, "-m", "benchmarks.run", *(argv if argv is not None else sys.argv[1:])]),
+        "created": created,
+        "command": command,
         "machine": facts,
         "method": {
             "clock": "time.perf_counter",
@@ -419,34 +576,14 @@ def main(argv: list[str] | None = None) -> int:
             "repeats": args.repeats,
             "warm_up_calls": 1,
             "order": "subject and baseline alternate, repeat by repeat",
-            "validation_min_repeat_seconds": MIN_REPEAT_SECONDS,
-            "omics": "one write per repeat, each into a fresh temporary folder",
-            "rollouts": "one call per repeat (env built, every seed run), each into a fresh temporary folder; "
-            "harness, harness + commit and raw alternate",
-            "isaaclab": "timed inside the .venv-isaaclab child with the same time_pair, one call per repeat, "
-            "after start-up and one warm-up episode",
-            "ingest_min_repeat_seconds": MIN_REPEAT_SECONDS,
-            "dispatch": "one empty step per repeat; platform and each baseline alternate",
-            "planner": "cost: seeded instances, each plan priced with the full cost model; time: min(repeats, 3) runs of plan_job",
+            **method,
             "mb": 1_000_000,
         },
-        "figures": {
-            "validation_throughput_wells_per_s": [r.to_dict() for r in validation_results],
-            "omics_write_throughput_mb_per_s": {
-                "reference_load_s": load_s,
-                "cases": [r.to_dict() for r in omics_results],
-            },
-            "rollout_overhead_mujoco_env_steps_per_s": [r.to_dict() for r in rollout_results],
-            "rollout_overhead_isaaclab_env_steps_per_s": isaaclab_result.to_dict(),
-            "episode_ingest_frames_per_s": [r.to_dict() for r in ingest_results],
-            "dispatch_overhead_s": [r.to_dict() for r in dispatch_results],
-            "capacity_plan": {
-                "cost_vs_optimum": [c.to_dict() for c in planner_cases],
-                "planning_time": planner_timing.to_dict(),
-            },
-        },
+        "figures": figures,
+        "measured": {key: {"created": created, "command": command, "repeats": args.repeats} for key in figures},
         "total_run_s": total_s,
     }
+    kept = _merge_kept(args.output, report) if chosen != set(FIGURES) else []
     args.output.parent.mkdir(parents=True, exist_ok=True)
     tmp = args.output.with_suffix(args.output.suffix + ".tmp")
     tmp.write_text(json.dumps(report, indent=2) + "\n")
@@ -457,6 +594,8 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError:
         pass
     console.print(f"Figures written to {shown}  (whole run {total_s:.0f} s)")
+    if kept:
+        console.print(f"Kept from the earlier file, not measured now: {', '.join(kept)}")
     return 0
 
 

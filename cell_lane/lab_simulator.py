@@ -62,13 +62,13 @@ class LabSimulator:
             table.at[i, "readout"] = round(max(float(value), 0.0), 2) if not np.isnan(value) else np.nan
         return table
 
-    def _drop(self, drop_id: str, tables: dict[str, pd.DataFrame], note: str) -> str:
+    def _drop(self, drop_id: str, tables: dict[str, pd.DataFrame], note: str, **fields: str) -> str:
         if exists(posixpath.join(self.storage.landing(ASSAY_KIND, drop_id), MANIFEST_NAME)):
             return self.storage.landing(ASSAY_KIND, drop_id)  # a lab never sends the same drop twice
         files = {name: table.to_csv(index=False).encode() for name, table in tables.items()}
         return write_drop(
             self.storage, ASSAY_KIND, drop_id, files,
-            assay="CRISPRi viability (simulated)", instrument="LabSimulator plate reader", project="sinewgrid-demo", note=note,
+            assay="CRISPRi viability (simulated)", instrument="LabSimulator plate reader", project="sinewgrid-demo", note=note, **fields,
         )
 
     def seed_drops(self, plates: int = 2, include_bad: bool = True) -> list[str]:
@@ -113,7 +113,7 @@ class LabSimulator:
             rng = np.random.default_rng([self.seed, int(sha256_bytes(proposal_id.encode())[:8], 16)])
             barcode = str(table["plate_barcode"].iloc[0])
             drop_id = f"lab-{proposal_id}"
-            self._drop(drop_id, {f"plates/{barcode}.csv": self._readouts(table, rng)}, f"results for worklist {proposal_id}")
+            self._drop(drop_id, {f"plates/{barcode}.csv": self._readouts(table, rng)}, f"results for worklist {proposal_id}", in_reply_to=f"cell/next_plate_proposal/{proposal_id}")
             done.add(proposal_id)
             new_drops.append(drop_id)
         write_json_atomic(self.storage.uri("lab_simulator", "answered.json"), sorted(done))

@@ -29,7 +29,7 @@ class TeleopOperatorStandIn:
     storage: Storage
     noise_std: float = 0.1
 
-    def _record(self, session_id: str, conditions: list[tuple[TaskSpec, int]], note: str, corrupt: bool = False) -> str:
+    def _record(self, session_id: str, conditions: list[tuple[TaskSpec, int]], note: str, corrupt: bool = False, **fields: str) -> str:
         folder = self.storage.landing(KIND, session_id)
         if exists(posixpath.join(folder, MANIFEST_NAME)):
             return folder  # an operator never sends the same session twice
@@ -46,7 +46,7 @@ class TeleopOperatorStandIn:
                         success=episode.success, metadata={"seed": seed, "failure_mode": episode.failure_mode or ""})
             )
         write_dataset(folder, episodes, fps=fps, robot_type="cartpole", state_names=STATE_NAMES, action_names=ACTION_NAMES)
-        return seal_drop(self.storage, KIND, session_id, robot="cartpole-sim-rig", operator="TeleopOperatorStandIn", project="sinewgrid-demo", note=note)
+        return seal_drop(self.storage, KIND, session_id, robot="cartpole-sim-rig", operator="TeleopOperatorStandIn", project="sinewgrid-demo", note=note, **fields)
 
     def record_sessions(self, sessions: int = 2, episodes: int = 5, include_bad: bool = True) -> list[str]:
         """First demonstrations: a few sessions of nominal balancing, plus one with a glitch."""
@@ -72,7 +72,7 @@ class TeleopOperatorStandIn:
             # Relabelling happens on the real robot, in the conditions of the failed trial.
             conditions = [(real_task(t["task"]), int(t["seed"])) for t in request["trials"]]
             session = f"relabel-{request['request_id']}"
-            self._record(session, conditions, f"corrective demonstrations for {request['request_id']}")
+            self._record(session, conditions, f"corrective demonstrations for {request['request_id']}", in_reply_to=f"robotics/real_robot_evaluation/{request['request_id']}")
             answered.add(request["request_id"])
             new.append(session)
         write_json_atomic(answered_uri, sorted(answered))

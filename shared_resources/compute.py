@@ -19,6 +19,7 @@ from shared_resources.capacity import Cooldowns
 from shared_resources.health import Drains, Qualifications, probe_spec
 from shared_resources.monitor import STRAGGLER, UNHEALTHY
 from shared_resources.ledger import AttemptRecord, ledger_markdown, record_attempt
+from shared_resources.lineage import code_version
 from shared_resources.placement import PlacementPlan, plan_placement
 from shared_resources.pools import Pool, load_pools
 from shared_resources.step_spec import StepSpec
@@ -63,6 +64,12 @@ class StepRun:
     @property
     def goodput(self) -> float:
         return self.productive_seconds / self.wall_seconds if self.wall_seconds else 0.0
+
+    @property
+    def final_checkpoint(self) -> str:
+        """The URI of the checkpoint the workload finished with (its result), else the run's folder."""
+        value = self.result.get("checkpoint_uri")
+        return str(getattr(value, "value", value) or self.checkpoint_uri)
 
     def metadata(self) -> dict[str, Any]:
         """Materialization metadata: the workload's result plus placement, cost and goodput."""
@@ -259,7 +266,14 @@ class ComputeResource(dg.ConfigurableResource):
                 "telemetry_seconds": spec.telemetry_seconds,
                 # Young/Daly for this pool's interruption rate (None: no time-based cadence).
                 "checkpoint_interval_seconds": plan.verdict(pool.name).checkpoint_interval_seconds,
-                "lineage": {"step": spec.name, "lineage": lineage, "run_id": context.run_id, "asset": asset},
+                "lineage": {
+                    "step": spec.name,
+                    "lineage": lineage,
+                    "run_id": context.run_id,
+                    "asset": asset,
+                    "datasets": [d.name for d in spec.datasets],
+                    "code_version": code_version(),
+                },
                 "attempt": attempt,
                 "pool": pool.name,
                 "storage_root": self.storage_root,

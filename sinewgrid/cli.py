@@ -14,11 +14,17 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from sinewgrid.cli_data import data_app, lineage
+from sinewgrid.cli_models import checkpoints_app, runs_app
 from sinewgrid.instance import ensure_instance_home, get_instance
 
 app = typer.Typer(help="Sinewgrid: the control plane for ML work on rented GPUs.", no_args_is_help=True, add_completion=False, pretty_exceptions_show_locals=False)
 lab_app = typer.Typer(help="The lab stand-in (LabSimulator) used by the demo.", no_args_is_help=True)
 app.add_typer(lab_app, name="lab")
+app.add_typer(data_app, name="data")
+app.add_typer(checkpoints_app, name="checkpoints", help="Checkpoints by model, run, step and dataset; retention.")
+app.add_typer(runs_app, name="runs", help="Training runs: metrics, loss curves, and comparing two runs.")
+app.command("lineage")(lineage)
 console = Console(width=None if sys.stdout.isatty() else 150)
 
 

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import warnings
+from collections.abc import Iterator
 from pathlib import Path
 
 import dagster as dg
@@ -21,19 +23,84 @@ def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     root = tmp_path / "sinewgrid-home"
     root.mkdir()
     monkeypatch.setenv("SINEWGRID_HOME", str(root))
+    # The data registry's caches (an object-store root's git mirror, DVC's site cache) per test.
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    monkeypatch.setenv("DVC_SITE_CACHE_DIR", str(tmp_path / "cache" / "dvc"))
     monkeypatch.setenv("DAGSTER_HOME", str(root / "dagster"))
     (root / "dagster").mkdir()
     return root
 
 
-@pytest.fixture
-def storage(home: Path) -> Storage:
-    return Storage.at(str(home))
+S3_BUCKET = "sinewgrid-test"
+ROOT_KINDS = ("local", "s3")
+
+
+@pytest.fixture(scope="session")
+def s3_endpoint():
+    """A real S3 API server (moto) on loopback for the whole session; its endpoint URL."""
+    from tests.engines.s3_server import s3_server
+
+    with s3_server() as endpoint:
+        yield endpoint
 
 
 @pytest.fixture
-def resources(home: Path) -> dict:
-    return platform_resources(root=str(home), pools_file="")
+def s3_root(s3_endpoint: str, monkeypatch: pytest.MonkeyPatch, request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """A fresh `s3://sinewgrid-test/<test-name>` root on the loopback S3 server.
+
+    The AWS settings are in the environment (so subprocesses inherit them), s3fs's cached
+    clients are dropped, and the ledger goes to a local SQLite file named by
+    SINEWGRID_LEDGER_URL: an object store cannot hold a database file.
+    """
+    import s3fs
+
+    monkeypatch.setenv("AWS_ENDPOINT_URL", s3_endpoint)
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "test")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "test")
+    monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")
+    monkeypatch.setenv("SINEWGRID_LEDGER_URL", f"sqlite:///{tmp_path / 'ledger.db'}")
+    s3fs.S3FileSystem.clear_instance_cache()
+    fs = s3fs.S3FileSystem()
+    if not fs.exists(S3_BUCKET):
+        fs.mkdir(S3_BUCKET)
+    # Glob characters in a key ("[s3]") would turn every listing under the root into a pattern.
+    prefix = re.sub(r"[^A-Za-z0-9._-]+", "-", request.node.name).strip("-")
+    if fs.exists(f"{S3_BUCKET}/{prefix}"):
+        fs.rm(f"{S3_BUCKET}/{prefix}", recursive=True)
+    return f"s3://{S3_BUCKET}/{prefix}"
+
+
+@pytest.fixture
+def root(request: pytest.FixtureRequest, home: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
+    """The storage root URI: the local `home` folder, or a fresh `s3://` root.
+
+    Local unless a test asks otherwise with
+    `@pytest.mark.parametrize("root", ROOT_KINDS, indirect=True)`. DAGSTER_HOME stays the
+    local `home/dagster` folder either way (the Dagster instance is SQLite on local disk).
+    """
+    kind = getattr(request, "param", "local")
+    if kind == "local":
+        yield str(home)
+        return
+    if kind != "s3":
+        raise ValueError(f"unknown storage root kind {kind!r}; expected one of {ROOT_KINDS}")
+    uri = request.getfixturevalue("s3_root")
+    monkeypatch.setenv("SINEWGRID_HOME", uri)
+    yield uri
+    # Everything under the root went to the object store: locally only the Dagster instance.
+    strays = sorted(p.name for p in home.iterdir() if p.name != "dagster")
+    assert not strays, f"an s3:// root left {strays} in the local folder {home}"
+    assert not Path("s3:").exists(), f"an s3:// URI went through Path() and was written under {Path.cwd() / 's3:'}"
+
+
+@pytest.fixture
+def storage(root: str) -> Storage:
+    return Storage.at(root)
+
+
+@pytest.fixture
+def resources(root: str) -> dict:
+    return platform_resources(root=root, pools_file="")
 
 
 @pytest.fixture

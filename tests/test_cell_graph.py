@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import io
 import os
+import posixpath
 import signal
 import threading
 import time
@@ -11,14 +13,28 @@ from pathlib import Path
 import anndata as ad
 import dagster as dg
 import pandas as pd
+import pytest
+from typer.testing import CliRunner
 
 from cell_lane.assets.dataset import omics_dataset
 from cell_lane.assets.design import next_plate_proposal
 from cell_lane.assets.ingest import raw_assay, validated_assay
 from cell_lane.assets.training import finetuned_model, foundation_model
+from cell_lane.definitions import assay_drop_sensor, defs
 from cell_lane.lab_simulator import LabSimulator
+from cell_lane.omics import read_dataset
 from cell_lane.plate_validation import OPTIONAL_COLUMNS, REQUIRED_COLUMNS, check_plate_file
+from platform_location.assets.data_layer import checkpoint_retention
+from shared_resources.checkpoint_registry import CheckpointRegistry
+from shared_resources.checkpoints import CheckpointStore
+from shared_resources.data_registry import DataRegistry
+from shared_resources.experiments import load_run
 from shared_resources.ledger import read_ledger
+from shared_resources.lineage import LineageStore, code_version
+from shared_resources.resources import StorageResource
+from shared_resources.storage import glob_uris, read_bytes, write_bytes_atomic
+from sinewgrid.cli import app
+from tests.conftest import ROOT_KINDS
 
 TRAINING = [omics_dataset, foundation_model, finetuned_model, next_plate_proposal]
 FAST = {
@@ -34,21 +50,48 @@ def _ingest_all(instance, resources, drops):
     return {d: dg.materialize([raw_assay, validated_assay], instance=instance, resources=resources, partition_key=d, raise_on_error=False).success for d in drops}
 
 
+def _sensor_ingest(instance, resources, root: str, cursor: str | None) -> tuple[list[str], dict[str, bool], str | None]:
+    """One tick of the assay landing sensor, then an ingest of each partition it asked for.
+
+    Returns the requested drops (in request order), each ingest's success, and the new cursor.
+    """
+    with dg.build_sensor_context(
+        instance_ref=instance.get_ref(), cursor=cursor, definitions=defs, resources={"storage": StorageResource(root=root)}
+    ) as context:
+        tick = assay_drop_sensor.evaluate_tick(context)
+    for request in tick.dynamic_partitions_requests or []:
+        instance.add_dynamic_partitions(request.partitions_def_name, list(request.partition_keys))
+    requested = [r.partition_key for r in tick.run_requests or []]
+    outcomes = {
+        d: dg.materialize([raw_assay, validated_assay], instance=instance, resources=resources, partition_key=d, raise_on_error=False).success
+        for d in requested
+    }
+    return requested, outcomes, tick.cursor
+
+
 def _md(result, key: str) -> dict:
     event = next(e for e in result.get_asset_materialization_events() if e.asset_key.to_user_string() == key)
     return {k: getattr(v, "value", v) for k, v in event.materialization.metadata.items()}
 
 
-def test_cell_loop_end_to_end(instance, resources, home, storage):
+@pytest.mark.parametrize("root", ROOT_KINDS, indirect=True)
+def test_cell_loop_end_to_end(instance, resources, root, storage, tmp_path):
     lab = LabSimulator(storage)
     drops = lab.seed_drops(plates=2, include_bad=True)
-    assert _ingest_all(instance, resources, drops) == {"seed-plate-001": True, "seed-plate-002": True, "seed-plate-bad-export": False}
+    # A drop still being written (no manifest yet) is not complete: the sensor leaves it be.
+    write_bytes_atomic(posixpath.join(storage.landing("assays", "half-written"), "plates", "P9.csv"), b"plate_barcode,well\n")
+    requested, ingested, cursor = _sensor_ingest(instance, resources, root, cursor=None)
+    assert sorted(requested) == sorted(drops)
+    assert ingested == {"seed-plate-001": True, "seed-plate-002": True, "seed-plate-bad-export": False}
+    assert sorted(instance.get_dynamic_partitions("assay_drops")) == sorted(drops)
+    assert _sensor_ingest(instance, resources, root, cursor)[0] == []  # nothing new: nothing requested
 
     result = dg.materialize(TRAINING, instance=instance, resources=resources, run_config=FAST)
     assert result.success
 
     dataset = _md(result, "cell/omics_dataset")
-    adata = ad.read_zarr(dataset["path"])
+    assert dataset["path"].startswith(root)
+    adata = read_dataset(dataset["path"])
     assert adata.n_obs == 700 and adata.uns["sinewgrid"]["version"] == dataset["version"]
     assert int((adata.var["assay_n"] > 0).sum()) == dataset["labelled_genes"] == 76
     assert dataset["drops"] == 2  # the bad drop carries no label
@@ -56,6 +99,7 @@ def test_cell_loop_end_to_end(instance, resources, home, storage):
     foundation = _md(result, "cell/foundation_model")
     assert foundation["pool"] == "cell-steady" and foundation["purchasing"] == "reserved"
     assert foundation["final_loss"] < foundation["first_loss"]
+    assert glob_uris(posixpath.join(storage.uri("checkpoints"), "**", "manifest.json")), "checkpoints are under the root"
 
     finetuned = _md(result, "cell/finetuned_model")
     assert finetuned["pool"] == "cell-burst" and finetuned["n_assayed_genes"] == 76
@@ -66,24 +110,71 @@ def test_cell_loop_end_to_end(instance, resources, home, storage):
     assert (ledger["outcome"] == "succeeded").all() and (ledger["gpu_hours"] > 0).all()
 
     proposal = _md(result, "cell/next_plate_proposal")
-    worklist = Path(proposal["worklist"])
-    table = pd.read_csv(worklist)
+    assert proposal["worklist"].startswith(storage.outbox("plates"))
+    table = pd.read_csv(io.BytesIO(read_bytes(proposal["worklist"])))
     assert set(REQUIRED_COLUMNS) <= set(table.columns) <= set(REQUIRED_COLUMNS) | set(OPTIONAL_COLUMNS)
     proposed = set(table.loc[table["sample_type"] == "sample", "perturbation"])
     assert len(proposed) == proposal["genes"] == 38
     assert not proposed & set(adata.var_names[adata.var["assay_n"] > 0]), "proposes only genes not yet assayed"
     assert table["readout"].isna().all()
 
-    # The lab answers the worklist; the new drop validates and grows the training set.
+    # The lab answers the worklist; the sensor sees exactly that drop, and it grows the training set.
     new = lab.answer_outbox()
     assert len(new) == 1 and lab.answer_outbox() == []
-    plate = next((home / "landing" / "assays" / new[0] / "plates").iterdir())
-    assert check_plate_file(plate.read_bytes(), "p.csv").ok
-    assert _ingest_all(instance, resources, new) == {new[0]: True}
+    plates = glob_uris(posixpath.join(storage.landing("assays", new[0]), "plates", "*.csv"))
+    assert len(plates) == 1 and check_plate_file(read_bytes(plates[0]), "p.csv").ok
+    requested, ingested, _ = _sensor_ingest(instance, resources, root, cursor)
+    assert requested == new and ingested == {new[0]: True}
     second = dg.materialize(TRAINING, instance=instance, resources=resources, run_config=FAST)
     assert _md(second, "cell/omics_dataset")["labelled_genes"] == 76 + 38
     assert _md(second, "cell/foundation_model")["reused_final_checkpoint"] is True  # same matrix: pretraining reused
     assert _md(second, "cell/finetuned_model")["n_assayed_genes"] == 114
+
+    _check_data_layer(instance, root, storage, tmp_path, dataset, result, second, new[0])
+
+
+def _check_data_layer(instance, root, storage, tmp_path, first_dataset, first, second, answer_drop):
+    """Dataset versions, lineage, run records and retention after two rounds of the loop."""
+    # Every curated dataset is a registered version, with its region, and comes back byte for byte.
+    registry = DataRegistry.for_root(root)
+    assert {v.ref for v in registry.versions("cell/assays")} == {"cell/assays@seed-plate-001", "cell/assays@seed-plate-002", f"cell/assays@{answer_drop}"}
+    omics = [v.version for v in registry.versions("cell/omics")]
+    assert omics == [first_dataset["version"], _md(second, "cell/omics_dataset")["version"]]
+    assert first_dataset["dataset_ref"] == f"cell/omics@{omics[0]}" and first_dataset["registry_rev"]
+    assert first_dataset["region"] == ("us-east-1" if root.startswith("s3://") else "local")
+    out = CliRunner().invoke(app, ["data", "get", "cell/omics", omics[0], str(tmp_path / "omics-v1"), "--root", root])
+    assert out.exit_code == 0, out.output
+    back = ad.read_zarr(tmp_path / "omics-v1" / "dataset.zarr")
+    assert back.uns["sinewgrid"]["version"] == omics[0] and int((back.var["assay_n"] > 0).sum()) == 76
+
+    # The second proposal traces back through the fine-tune, both datasets and the code, to every
+    # drop — including the lab's answer to the first proposal.
+    proposal = _md(second, "cell/next_plate_proposal")
+    lineage = LineageStore(root)
+    drops = {n.id for n in lineage.upstream(proposal["lineage_id"], kind="drop")}
+    assert drops == {"drop/assays/seed-plate-001", "drop/assays/seed-plate-002", f"drop/assays/{answer_drop}"}
+    upstream = {n.id: n for n in lineage.upstream(proposal["lineage_id"])}
+    assert _md(first, "cell/next_plate_proposal")["lineage_id"] in upstream  # the loop, closed
+    finetune_run = _md(second, "cell/finetuned_model")["run"]
+    assert finetune_run in upstream and f"cell/omics@{omics[1]}" in upstream
+    assert upstream[finetune_run].code_version == code_version() and "drop/assays/seed-plate-bad-export" not in upstream
+    assert "cell/omics@" in proposal["lineage"] and "drop/assays/seed-plate-001" in proposal["lineage"]
+
+    # Run records: the loss curve is plotted, the second fine-tune is compared with the first.
+    foundation = _md(first, "cell/foundation_model")
+    assert foundation["loss_curve"].startswith("![loss by step")
+    assert "compared_with_previous" in _md(second, "cell/finetuned_model")
+    run = load_run(root, foundation["run"])
+    assert run.datasets == [f"cell/omics@{omics[0]}"] and len(run.curve("loss")) == 200
+
+    # Retention keeps the final (and best) checkpoint of every run and the pointers' targets.
+    before = CheckpointRegistry(root).entries(model="cell/foundation_model")
+    assert [e.step for e in before] == [50, 100, 150, 200]
+    pruned = dg.materialize([checkpoint_retention], instance=instance, resources={"storage": StorageResource(root=root)})
+    assert _md(pruned, "platform/checkpoint_retention")["removed"] > 0
+    after = CheckpointRegistry(root).entries(model="cell/foundation_model")
+    assert 200 in [e.step for e in after] and len(after) < len(before)
+    assert CheckpointStore(storage.checkpoints(foundation["run"])).latest_valid().final
 
 
 def _children_running(module: str) -> list[int]:

@@ -3,18 +3,26 @@ evaluated in simulation and on the robot-cell stand-in, failures flagged for rel
 
 from __future__ import annotations
 
-import json
+import posixpath
 
 import dagster as dg
+import pytest
 
 from robotics_lane.assets.policy import policy, sim_evaluation
 from robotics_lane.assets.real_robot import real_robot_eval_request, real_robot_evaluation
 from robotics_lane.assets.rollouts import sim_rollouts
 from robotics_lane.assets.teleop import teleop_episodes
+from robotics_lane.definitions import defs, robot_eval_sensor, teleop_session_sensor
 from robotics_lane.episodes.lerobot_v3 import read_dataset
 from robotics_lane.robot_cell import RobotCellStandIn
 from robotics_lane.teleop_operator import TeleopOperatorStandIn
+from shared_resources.data_registry import DataRegistry
+from shared_resources.experiments import load_run
 from shared_resources.ledger import read_ledger
+from shared_resources.lineage import LineageStore, code_version
+from shared_resources.resources import StorageResource
+from shared_resources.storage import exists, read_json, write_bytes_atomic
+from tests.conftest import ROOT_KINDS
 
 NIGHT = "2026-11-20"
 FAST = {
@@ -31,16 +39,36 @@ def _md(result, key: str) -> dict:
     return {k: getattr(v, "value", v) for k, v in event.materialization.metadata.items()}
 
 
-def test_robotics_loop_end_to_end(instance, resources, home, storage):
+def _sensor_ingest(sensor, asset, instance, resources, root: str, cursor: str | None) -> tuple[list[str], dict[str, bool], str | None]:
+    """One tick of a landing sensor, then a materialization of each partition it asked for.
+
+    Returns the requested drops (in request order), each run's success, and the new cursor.
+    """
+    with dg.build_sensor_context(
+        instance_ref=instance.get_ref(), cursor=cursor, definitions=defs, resources={"storage": StorageResource(root=root)}
+    ) as context:
+        tick = sensor.evaluate_tick(context)
+    for request in tick.dynamic_partitions_requests or []:
+        instance.add_dynamic_partitions(request.partitions_def_name, list(request.partition_keys))
+    requested = [r.partition_key for r in tick.run_requests or []]
+    outcomes = {
+        key: dg.materialize([asset], instance=instance, resources=resources, partition_key=key, raise_on_error=False).success
+        for key in requested
+    }
+    return requested, outcomes, tick.cursor
+
+
+@pytest.mark.parametrize("root", ROOT_KINDS, indirect=True)
+def test_robotics_loop_end_to_end(instance, resources, root, storage, tmp_path):
     operator = TeleopOperatorStandIn(storage)
     sessions = operator.record_sessions(sessions=2, episodes=3, include_bad=True)
-    instance.add_dynamic_partitions("teleop_sessions", sessions)
-    outcomes = {
-        s: dg.materialize([teleop_episodes], instance=instance, resources=resources, partition_key=s, raise_on_error=False).success
-        for s in sessions
-    }
+    # A session still uploading (no manifest yet) is not complete: the sensor leaves it be.
+    write_bytes_atomic(posixpath.join(storage.landing("teleop", "teleop-session-uploading"), "meta", "info.json"), b"{}")
+    requested, outcomes, teleop_cursor = _sensor_ingest(teleop_session_sensor, teleop_episodes, instance, resources, root, None)
+    assert sorted(requested) == sorted(sessions)
     assert outcomes == {"teleop-session-001": True, "teleop-session-002": True, "teleop-session-glitch": False}
-    report = json.loads((home / "quarantine" / "teleop" / "teleop-session-glitch" / "QUARANTINE.json").read_text())
+    assert sorted(instance.get_dynamic_partitions("teleop_sessions")) == sorted(sessions)
+    report = read_json(posixpath.join(storage.quarantine("teleop", "teleop-session-glitch"), "QUARANTINE.json"))
     assert "non_finite" in {i["rule"] for i in report["issues"]}
 
     sweep = dg.materialize(
@@ -49,6 +77,7 @@ def test_robotics_loop_end_to_end(instance, resources, home, storage):
     )
     rollouts = _md(sweep, "robotics/sim_rollouts")
     assert rollouts["episodes"] == 8 and rollouts["shards"] == 2 and rollouts["pools"] == "robot-sim-spot"
+    assert rollouts["dataset"].startswith(root)
     info, episodes = read_dataset(rollouts["dataset"])
     assert info.total_episodes == 8 and [e.metadata["seed"] for e in episodes] == sorted(e.metadata["seed"] for e in episodes)
 
@@ -62,15 +91,42 @@ def test_robotics_loop_end_to_end(instance, resources, home, storage):
 
     answered = RobotCellStandIn(storage).answer_requests()
     assert answered == [request["eval_id"]]
-    instance.add_dynamic_partitions("robot_evals", answered)
-    real = dg.materialize([real_robot_evaluation], instance=instance, resources=resources, partition_key=answered[0])
-    md = _md(real, "robotics/real_robot_evaluation")
+    requested, outcomes, _ = _sensor_ingest(robot_eval_sensor, real_robot_evaluation, instance, resources, root, None)
+    assert requested == answered and outcomes == {answered[0]: True}
+    real = instance.get_latest_materialization_event(real_robot_evaluation.key)
+    md = {k: getattr(v, "value", v) for k, v in real.asset_materialization.metadata.items()}
     assert md["real_trials"] == 4 and md["sim_success_rate"] == sim["success_rate"]
     failed = md["failed_trials_flagged_for_relabelling"]
-    relabel = home / "outbox" / "relabel" / answered[0] / "request.json"
-    assert relabel.exists() == (failed > 0)
+    assert exists(storage.outbox("relabel", answered[0], "request.json")) == (failed > 0)
     if failed:
-        assert operator.answer_relabel_requests() == [f"relabel-{answered[0]}"]
+        relabel = operator.answer_relabel_requests()
+        assert relabel == [f"relabel-{answered[0]}"]
+        requested, outcomes, _ = _sensor_ingest(teleop_session_sensor, teleop_episodes, instance, resources, root, teleop_cursor)
+        assert requested == relabel and outcomes == {relabel[0]: True}
 
     steps = set(read_ledger(storage.ledger())["step"])
     assert steps == {"robotics.sim_rollouts", "robotics.policy", "robotics.sim_evaluation"}
+
+    # Episode and rollout sets are registered versions, and come back as the same LeRobot datasets.
+    registry = DataRegistry.for_root(root)
+    teleop = {v.version for v in registry.versions("robotics/teleop")}
+    assert {"teleop-session-001", "teleop-session-002"} <= teleop and "teleop-session-glitch" not in teleop
+    assert rollouts["dataset_ref"] == f"robotics/rollouts@{NIGHT}_cartpole-mujoco-randomized"
+    registry.get("robotics/rollouts", f"{NIGHT}_cartpole-mujoco-randomized", str(tmp_path / "rollouts"))
+    back, back_episodes = read_dataset(str(tmp_path / "rollouts"))
+    assert back.total_episodes == 8 and [e.metadata["seed"] for e in back_episodes] == [e.metadata["seed"] for e in episodes]
+
+    # From the real-robot evaluation back to the policy, the episode and rollout versions it was
+    # trained on, the code, and the raw sessions and the robot cell's results drop.
+    policy_md = _md(trained, "robotics/policy")
+    lineage = LineageStore(root)
+    upstream = {n.id: n for n in lineage.upstream(md["lineage_id"])}
+    assert policy_md["run"] in upstream and upstream[policy_md["run"]].code_version == code_version()
+    assert {"robotics/teleop@teleop-session-001", "robotics/teleop@teleop-session-002", rollouts["dataset_ref"]} <= set(upstream)
+    drops = {n.id for n in lineage.upstream(md["lineage_id"], kind="drop")}
+    assert drops == {"drop/teleop/teleop-session-001", "drop/teleop/teleop-session-002", f"drop/robot_eval/{answered[0]}"}
+    assert lineage.resolve(sim["lineage_id"]).inputs == [policy_md["run"]]
+    run = load_run(root, policy_md["run"])
+    assert set(run.datasets) == {"robotics/teleop@teleop-session-001", "robotics/teleop@teleop-session-002", rollouts["dataset_ref"]}
+    assert run.evaluations["sim-mujoco"]["sim_success_rate"] == sim["success_rate"]
+    assert run.evaluations["real"]["real_success_rate"] == md["real_success_rate"]

@@ -1,20 +1,14 @@
 """The storage root on an object store: the same code paths against a real S3 API server.
 
-`moto_server` serves the S3 API on loopback (no real S3 can run here); s3fs talks to it
-through AWS_ENDPOINT_URL exactly as it would to AWS.
+`moto_server` serves the S3 API on loopback (no real S3 can run here; see
+tests/engines/s3_server.py); s3fs talks to it through AWS_ENDPOINT_URL exactly as it would
+to AWS. The `s3_root` fixture (tests/conftest.py) gives each test a fresh prefix.
 """
 
 from __future__ import annotations
 
-import socket
-import subprocess
-import sys
-import time
-from pathlib import Path
-
 import dagster as dg
 import pandas as pd
-import pytest
 import torch
 
 from cell_lane.assets.ingest import raw_assay, validated_assay
@@ -24,50 +18,6 @@ from shared_resources.landing import list_complete_drops
 from shared_resources.resources import platform_resources
 from shared_resources.storage import Storage, fs_for
 from tests.helpers import drop_plate, good_plate
-
-BUCKET = "sinewgrid-test"
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-@pytest.fixture(scope="module")
-def s3_endpoint():
-    port = _free_port()
-    server = subprocess.Popen(
-        [str(Path(sys.executable).with_name("moto_server")), "-H", "127.0.0.1", "-p", str(port)],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    deadline = time.monotonic() + 60
-    while True:
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=1).close()
-            break
-        except OSError:
-            assert server.poll() is None and time.monotonic() < deadline, "moto_server did not start"
-            time.sleep(0.1)
-    yield f"http://127.0.0.1:{port}"
-    server.terminate()
-    server.wait(timeout=10)
-
-
-@pytest.fixture
-def s3_root(s3_endpoint, monkeypatch, request) -> str:
-    monkeypatch.setenv("AWS_ENDPOINT_URL", s3_endpoint)
-    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "test")
-    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "test")
-    monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")
-    import s3fs
-
-    s3fs.S3FileSystem.clear_instance_cache()
-    fs = s3fs.S3FileSystem()
-    if not fs.exists(BUCKET):
-        fs.mkdir(BUCKET)
-    return f"s3://{BUCKET}/{request.node.name}"
 
 
 def test_drops_are_ingested_and_quarantined_on_s3(s3_root, instance):

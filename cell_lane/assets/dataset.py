@@ -9,6 +9,7 @@ import pandas as pd
 
 from cell_lane.assets.ingest import KIND, VALIDATED_ASSAY
 from cell_lane.omics import gene_labels, join_labels, load_reference_expression, publish_dataset
+from shared_resources.provenance import publish_version
 from shared_resources.resources import StorageResource
 from shared_resources.storage import fs_for, read_json, write_json_atomic
 
@@ -37,16 +38,25 @@ def omics_dataset(context: dg.AssetExecutionContext, storage: StorageResource) -
     knock-down effect from every validated plate so far.
 
     Stored as AnnData on zarr; open it with `anndata.read_zarr(<path>)`. Each version is named by
-    a hash of its content, so the same plates always give the same version.
+    a hash of its content, so the same plates always give the same version, and is registered in
+    the data registry: `sinewgrid data get cell/omics <version> DEST` (or plain `dvc get`, see
+    `get_command`) gives it back anywhere. `lineage` shows the drops it was made from.
     """
     store = storage.get()
     effects = load_validated_effects(store.curated(KIND))
     labels = gene_labels(effects)
     dataset = join_labels(load_reference_expression(), labels)
     zarr_uri, written = publish_dataset(dataset, store.curated("omics"))
+    drops = sorted(set(effects["drop_id"])) if len(effects) else []
+    registered, version_metadata = publish_version(
+        store, "cell/omics", dataset.version, posixpath.dirname(zarr_uri),
+        title="PBMC expression joined with assay labels (AnnData on zarr)",
+        inputs=[f"cell/assays@{d}" for d in drops],
+        facts={"cells": int(dataset.adata.n_obs), "genes": int(dataset.adata.n_vars), "matrix_version": dataset.matrix_version},
+    )
     write_json_atomic(
         posixpath.join(store.curated("omics"), "latest.json"),
-        {"version": dataset.version, "matrix_version": dataset.matrix_version, "uri": zarr_uri},
+        {"version": dataset.version, "matrix_version": dataset.matrix_version, "uri": zarr_uri, "ref": registered.ref},
     )
     if dataset.unmatched_genes:
         context.log.warning(
@@ -63,12 +73,13 @@ def omics_dataset(context: dg.AssetExecutionContext, storage: StorageResource) -
             "cells": dataset.adata.n_obs,
             "genes": dataset.adata.n_vars,
             "labelled_genes": len(labelled),
-            "drops": len(set(effects["drop_id"])) if len(effects) else 0,
+            "drops": len(drops),
             "unmatched_genes": len(dataset.unmatched_genes),
             "strongest_effects": dg.MetadataValue.md(
                 labelled[["assay_effect", "assay_sd", "assay_n"]].head(10).round(3).rename_axis("gene").reset_index().to_markdown(index=False)
                 if len(labelled) else "no assay results yet"
             ),
+            **version_metadata,
         },
         data_version=dg.DataVersion(dataset.version),
     )

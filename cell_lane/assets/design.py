@@ -9,6 +9,7 @@ import pandas as pd
 
 from cell_lane.assets.training import FINETUNED_MODEL, pointer_uri
 from cell_lane.plate_layout import GENES_PER_PLATE, plate_layout
+from shared_resources.provenance import record_result
 from shared_resources.resources import StorageResource
 from shared_resources.storage import exists, read_bytes, read_json, write_bytes_atomic, write_json_atomic
 
@@ -64,6 +65,10 @@ def next_plate_proposal(
         )
     else:
         context.log.info(f"{worklist_uri} exists already (same model, same proposal); left as it is")
+    provenance = record_result(
+        store, f"cell/next_plate_proposal/{proposal_id}", "proposal", f"plate {barcode} proposed to the lab",
+        inputs=[finetuned.get("run", f"cell/finetuned_model/{finetuned['run_id']}")], uri=worklist_uri, facts={"genes": len(chosen)},
+    )
     return dg.MaterializeResult(
         metadata={
             "proposal_id": proposal_id,
@@ -73,5 +78,6 @@ def next_plate_proposal(
             "candidates_left": len(ranked),
             "mean_predicted_effect": dg.MetadataValue.float(round(float(chosen["predicted_effect"].mean()), 4)),
             "proposed": dg.MetadataValue.md(chosen[["gene", "predicted_effect", "uncertainty", "score"]].round(3).to_markdown(index=False)),
+            **provenance,
         }
     )

@@ -11,6 +11,8 @@ from cell_lane.checks import DROP_MANIFEST_CHECK, LAYOUT_RULES, PLATE_LAYOUT_CHE
 from cell_lane.partitions import assay_drops
 from cell_lane.plate_validation import Z_PRIME_THRESHOLD, Violation, check_plate_file, normalised_effects
 from shared_resources.landing import MANIFEST_NAME, DropIssue, read_drop, write_raw
+from shared_resources.provenance import drop_id as drop_lineage_id
+from shared_resources.provenance import lineage_metadata, publish_version, record_drop
 from shared_resources.quarantine import quarantined
 from shared_resources.resources import StorageResource
 from shared_resources.storage import read_bytes, read_json, write_bytes_atomic
@@ -52,6 +54,7 @@ def raw_assay(context: dg.AssetExecutionContext, storage: StorageResource) -> dg
         check = dg.AssetCheckResult(check_name=DROP_MANIFEST_CHECK, passed=False, metadata={"issues": len(issues), "first": issues[0].describe()})
         return quarantined(context, store, KIND, drop_id, issues, stage="raw", check_results=[check])
     where = write_raw(store, KIND, manifest, contents)
+    record_drop(store, KIND, drop_id, where, manifest.fields, len(manifest.files))
     files = pd.DataFrame([{"path": f.path, "bytes": f.bytes, "sha256": f.sha256[:16] + "…"} for f in manifest.files])
     return dg.MaterializeResult(
         metadata={
@@ -60,6 +63,7 @@ def raw_assay(context: dg.AssetExecutionContext, storage: StorageResource) -> dg
             "files": dg.MetadataValue.md(files.to_markdown(index=False)),
             "bytes": sum(f.bytes for f in manifest.files),
             **{k: str(manifest.fields[k]) for k in MANIFEST_FIELDS},
+            **lineage_metadata(store, drop_lineage_id(KIND, drop_id)),
         },
         check_results=[dg.AssetCheckResult(check_name=DROP_MANIFEST_CHECK, passed=True, metadata={"files": len(manifest.files)})],
     )
@@ -126,6 +130,10 @@ def validated_assay(context: dg.AssetExecutionContext, storage: StorageResource)
         frame.to_parquet(buffer, index=False)
         write_bytes_atomic(posixpath.join(curated, name), buffer.getvalue())
     counts = table["sample_type"].value_counts().to_dict()
+    _, version = publish_version(
+        store, "cell/assays", drop_id, curated, title="validated plate tables of one drop (Parquet)",
+        inputs=[drop_lineage_id(KIND, drop_id)], facts={"plates": int(table["plate_barcode"].nunique()), "wells": len(table)},
+    )
     if low_z:
         context.log.warning(f"plates with Z′ below {Z_PRIME_THRESHOLD}: {', '.join(low_z)}; their results are used but flagged")
     return dg.MaterializeResult(
@@ -138,6 +146,7 @@ def validated_assay(context: dg.AssetExecutionContext, storage: StorageResource)
             "genes": int(effects["perturbation"].nunique()),
             "min_z_prime": dg.MetadataValue.float(round(min(z_primes.values()), 3)) if z_primes else dg.MetadataValue.float(float("nan")),
             "preview": dg.MetadataValue.md(effects.head(10).round(3).to_markdown(index=False)),
+            **version,
         },
         check_results=checks,
     )

@@ -9,6 +9,7 @@ import dagster as dg
 from cell_lane.assets.dataset import OMICS_DATASET, latest_dataset
 from shared_resources.compute import ComputeResource
 from shared_resources.pools import Capacity
+from shared_resources.provenance import dataset_ref, find_version, record_result, track_run, trained_on
 from shared_resources.resources import StorageResource
 from shared_resources.step_spec import StepSpec
 from shared_resources.storage import read_json, write_json_atomic
@@ -57,7 +58,8 @@ def foundation_model(
     Runs on steady capacity; checkpoints every few steps and resumes after a preemption.
     Pretraining depends only on the expression matrix, so a new assay round reuses it.
     """
-    dataset = latest_dataset(storage.get().curated("omics"))
+    store = storage.get()
+    dataset = latest_dataset(store.curated("omics"))
     workload_config = {
         "dataset_uri": dataset["uri"],
         "steps": config.steps,
@@ -76,11 +78,19 @@ def foundation_model(
         capacity=Capacity.steady,
         checkpoint_every_steps=config.checkpoint_every_steps,
         expected_hours=0.5,
+        datasets=[dataset_ref(find_version(store, dataset["ref"]))],
         config=workload_config,
     )
     step = compute.run(context, spec, lineage=lineage)
     write_json_atomic(pointer_uri(storage, "foundation_model"), {"checkpoint_uri": step.checkpoint_uri, "lineage": lineage})
-    return dg.MaterializeResult(metadata={**step.metadata(), "lineage": lineage, "dataset_version": dataset["version"]})
+    final = step.metadata()
+    provenance = record_result(
+        store, lineage, "model", "pretrained foundation model (safetensors checkpoint)",
+        inputs=trained_on(step.final_checkpoint), uri=step.final_checkpoint,
+        facts={"final_loss": final.get("final_loss"), "pool": step.pool.name},
+    )
+    tracked = track_run(store, lineage, step.final_checkpoint, step.result, config=workload_config, pool=step.pool.name, cost_usd=step.cost_usd, dagster_run_id=context.run_id)
+    return dg.MaterializeResult(metadata={**final, **provenance, **tracked, "run": lineage, "dataset_version": dataset["version"]})
 
 
 @dg.asset(key=FINETUNED_MODEL, deps=[FOUNDATION_MODEL, OMICS_DATASET], group_name="cell_training", kinds={"pytorch", "parquet"})
@@ -107,6 +117,7 @@ def finetuned_model(
         capacity=Capacity.burst,
         checkpoint_every_steps=config.checkpoint_every_steps,
         expected_hours=0.1,
+        datasets=[dataset_ref(find_version(store, dataset["ref"]))],
         config={
             **settings,
             "dataset_uri": dataset["uri"],
@@ -114,9 +125,17 @@ def finetuned_model(
             "predictions_uri": store.artifacts("cell", "finetuned_model", run_id, "predictions.parquet"),
         },
     )
-    step = compute.run(context, spec, lineage=f"cell/finetuned_model/{run_id}")
+    run = f"cell/finetuned_model/{run_id}"
+    step = compute.run(context, spec, lineage=run)
     write_json_atomic(
         pointer_uri(storage, "finetuned_model"),
-        {"run_id": run_id, "predictions_uri": spec.config["predictions_uri"], "dataset_version": dataset["version"]},
+        {"run_id": run_id, "run": run, "predictions_uri": spec.config["predictions_uri"], "dataset_version": dataset["version"]},
     )
-    return dg.MaterializeResult(metadata={**step.metadata(), "dataset_version": dataset["version"], "finetune_id": run_id})
+    final = step.metadata()
+    provenance = record_result(
+        store, run, "model", "fine-tuned effect model, evaluated on held-out genes (K-fold)",
+        inputs=[foundation["lineage"], *trained_on(step.final_checkpoint)], uri=step.final_checkpoint,
+        facts={"held_out_rmse": final.get("held_out_rmse"), "baseline_rmse": final.get("baseline_rmse"), "pool": step.pool.name},
+    )
+    tracked = track_run(store, run, step.final_checkpoint, step.result, config={**settings, "foundation": foundation["lineage"]}, pool=step.pool.name, cost_usd=step.cost_usd, dagster_run_id=context.run_id)
+    return dg.MaterializeResult(metadata={**final, **provenance, **tracked, "run": run, "dataset_version": dataset["version"], "finetune_id": run_id})

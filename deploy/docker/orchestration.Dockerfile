@@ -27,6 +27,11 @@ ENV PYTHONUNBUFFERED=1 \
 
 WORKDIR /opt/sinewgrid
 
+# git: the data registry is a git repository plus a DVC remote (docs/datasets.md).
+RUN apt-get update \
+    && apt-get install -y --no-install-recommends git \
+    && rm -rf /var/lib/apt/lists/*
+
 RUN pip install --index-url https://download.pytorch.org/whl/cpu "torch==${TORCH_VERSION}"
 
 # The project with the dependency pins of pyproject.toml (Dagster family and torch exact).
@@ -48,6 +53,11 @@ COPY deploy/jobs ./deploy/jobs
 RUN useradd --uid 10001 --create-home sinewgrid \
     && mkdir -p "${DAGSTER_HOME}" && chown sinewgrid "${DAGSTER_HOME}"
 USER 10001
+
+# The code version every lineage record carries (the image has no .git):
+#   docker build --build-arg SINEWGRID_CODE_VERSION=$(git rev-parse HEAD) …
+ARG SINEWGRID_CODE_VERSION=unknown
+ENV SINEWGRID_CODE_VERSION=${SINEWGRID_CODE_VERSION}
 
 # 3000: webserver; 3030: code server (`dagster api grpc -m <lane>.definitions`).
 EXPOSE 3000 3030

@@ -8,12 +8,13 @@ import posixpath
 import dagster as dg
 import pandas as pd
 
-from robotics_lane.assets.rollouts import SIM_ROLLOUTS
+from robotics_lane.assets.rollouts import SIM_ROLLOUTS, rollouts_version
 from robotics_lane.assets.teleop import TELEOP_EPISODES
 from robotics_lane.stats import wilson_interval
 from robotics_lane.workloads.rollouts import trial_uri
 from shared_resources.compute import ComputeResource
 from shared_resources.pools import Capacity
+from shared_resources.provenance import dataset_ref, find_version, record_result, track_evaluation, track_run, trained_on
 from shared_resources.resources import StorageResource
 from shared_resources.step_spec import StepSpec
 from shared_resources.storage import Storage, glob_uris, read_json, write_bytes_atomic, write_json_atomic
@@ -23,11 +24,19 @@ SIM_EVALUATION = dg.AssetKey(["robotics", "sim_evaluation"])
 EVAL_SEED_BASE = 9_000_000  # held-out seeds: never used by a sweep or an operator
 
 
-def training_datasets(store: Storage) -> list[str]:
-    """Every validated teleop session and every finished rollout sweep, oldest first."""
-    teleop = [read_json(uri)["dataset"] for uri in glob_uris(store.curated("teleop", "*", "dataset.json"))]
-    rollouts = [posixpath.dirname(posixpath.dirname(uri)) for uri in glob_uris(store.uri("rollouts", "*", "*", "dataset", "meta", "info.json"))]
-    return teleop + rollouts
+def training_datasets(store: Storage) -> dict[str, str]:
+    """Every validated teleop session and every finished rollout sweep, oldest first: registry ref → URI."""
+    teleop = {}
+    for uri in glob_uris(store.curated("teleop", "*", "dataset.json")):
+        record = read_json(uri)
+        teleop[record.get("ref") or f"robotics/teleop@{posixpath.basename(posixpath.dirname(uri))}"] = record["dataset"]
+    rollouts = {}
+    for uri in glob_uris(store.uri("rollouts", "*", "*", "dataset", "meta", "info.json")):
+        dataset = posixpath.dirname(posixpath.dirname(uri))
+        sweep_dir = posixpath.dirname(dataset)
+        night, sweep = posixpath.basename(posixpath.dirname(sweep_dir)), posixpath.basename(sweep_dir)
+        rollouts[f"robotics/rollouts@{rollouts_version(night, sweep)}"] = dataset
+    return {**teleop, **rollouts}
 
 
 class PolicySettings(dg.Config):
@@ -59,7 +68,7 @@ def policy(context: dg.AssetExecutionContext, config: PolicySettings, storage: S
     if not datasets:
         raise dg.Failure("No demonstrations yet: drop a teleop session (see docs/teleop-protocol.md) or run a nightly sweep.")
     settings = {"steps": config.steps, "hidden": config.hidden, "lr": config.learning_rate, "seed": config.seed}
-    version = hashlib.sha256(json.dumps({"datasets": datasets, **settings}, sort_keys=True).encode()).hexdigest()[:12]
+    version = hashlib.sha256(json.dumps({"datasets": list(datasets.values()), **settings}, sort_keys=True).encode()).hexdigest()[:12]
     spec = StepSpec(
         name="robotics.policy",
         entry_point="robotics_lane.workloads.train_policy",
@@ -68,11 +77,25 @@ def policy(context: dg.AssetExecutionContext, config: PolicySettings, storage: S
         tightly_coupled=True,
         checkpoint_every_steps=config.checkpoint_every_steps,
         expected_hours=0.2,
-        config={**settings, "datasets": datasets},
+        datasets=[dataset_ref(find_version(store, ref)) for ref in datasets],
+        config={**settings, "datasets": list(datasets.values())},
     )
-    step = compute.run(context, spec, lineage=f"robotics/policy/{version}")
-    write_json_atomic(store.artifacts("robotics", "policy", "latest.json"), {"version": version, "checkpoint_uri": step.checkpoint_uri, "datasets": datasets})
-    return dg.MaterializeResult(metadata={**step.metadata(), "policy_version": version, "datasets": len(datasets)}, data_version=dg.DataVersion(version))
+    run = f"robotics/policy/{version}"
+    step = compute.run(context, spec, lineage=run)
+    write_json_atomic(
+        store.artifacts("robotics", "policy", "latest.json"),
+        {"version": version, "run": run, "checkpoint_uri": step.checkpoint_uri, "datasets": list(datasets.values()), "dataset_refs": list(datasets)},
+    )
+    final = step.metadata()
+    provenance = record_result(
+        store, run, "model", "behaviour-cloned policy (safetensors checkpoint)",
+        inputs=trained_on(step.final_checkpoint), uri=step.final_checkpoint, facts={"final_loss": final.get("final_loss"), "pool": step.pool.name},
+    )
+    tracked = track_run(store, run, step.final_checkpoint, step.result, config=settings, pool=step.pool.name, cost_usd=step.cost_usd, dagster_run_id=context.run_id)
+    return dg.MaterializeResult(
+        metadata={**final, **provenance, **tracked, "run": run, "policy_version": version, "datasets": len(datasets), "dataset_refs": ", ".join(datasets)},
+        data_version=dg.DataVersion(version),
+    )
 
 
 def evaluation_spec(name: str, capacity: Capacity, backend: str, runtime: str, seeds: list[int], output_uri: str, policy_uri: str, task: dict) -> StepSpec:
@@ -127,10 +150,16 @@ def sim_evaluation(context: dg.AssetExecutionContext, config: SimEvalSettings, s
     trials.assign(task_params=trials["task_params"].map(json.dumps)).to_parquet(buffer, index=False)
     write_bytes_atomic(posixpath.join(output, "trials.parquet"), buffer.getvalue())
     summary = rate_metadata(trials)
+    provenance = record_result(
+        store, f"robotics/sim_evaluation/{current['version']}-{config.backend}", "evaluation", f"{len(trials)} held-out trials in {config.backend}",
+        inputs=[current.get("run", f"robotics/policy/{current['version']}")], uri=posixpath.join(output, "trials.parquet"),
+        facts={"success_rate": summary["success_rate"].value, "ci95": f"{summary['ci95_low'].value:.2f}–{summary['ci95_high'].value:.2f}"},
+    )
+    track_evaluation(store, current.get("run", f"robotics/policy/{current['version']}"), f"sim-{config.backend}", {"sim_success_rate": summary["success_rate"], "sim_ci95_low": summary["ci95_low"], "sim_ci95_high": summary["ci95_high"]})
     write_json_atomic(
         store.artifacts("robotics", "sim_evaluation", "latest.json"),
         {"policy_version": current["version"], "success_rate": summary["success_rate"].value, "ci95": [summary["ci95_low"].value, summary["ci95_high"].value], "trials": len(trials)},
     )
     return dg.MaterializeResult(
-        metadata={**summary, "policy_version": current["version"], "trial_records": dg.MetadataValue.path(posixpath.join(output, "trials.parquet")), "pool": step.pool.name, "cost_usd": dg.MetadataValue.float(round(step.cost_usd, 5))}
+        metadata={**summary, **provenance, "policy_version": current["version"], "trial_records": dg.MetadataValue.path(posixpath.join(output, "trials.parquet")), "pool": step.pool.name, "cost_usd": dg.MetadataValue.float(round(step.cost_usd, 5))}
     )

@@ -13,6 +13,7 @@ from robotics_lane.episodes.validation import validate_dataset
 from robotics_lane.partitions import robot_evals
 from robotics_lane.stats import wilson_interval
 from shared_resources.landing import DropIssue, read_drop, write_raw
+from shared_resources.provenance import drop_id, record_drop, record_result, track_evaluation
 from shared_resources.quarantine import quarantined
 from shared_resources.resources import StorageResource
 from shared_resources.storage import exists, read_json, write_bytes_atomic, write_json_atomic
@@ -106,6 +107,7 @@ def real_robot_evaluation(context: dg.AssetExecutionContext, storage: StorageRes
         ]
         return quarantined(context, store, KIND, eval_id, issues, stage="raw", check_results=checks)
     raw = write_raw(store, KIND, manifest, contents)
+    record_drop(store, KIND, eval_id, raw, manifest.fields, len(manifest.files))
     _, problems = validate_dataset(posixpath.join(raw, "episodes"), min_length=1)
     manifest_ok = dg.AssetCheckResult(check_name=RESULTS_MANIFEST_CHECK, passed=True, metadata={"trials": len(trials)})
     if problems:
@@ -129,6 +131,13 @@ def real_robot_evaluation(context: dg.AssetExecutionContext, storage: StorageRes
     per_task = trials.groupby("task_id")["success"].agg(["sum", "count"]).reset_index()
     per_task["ci95"] = [f"{lo:.2f}–{hi:.2f}" for lo, hi in (wilson_interval(int(s), int(c)) for s, c in zip(per_task["sum"], per_task["count"], strict=True))]
     gap = (sim["success_rate"] - real["success_rate"].value) if sim else float("nan")
+    policy_version = str(manifest.fields["policy_version"])
+    provenance = record_result(
+        store, f"robotics/real_robot_evaluation/{eval_id}", "evaluation", f"{len(trials)} held-out trials on the real robot",
+        inputs=[f"robotics/policy/{policy_version}", drop_id(KIND, eval_id)], uri=store.curated(KIND, eval_id, "trials.parquet"),
+        facts={"success_rate": real["success_rate"].value, "failed_trials": len(failures)},
+    )
+    track_evaluation(store, f"robotics/policy/{policy_version}", "real", {"real_success_rate": real["success_rate"], "real_ci95_low": real["ci95_low"], "real_ci95_high": real["ci95_high"]})
     return dg.MaterializeResult(
         metadata={
             "status": "valid",
@@ -138,7 +147,8 @@ def real_robot_evaluation(context: dg.AssetExecutionContext, storage: StorageRes
             "sim_to_real_gap": dg.MetadataValue.float(round(gap, 4)),
             "per_task": dg.MetadataValue.md(per_task.rename(columns={"sum": "successes", "count": "trials"}).to_markdown(index=False)),
             "failed_trials_flagged_for_relabelling": len(failures),
-            "policy_version": str(manifest.fields["policy_version"]),
+            "policy_version": policy_version,
+            **provenance,
             "episodes": dg.MetadataValue.path(posixpath.join(raw, "episodes")),
         },
         check_results=[manifest_ok, dg.AssetCheckResult(check_name=EPISODES_VALID_CHECK, passed=True)],

@@ -15,12 +15,18 @@ from robotics_lane.sweeps import SWEEPS, SweepConfig
 from robotics_lane.workloads.rollouts import trial_uri
 from shared_resources.compute import ComputeResource, StepRun
 from shared_resources.pools import Capacity
+from shared_resources.provenance import publish_version
 from shared_resources.resources import StorageResource
 from shared_resources.step_spec import StepSpec
 from shared_resources.storage import Storage, read_json, write_bytes_atomic
 
 SIM_ROLLOUTS = dg.AssetKey(["robotics", "sim_rollouts"])
 TASK_LABEL = "balance the pole"
+
+
+def rollouts_version(night: str, sweep: str) -> str:
+    """The registry version of one night's sweep: `robotics/rollouts@<night>_<sweep>`."""
+    return f"{night}_{sweep}"
 
 
 def shard_seeds(seeds: list[int], shards: int) -> list[list[int]]:
@@ -89,6 +95,10 @@ def sim_rollouts(context: dg.AssetExecutionContext, storage: StorageResource, co
     runs, trials, dataset_uri = run_sweep(context, compute, storage.get(), night, name)
     successes = sum(t["success"] for t in trials)
     modes = pd.Series([t["failure_mode"] or "success" for t in trials]).value_counts()
+    _, version = publish_version(
+        storage.get(), "robotics/rollouts", rollouts_version(night, name), dataset_uri, title=f"simulated demonstrations, sweep {name} (LeRobot v3)",
+        inputs=[], facts={"backend": SWEEPS[name].backend, "episodes": len(trials), "night": night},
+    )
     return dg.MaterializeResult(
         metadata={
             "status": "valid",
@@ -104,5 +114,6 @@ def sim_rollouts(context: dg.AssetExecutionContext, storage: StorageResource, co
             "cost_usd": dg.MetadataValue.float(round(sum(r.cost_usd for r in runs), 5)),
             "goodput": dg.MetadataValue.float(round(sum(r.productive_seconds for r in runs) / max(sum(r.wall_seconds for r in runs), 1e-9), 4)),
             "placement": runs[0].metadata()["placement"],
+            **version,
         }
     )

@@ -7,6 +7,7 @@ from robotics_lane.checks import EPISODES_VALID_CHECK, SESSION_MANIFEST_CHECK
 from robotics_lane.episodes.validation import validate_dataset
 from robotics_lane.partitions import teleop_sessions
 from shared_resources.landing import read_drop, write_raw
+from shared_resources.provenance import drop_id, publish_version, record_drop
 from shared_resources.quarantine import quarantined
 from shared_resources.resources import StorageResource
 from shared_resources.storage import write_json_atomic
@@ -43,12 +44,17 @@ def teleop_episodes(context: dg.AssetExecutionContext, storage: StorageResource)
         ]
         return quarantined(context, store, KIND, session, issues, stage="raw", check_results=checks)
     raw = write_raw(store, KIND, manifest, contents)
+    record_drop(store, KIND, session, raw, manifest.fields, len(manifest.files))
     info, problems = validate_dataset(raw)
     manifest_ok = dg.AssetCheckResult(check_name=SESSION_MANIFEST_CHECK, passed=True, metadata={"files": len(manifest.files)})
     if problems:
         episodes_bad = dg.AssetCheckResult(check_name=EPISODES_VALID_CHECK, passed=False, metadata={"issues": len(problems), "first": problems[0].describe()})
         return quarantined(context, store, KIND, session, problems, stage="validation", check_results=[manifest_ok, episodes_bad])
-    write_json_atomic(store.curated(KIND, session, "dataset.json"), {"dataset": raw, "episodes": info.total_episodes})
+    registered, version = publish_version(
+        store, "robotics/teleop", session, raw, title="teleop demonstrations (LeRobot v3)",
+        inputs=[drop_id(KIND, session)], facts={"episodes": info.total_episodes, "robot": str(manifest.fields["robot"])},
+    )
+    write_json_atomic(store.curated(KIND, session, "dataset.json"), {"dataset": raw, "episodes": info.total_episodes, "ref": registered.ref})
     return dg.MaterializeResult(
         metadata={
             "status": "valid",
@@ -59,6 +65,7 @@ def teleop_episodes(context: dg.AssetExecutionContext, storage: StorageResource)
             "robot": str(manifest.fields["robot"]),
             "operator": str(manifest.fields["operator"]),
             "tasks": ", ".join(info.tasks),
+            **version,
         },
         check_results=[manifest_ok, dg.AssetCheckResult(check_name=EPISODES_VALID_CHECK, passed=True, metadata={"episodes": info.total_episodes})],
     )
