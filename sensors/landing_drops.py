@@ -3,8 +3,14 @@
 A drop is complete when its manifest is present (see docs/drop-protocol.md). Each new
 drop becomes one dynamic partition and one run; a drop already known is never
 requested again, so the same drop seen twice yields one partition and no duplicate
-data. The cursor (newest manifest time seen, and the drops at that time) means a tick
-opens only manifests that are new: its cost follows what arrived, not all history.
+data. The cursor (the newest manifest time seen, and the drops seen in a look-back
+window before it) means a tick opens only manifests that are new: its cost follows what
+arrived, not all history.
+
+The look-back window exists because manifest times do not arrive in order: a manifest
+renamed into place keeps the time its temporary file was written, and on a shared file
+system or an object store the times come from different writers' clocks. A drop whose
+manifest time is up to `LOOKBACK_SECONDS` older than the newest one seen is still found.
 """
 
 
@@ -16,30 +22,34 @@ import dagster as dg
 from shared_resources.landing import DROP_ID_PATTERN, DropIssue, list_complete_drops, quarantine_drop
 from shared_resources.resources import StorageResource
 
+LOOKBACK_SECONDS = 600.0
+
 
 @dataclass
 class DropCursor:
-    mtime: float = float("-inf")
-    ids_at_mtime: list[str] = field(default_factory=list)
+    mtime: float = float("-inf")  # the newest manifest time seen
+    seen: dict[str, float] = field(default_factory=dict)  # drops seen within the look-back window, with their times
 
     @classmethod
     def parse(cls, raw: str | None) -> "DropCursor":
         if not raw:
             return cls()
         doc = json.loads(raw)
-        return cls(float(doc["mtime"]), list(doc["ids_at_mtime"]))
+        mtime = float(doc["mtime"])
+        if "ids_at_mtime" in doc:  # the cursor format before the look-back window
+            return cls(mtime, {drop_id: mtime for drop_id in doc["ids_at_mtime"]})
+        return cls(mtime, {str(k): float(v) for k, v in doc["seen"].items()})
 
     def dump(self) -> str:
-        return json.dumps({"mtime": self.mtime, "ids_at_mtime": sorted(self.ids_at_mtime)})
+        return json.dumps({"mtime": self.mtime, "seen": dict(sorted(self.seen.items()))})
 
     def is_new(self, mtime: float, drop_id: str) -> bool:
-        return mtime > self.mtime or (mtime == self.mtime and drop_id not in self.ids_at_mtime)
+        return drop_id not in self.seen and mtime > self.mtime - LOOKBACK_SECONDS
 
     def advance(self, mtime: float, drop_id: str) -> None:
-        if mtime > self.mtime:
-            self.mtime, self.ids_at_mtime = mtime, [drop_id]
-        elif mtime == self.mtime:
-            self.ids_at_mtime.append(drop_id)
+        self.mtime = max(self.mtime, mtime)
+        self.seen[drop_id] = mtime
+        self.seen = {d: t for d, t in self.seen.items() if t > self.mtime - LOOKBACK_SECONDS}
 
 
 def make_landing_sensor(

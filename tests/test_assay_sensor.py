@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import json
+import os
 
 import dagster as dg
 
 from cell_lane.definitions import assay_drop_sensor, defs
-from sensors.landing_drops import DropCursor
+from sensors.landing_drops import LOOKBACK_SECONDS, DropCursor
 from shared_resources.resources import StorageResource
 from tests.helpers import drop_plate
 
@@ -62,9 +63,34 @@ def test_cursor_only_opens_new_drops(instance, home, storage):
     second = _tick(instance, home, first.cursor)
     assert [r.partition_key for r in second.run_requests] == ["drop-b"]
     cursor = DropCursor.parse(second.cursor)
-    assert "drop-b" in cursor.ids_at_mtime
+    assert "drop-b" in cursor.seen
     third = _tick(instance, home, second.cursor)
     assert third.run_requests == []
+
+
+def test_a_manifest_older_than_the_cursor_is_still_found(instance, home, storage):
+    """A manifest renamed into place keeps its temporary file's time: it can land after a newer one."""
+    drop_plate(storage, "drop-new")
+    drop_plate(storage, "drop-late")
+    manifest = home / "landing" / "assays" / "drop-late" / "manifest.json"
+    newest = (home / "landing" / "assays" / "drop-new" / "manifest.json").stat().st_mtime
+    late = manifest.read_bytes()
+    manifest.unlink()  # not yet visible when the first tick looks
+    first = _tick(instance, home)
+    assert [r.partition_key for r in first.run_requests] == ["drop-new"]
+    manifest.write_bytes(late)
+    os.utime(manifest, (newest - 60, newest - 60))  # written a minute before drop-new's, renamed after
+    second = _tick(instance, home, first.cursor)
+    assert [r.partition_key for r in second.run_requests] == ["drop-late"]
+    assert _tick(instance, home, second.cursor).run_requests == []
+    # a drop older than the window is left to a fresh cursor (e.g. the UI daemon's first tick)
+    assert DropCursor.parse(second.cursor).is_new(newest - 2 * LOOKBACK_SECONDS, "drop-other") is False
+
+
+def test_cursor_from_before_the_look_back_window_still_parses():
+    cursor = DropCursor.parse(json.dumps({"mtime": 100.0, "ids_at_mtime": ["a", "b"]}))
+    assert cursor.seen == {"a": 100.0, "b": 100.0}
+    assert not cursor.is_new(100.0, "a") and cursor.is_new(99.0, "c")
 
 
 def test_several_drops_in_one_tick_each_get_a_run(instance, home, storage):
