@@ -41,13 +41,22 @@ class Flag:
         return asdict(self)
 
 
+BASELINE_REPORTS = 10
+
+
 def straggling(step_seconds: Sequence[float], factor: float, patience: int, warmup: int = 3) -> tuple[bool, float, float]:
-    """Whether the last `patience` step times are each over `factor` × the median of the
-    ones before them (at least `warmup` of those). Returns (flagged, baseline, recent median)."""
+    """Whether the last `patience` step times are each over `factor` × the pace the attempt
+    started at: the median of its first reports (up to `BASELINE_REPORTS`, at least `warmup`,
+    none of the last `patience`). Returns (flagged, baseline, recent median).
+
+    The baseline is the start, not all history: a slowdown that goes unseen for a while (a
+    monitor that polls less often than the workload reports) would otherwise fill the
+    history with slow reports until it looks normal.
+    """
     if patience < 1 or len(step_seconds) < warmup + patience:
         return False, 0.0, 0.0
     history, recent = step_seconds[:-patience], step_seconds[-patience:]
-    baseline = statistics.median(history)
+    baseline = statistics.median(history[:BASELINE_REPORTS])
     if baseline <= 0:
         return False, baseline, statistics.median(recent)
     return all(s > factor * baseline for s in recent), baseline, statistics.median(recent)

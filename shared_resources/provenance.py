@@ -17,7 +17,7 @@ from typing import Any
 import dagster as dg
 
 from shared_resources.data_registry import DataRegistry, DatasetVersion, parse_ref
-from shared_resources.experiments import compare, curve_png, image_markdown, list_runs, record_evaluation, record_run
+from shared_resources.experiments import RunNotFound, compare, curve_png, image_markdown, list_runs, numeric_figures, record_evaluation, record_run
 from shared_resources.lineage import LineageStore, Node, code_version
 from shared_resources.step_spec import DatasetRef
 from shared_resources.storage import Storage, exists, read_json
@@ -95,8 +95,8 @@ def trained_on(checkpoint_uri: str) -> list[str]:
 
 
 def _numbers(values: dict[str, Any]) -> dict[str, float]:
-    plain = {k: getattr(v, "value", v) for k, v in values.items()}
-    return {k: float(v) for k, v in plain.items() if isinstance(v, int | float) and not isinstance(v, bool)}
+    """The finite numbers of asset metadata (Dagster metadata values unwrapped)."""
+    return numeric_figures({k: getattr(v, "value", v) for k, v in values.items()})
 
 
 def track_run(store: Storage, run: str, final_checkpoint: str, result: dict[str, Any], *, config: dict[str, Any], pool: str, cost_usd: float, dagster_run_id: str) -> dict[str, Any]:
@@ -129,8 +129,6 @@ def track_run(store: Storage, run: str, final_checkpoint: str, result: dict[str,
 
 def track_evaluation(store: Storage, run: str, name: str, figures: dict[str, Any]) -> None:
     """Add an evaluation's figures (e.g. the sim success rate) to the run it evaluated, if recorded."""
-    from shared_resources.experiments import RunNotFound
-
     try:
         record_evaluation(store.root, run, name, _numbers(figures))
     except RunNotFound:

@@ -431,10 +431,27 @@ def demo(
                 ok &= _print_ticks(_tick())
     console.rule("[bold]Summary")
     _print_summary(truth=lab.truth if cell else None, robotics_rows=robotics)
+    _print_traceability(storage)
     console.print(f"demo finished in {time.monotonic() - started:.0f}s")
     if not ok:
         console.print("[red]Some runs failed for reasons other than a bad drop; rerun with SINEWGRID_LOG_LEVEL=INFO to see their logs.[/]")
         raise typer.Exit(1)
+
+
+def _print_traceability(storage) -> None:
+    """Where to look next: the newest results' lineage, the dataset versions, the runs."""
+    from shared_resources.lineage import LineageStore
+
+    lineage = LineageStore(storage.root)
+    records = [lineage.get(i) for i in lineage.ids() if i.startswith(("cell/next_plate_proposal/", "robotics/real_robot_evaluation/"))]
+    newest = {}
+    for record in sorted(records, key=lambda r: r.created_at):
+        newest[record.id.split("/")[0]] = record.id
+    console.print("\n[bold]Every result can be traced[/] to its data and code:")
+    for node_id in newest.values():
+        console.print(f"  sinewgrid lineage {escape(node_id)}")
+    console.print("  sinewgrid data list        the registered dataset versions (DVC), each retrievable with `sinewgrid data get`")
+    console.print("  sinewgrid runs list        the training runs, their figures and loss curves; `sinewgrid runs compare A B`")
 
 
 if __name__ == "__main__":

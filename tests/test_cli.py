@@ -57,3 +57,12 @@ def test_demo_runs_both_loops_to_the_summary(tmp_path):
     assert "no new complete drops" in again.stdout
     assert "no new valid" in again.stdout
     assert "nightly_sweep_schedule" in again.stdout and "already run" in again.stdout
+
+    # Every result can be traced: the demo names the newest ones, and their lineage reaches the drops.
+    assert "sinewgrid lineage cell/next_plate_proposal/" in out and "sinewgrid lineage robotics/real_robot_evaluation/" in out
+    proposal = next(line.split()[-1] for line in out.splitlines() if "sinewgrid lineage cell/next_plate_proposal/" in line)
+    traced = _sinewgrid(home, "lineage", proposal)
+    assert traced.returncode == 0, traced.stderr[-2000:]
+    assert "drop/assays/seed-plate-001" in traced.stdout and "cell/omics@" in traced.stdout and "cell/foundation_model/" in traced.stdout
+    listed = _sinewgrid(home, "data", "list")
+    assert listed.returncode == 0 and all(d in listed.stdout for d in ("cell/assays", "cell/omics", "robotics/teleop", "robotics/rollouts"))

@@ -444,3 +444,24 @@ def test_s3_get_to_an_s3_destination(s3_root, tmp_path):
     assert got == tree(source)
     with pytest.raises(RegistryError, match="already exists"):
         registry.get("cell/omics", "v1", dest)
+
+
+def test_command_line_lists_gets_and_explains_errors(registry, tmp_path):
+    from typer.testing import CliRunner
+
+    from sinewgrid.cli import app
+
+    source = lerobot_folder(tmp_path / "src")
+    registry.register("robotics/teleop", "session-1", str(source))
+    cli = CliRunner()
+    listed = cli.invoke(app, ["data", "list", "--root", registry.root])
+    assert listed.exit_code == 0 and "robotics/teleop" in listed.output and "session-1" in listed.output
+    got = cli.invoke(app, ["data", "get", "robotics/teleop", "session-1", str(tmp_path / "back"), "--root", registry.root])
+    assert got.exit_code == 0, got.output
+    assert tree(tmp_path / "back") == tree(source)
+    assert "dvc get" in got.output  # how to do the same without Sinewgrid
+    again = cli.invoke(app, ["data", "get", "robotics/teleop", "session-1", str(tmp_path / "back"), "--root", registry.root])
+    assert again.exit_code == 1 and "already exists" in again.output and "nothing was overwritten" in again.output
+    missing = cli.invoke(app, ["data", "get", "robotics/teleop", "session-9", str(tmp_path / "other"), "--root", registry.root])
+    assert missing.exit_code == 1 and "session-9" in missing.output and "session-1" in missing.output
+    assert not (tmp_path / "other").exists()

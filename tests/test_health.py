@@ -92,6 +92,8 @@ def test_straggling_needs_every_recent_report_slow():
     assert straggling([0.01] * 4 + [0.05] * 3, factor=3, patience=3)[0]
     assert not straggling([0.01] * 4 + [0.05, 0.01, 0.05], factor=3, patience=3)[0]  # one fast report: not yet
     assert not straggling([0.01, 0.05, 0.05, 0.05], factor=3, patience=3)[0]  # too little history to judge
+    # seen late (the monitor polled less often than the workload reported): still slower than the start
+    assert straggling([0.01] * 5 + [0.05] * 12, factor=3, patience=3)[0]
 
 
 def test_the_report_policy_only_reports():

@@ -87,6 +87,8 @@ def validated_assay(context: dg.AssetExecutionContext, storage: StorageResource)
 
     A plate that breaks a rule sends the whole drop to quarantine with a table of what is
     wrong (file, row, well, rule) and what the lab should do; other drops keep flowing.
+    Each valid drop is registered as the dataset version `cell/assays@<drop id>`
+    (`sinewgrid data get cell/assays <drop id> DEST`).
     """
     store = storage.get()
     drop_id = context.partition_key

@@ -57,6 +57,7 @@ def foundation_model(
 
     Runs on steady capacity; checkpoints every few steps and resumes after a preemption.
     Pretraining depends only on the expression matrix, so a new assay round reuses it.
+    `loss_curve` plots the run's loss; `lineage` names the omics version it was trained on.
     """
     store = storage.get()
     dataset = latest_dataset(store.curated("omics"))

@@ -62,6 +62,8 @@ def policy(context: dg.AssetExecutionContext, config: PolicySettings, storage: S
     imitating every validated teleop demonstration and every successful simulated rollout.
 
     Trains on the pool with fast interconnect; checkpoints and resumes after preemption.
+    `lineage` names every episode and rollout version it learnt from; `loss_curve` plots this
+    run beside the previous one.
     """
     store = storage.get()
     datasets = training_datasets(store)

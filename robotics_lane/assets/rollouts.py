@@ -89,6 +89,7 @@ def sim_rollouts(context: dg.AssetExecutionContext, storage: StorageResource, co
 
     Runs on spot capacity, split into shards; each shard commits every finished episode, so a
     preempted shard resumes with exactly the episodes an uninterrupted run would have made.
+    The assembled set is registered as `robotics/rollouts@<night>_<sweep>`.
     """
     keys = context.partition_key.keys_by_dimension
     night, name = keys["night"], keys["sweep"]

@@ -32,7 +32,8 @@ def teleop_episodes(context: dg.AssetExecutionContext, storage: StorageResource)
     dataset that opens in LeRobot's own reader. Policies learn to imitate these.
 
     A session that breaks a rule (timestamps, indices, NaNs, out-of-bounds actions, …) goes to
-    quarantine with the reason, and the others keep flowing.
+    quarantine with the reason, and the others keep flowing. Each valid session is registered
+    as the dataset version `robotics/teleop@<session>` (`sinewgrid data get`, or plain `dvc get`).
     """
     store = storage.get()
     session = context.partition_key
