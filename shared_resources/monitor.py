@@ -41,7 +41,7 @@ class Flag:
         return asdict(self)
 
 
-BASELINE_REPORTS = 10
+BASELINE_REPORTS = 5
 
 
 def straggling(step_seconds: Sequence[float], factor: float, patience: int, warmup: int = 3) -> tuple[bool, float, float]:
