@@ -1,12 +1,14 @@
-"""Small builders shared by tests: plates and drops as a lab would send them."""
+"""Small builders shared by tests: plates and drops as a lab would send them, and a sensor tick."""
 
 from __future__ import annotations
 
+import dagster as dg
 import numpy as np
 import pandas as pd
 
 from cell_lane.plate_layout import GENES_PER_PLATE, plate_layout
 from shared_resources.landing import write_drop
+from shared_resources.resources import StorageResource
 from shared_resources.storage import Storage
 
 GENES = ["CD3E", "CD14", "LYZ", "MS4A1", "NKG7", "GNLY", "FCGR3A", "CST3", "PPBP", "IL7R"]
@@ -37,3 +39,22 @@ def drop_plate(storage: Storage, drop_id: str, table: pd.DataFrame | None = None
 
 
 __all__ = ["GENES", "GENES_PER_PLATE", "good_plate", "drop_plate"]
+
+
+def sensor_ingest(sensor, assets: list, defs, instance, resources, root: str, cursor: str | None) -> tuple[list[str], dict[str, bool], str | None]:
+    """One tick of a landing sensor, then a materialization of `assets` for each partition it asked for.
+
+    Returns the requested partitions (in request order), each run's success, and the new cursor.
+    """
+    with dg.build_sensor_context(
+        instance_ref=instance.get_ref(), cursor=cursor, definitions=defs, resources={"storage": StorageResource(root=root)}
+    ) as context:
+        tick = sensor.evaluate_tick(context)
+    for request in tick.dynamic_partitions_requests or []:
+        instance.add_dynamic_partitions(request.partitions_def_name, list(request.partition_keys))
+    requested = [r.partition_key for r in tick.run_requests or []]
+    outcomes = {
+        key: dg.materialize(assets, instance=instance, resources=resources, partition_key=key, raise_on_error=False).success
+        for key in requested
+    }
+    return requested, outcomes, tick.cursor

@@ -35,6 +35,7 @@ from shared_resources.resources import StorageResource
 from shared_resources.storage import glob_uris, read_bytes, write_bytes_atomic
 from sinewgrid.cli import app
 from tests.conftest import ROOT_KINDS
+from tests.helpers import sensor_ingest
 
 TRAINING = [omics_dataset, foundation_model, finetuned_model, next_plate_proposal]
 FAST = {
@@ -51,22 +52,8 @@ def _ingest_all(instance, resources, drops):
 
 
 def _sensor_ingest(instance, resources, root: str, cursor: str | None) -> tuple[list[str], dict[str, bool], str | None]:
-    """One tick of the assay landing sensor, then an ingest of each partition it asked for.
-
-    Returns the requested drops (in request order), each ingest's success, and the new cursor.
-    """
-    with dg.build_sensor_context(
-        instance_ref=instance.get_ref(), cursor=cursor, definitions=defs, resources={"storage": StorageResource(root=root)}
-    ) as context:
-        tick = assay_drop_sensor.evaluate_tick(context)
-    for request in tick.dynamic_partitions_requests or []:
-        instance.add_dynamic_partitions(request.partitions_def_name, list(request.partition_keys))
-    requested = [r.partition_key for r in tick.run_requests or []]
-    outcomes = {
-        d: dg.materialize([raw_assay, validated_assay], instance=instance, resources=resources, partition_key=d, raise_on_error=False).success
-        for d in requested
-    }
-    return requested, outcomes, tick.cursor
+    """One tick of the assay landing sensor, then an ingest of each drop it asked for."""
+    return sensor_ingest(assay_drop_sensor, [raw_assay, validated_assay], defs, instance, resources, root, cursor)
 
 
 def _md(result, key: str) -> dict:

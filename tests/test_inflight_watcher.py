@@ -69,6 +69,8 @@ def test_watcher_stops_the_workload_of_a_dead_orchestrator(home: Path, tmp_path:
     pools.write_text(CATALOG)
     storage = Storage.at(str(home))
     env = {**os.environ, "PYTHONPATH": str(REPO_ROOT)}
+    # Engines other tests share (the S3 server, a Slurm cluster) are children too: leave them be.
+    before = {p.pid for p in psutil.Process().children(recursive=True)}
     orchestrator = subprocess.Popen([sys.executable, "-c", ORCHESTRATOR, str(home), str(pools)], env=env, cwd=REPO_ROOT)
     try:
         # (The pool's qualification probe is in flight first, for a moment.)
@@ -103,7 +105,8 @@ def test_watcher_stops_the_workload_of_a_dead_orchestrator(home: Path, tmp_path:
         if orchestrator.poll() is None:
             orchestrator.kill()
         for child in psutil.Process().children(recursive=True):
-            child.kill()
+            if child.pid not in before:
+                child.kill()
 
 
 def test_watcher_clears_a_stale_record_and_ignores_other_lanes(home: Path, tmp_path: Path, instance: dg.DagsterInstance):

@@ -141,7 +141,7 @@ def test_the_platform_location_loads():
     from platform_location.definitions import defs
 
     assert set(defs.resolve_all_asset_keys()) == {
-        dg.AssetKey(["platform", name]) for name in ("ledger_summary", "capacity_plan", "failure_drill", "preemption_trace")
+        dg.AssetKey(["platform", name]) for name in ("ledger_summary", "capacity_plan", "failure_drill", "preemption_trace", "dataset_catalog", "training_runs", "checkpoint_retention")
     }
     assert defs.resolve_job_def("ledger_report_job") is not None
     assert defs.resolve_schedule_def("daily_ledger_report").cron_schedule == "0 6 * * *"

@@ -20,9 +20,9 @@ from shared_resources.data_registry import DataRegistry
 from shared_resources.experiments import load_run
 from shared_resources.ledger import read_ledger
 from shared_resources.lineage import LineageStore, code_version
-from shared_resources.resources import StorageResource
 from shared_resources.storage import exists, read_json, write_bytes_atomic
 from tests.conftest import ROOT_KINDS
+from tests.helpers import sensor_ingest
 
 NIGHT = "2026-11-20"
 FAST = {
@@ -40,22 +40,7 @@ def _md(result, key: str) -> dict:
 
 
 def _sensor_ingest(sensor, asset, instance, resources, root: str, cursor: str | None) -> tuple[list[str], dict[str, bool], str | None]:
-    """One tick of a landing sensor, then a materialization of each partition it asked for.
-
-    Returns the requested drops (in request order), each run's success, and the new cursor.
-    """
-    with dg.build_sensor_context(
-        instance_ref=instance.get_ref(), cursor=cursor, definitions=defs, resources={"storage": StorageResource(root=root)}
-    ) as context:
-        tick = sensor.evaluate_tick(context)
-    for request in tick.dynamic_partitions_requests or []:
-        instance.add_dynamic_partitions(request.partitions_def_name, list(request.partition_keys))
-    requested = [r.partition_key for r in tick.run_requests or []]
-    outcomes = {
-        key: dg.materialize([asset], instance=instance, resources=resources, partition_key=key, raise_on_error=False).success
-        for key in requested
-    }
-    return requested, outcomes, tick.cursor
+    return sensor_ingest(sensor, [asset], defs, instance, resources, root, cursor)
 
 
 @pytest.mark.parametrize("root", ROOT_KINDS, indirect=True)

@@ -26,7 +26,7 @@ from pathlib import Path
 
 import psutil
 
-from tests.engines.ports import free_port
+from tests.engines.ports import free_ports
 
 RAY_CLI = str(Path(sys.executable).with_name("ray"))
 START_TIMEOUT_SECONDS = 120.0
@@ -105,8 +105,8 @@ def start_ray_head(resources: dict[str, float] | None = None, *, num_cpus: int =
     # Ray puts Unix sockets under the temp folder, whose paths must stay under ~107 characters.
     temp_dir = Path(tempfile.mkdtemp(prefix="sgray-", dir="/tmp"))
     output = temp_dir / "ray-start.out"
-    dashboard_port = free_port()
-    gcs_port = free_port()
+    # Chosen together, so no two of the head's components are handed the same port.
+    dashboard_port, gcs_port, client_port, node_port, object_port, agent_port, agent_grpc_port, env_port, metrics_port = free_ports(9)
     worker_base = random.randrange(20000, 29000, 100)
     command = [
         RAY_CLI, "start", "--head", "--block",
@@ -116,13 +116,13 @@ def start_ray_head(resources: dict[str, float] | None = None, *, num_cpus: int =
         "--dashboard-host=127.0.0.1",
         f"--dashboard-port={dashboard_port}",
         f"--port={gcs_port}",
-        f"--ray-client-server-port={free_port()}",
-        f"--node-manager-port={free_port()}",
-        f"--object-manager-port={free_port()}",
-        f"--dashboard-agent-listen-port={free_port()}",
-        f"--dashboard-agent-grpc-port={free_port()}",
-        f"--runtime-env-agent-port={free_port()}",
-        f"--metrics-export-port={free_port()}",
+        f"--ray-client-server-port={client_port}",
+        f"--node-manager-port={node_port}",
+        f"--object-manager-port={object_port}",
+        f"--dashboard-agent-listen-port={agent_port}",
+        f"--dashboard-agent-grpc-port={agent_grpc_port}",
+        f"--runtime-env-agent-port={env_port}",
+        f"--metrics-export-port={metrics_port}",
         f"--min-worker-port={worker_base}",
         f"--max-worker-port={worker_base + 99}",
         f"--temp-dir={temp_dir}",
