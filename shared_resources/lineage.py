@@ -172,24 +172,25 @@ class LineageStore:
         return list(found.values())
 
     def markdown(self, node_id: str) -> str:
-        """The chain as a nested Markdown list, for Dagster metadata."""
+        """The chain as a nested Markdown list, for Dagster metadata (code versions shown where they change)."""
         lines: list[str] = []
 
-        def emit(tree: Tree, depth: int) -> None:
+        def emit(tree: Tree, depth: int, parent_code: str) -> None:
             pad = "  " * depth
             suffix = " (shown above)" if tree.repeated else ""
-            lines.append(f"{pad}- **{tree.node.id}**{suffix}: {tree.node.title}" + (f" — {_facts(tree.node)}" if _facts(tree.node) and not tree.repeated else ""))
+            facts = _facts(tree.node, show_code=tree.node.code_version != parent_code)
+            lines.append(f"{pad}- **{tree.node.id}**{suffix}: {tree.node.title}" + (f" — {facts}" if facts and not tree.repeated else ""))
             for child in tree.children:
-                emit(child, depth + 1)
+                emit(child, depth + 1, tree.node.code_version)
             for gone in tree.missing:
                 lines.append(f"{pad}  - {gone} (record missing)")
 
-        emit(self.tree(node_id), 0)
+        emit(self.tree(node_id), 0, "")
         return "\n".join(lines)
 
 
-def _facts(node: Node) -> str:
+def _facts(node: Node, show_code: bool = True) -> str:
     shown = [f"{k}: {v}" for k, v in node.facts.items() if v not in (None, "", [], {})]
-    if node.code_version:
+    if node.code_version and show_code:
         shown.append(f"code {node.code_version[:12]}")
     return "; ".join(shown)

@@ -62,9 +62,14 @@ def publish_version(
         title,
         inputs=inputs,
         uri=uri,
-        facts={**(facts or {}), "dvc_md5": registered.md5, "registry_rev": registered.rev[:12], "region": f"{registered.provider} {registered.region}"},
+        facts={**(facts or {}), "dvc_md5": registered.md5, "registry_rev": registered.rev[:12], "region": _where(registered)},
     )
     return registered, {"dataset_ref": registered.ref, **registered.metadata(), **lineage_metadata(store, registered.ref)}
+
+
+def _where(registered: DatasetVersion) -> str:
+    """`local`, or the provider and region, e.g. `aws us-east-1`."""
+    return registered.region if registered.provider == registered.region else f"{registered.provider} {registered.region}"
 
 
 def dataset_ref(registered: DatasetVersion) -> DatasetRef:

@@ -48,7 +48,7 @@ def data_list(dataset: str = typer.Argument(None, help="Only this dataset, e.g. 
     for v in versions:
         table.add_row(
             escape(v.dataset), escape(v.version), v.md5[:12], v.rev[:10], str(v.files), f"{v.bytes / 1e6:.2f}",
-            escape(f"{v.provider} {v.region}"), v.registered_at[:19],
+            escape(v.region if v.provider == v.region else f"{v.provider} {v.region}"), v.registered_at[:19],
         )
     console.print(table)
 
@@ -75,7 +75,10 @@ def lineage(
     thing: str = typer.Argument(..., help="An evaluation, model run, dataset version (cell/omics@<v>), drop, or a checkpoint URI."),
     root: str = ROOT,
 ) -> None:
-    """Where a result came from: evaluation → model checkpoint → dataset versions → code → raw drops."""
+    """Where a result came from: evaluation → model checkpoint → dataset versions → code → raw drops.
+
+    Each record's code version (git revision) is shown where it differs from the one above it.
+    """
     from shared_resources.lineage import LineageNotFound, LineageStore, Tree
 
     store = LineageStore(_root(root))
@@ -84,14 +87,14 @@ def lineage(
     except (LineageNotFound, ValueError) as exc:
         _fail(str(exc))
 
-    def label(t: Tree) -> str:
+    def label(t: Tree, parent_code: str = "") -> str:
         node = t.node
         head = f"[bold]{escape(node.id)}[/bold] [dim]({node.kind})[/dim] {escape(node.title)}"
         if t.repeated:
             return head + " [dim](shown above)[/dim]"
         facts = [f"{k}: {v}" for k, v in node.facts.items() if v not in (None, "", [], {})]
         details = [escape("; ".join(facts))] if facts else []
-        if node.code_version:
+        if node.code_version and node.code_version != parent_code:  # shown again only where it changes
             details.append(f"code {escape(node.code_version[:12])}")
         if node.uri:
             details.append(f"[dim]{escape(node.uri)}[/dim]")
@@ -99,7 +102,7 @@ def lineage(
 
     def add(branch: RichTree, t: Tree) -> None:
         for child in t.children:
-            add(branch.add(label(child)), child)
+            add(branch.add(label(child, t.node.code_version)), child)
         for gone in t.missing:
             branch.add(f"[yellow]{escape(gone)}[/yellow] (its lineage record is missing)")
 
