@@ -274,6 +274,11 @@ def run_scenario(context: dg.AssetExecutionContext, setup: DrillSetup, scenario_
             f"the {scenario.title.lower()} fault never fired: the run finished before reaching {w.unit} {w.trigger}. "
             "Use a larger drill size."
         )
+    if len(step.timeline) == 1 and step.timeline[0]["outcome"] == "succeeded" and step.timeline[0].get("flags"):
+        raise dg.Failure(
+            f"the {scenario.title.lower()} drill is void: the platform flagged the run ({step.timeline[0]['flags'][0]['cause']}) "
+            "but the workload finished before the stop reached it, so there was nothing to recover. Use a larger drill size."
+        )
     return measure(scenario, setup, w, step, fault_at, digest, expected, storage)
 
 

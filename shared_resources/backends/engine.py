@@ -285,11 +285,12 @@ STOP_GRACE_SECONDS = 120.0
 def ending_cause(outcome: AttemptOutcome, exit_code: int | None, acted: Flag | None) -> str:
     """Why an attempt ended, for the ledger: the monitor's flag if it stopped the attempt;
     `notice` (SIGTERM, checkpointed, exit 75), `lost-node` (killed without notice),
-    `reclaimed` (the engine took it back), `refused`, `failed`; "" on success."""
-    if acted is not None:
-        return acted.cause
+    `reclaimed` (the engine took it back), `refused`, `failed`; "" on success (also when the
+    monitor acted but the workload finished before the stop reached it: nothing was lost)."""
     if outcome is AttemptOutcome.succeeded:
         return ""
+    if acted is not None:
+        return acted.cause
     if outcome is AttemptOutcome.refused:
         return "refused"
     if outcome is AttemptOutcome.preempted:
