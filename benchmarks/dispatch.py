@@ -94,8 +94,8 @@ def _measure(
 ) -> DispatchResult:
     import json
 
-    from shared_resources.health import Qualifications
-    from shared_resources.storage import Storage
+    from shared_resources.compute.health import Qualifications
+    from shared_resources.runtime.storage import Storage
     from tests.engines.steps import counting_spec, materialize_counting
 
     result = DispatchResult(backend, baselines={label: [] for label in baselines})

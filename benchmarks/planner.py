@@ -23,10 +23,10 @@ import numpy as np
 from scipy.optimize import Bounds, LinearConstraint, milp
 from scipy.sparse import coo_matrix
 
-from shared_resources.cost_model import PlanContext, assess
-from shared_resources.planner import SLOT_HOURS, assign, greedy, plan_job
-from shared_resources.pools import Catalog, EgressRates, EgressTable, Pool, Purchasing
-from shared_resources.step_spec import DatasetRef, StepSpec
+from shared_resources.placement.cost_model import PlanContext, assess
+from shared_resources.placement.planner import SLOT_HOURS, assign, greedy, plan_job
+from shared_resources.catalog.pools import Catalog, EgressRates, EgressTable, Pool, Purchasing
+from shared_resources.catalog.step_spec import DatasetRef, StepSpec
 
 T0 = dt.datetime(2026, 12, 7, tzinfo=dt.UTC)
 REGIONS = [("aws", "us-east-1"), ("aws", "us-west-2"), ("gcp", "us-central1"), ("azure", "eastus")]

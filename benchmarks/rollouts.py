@@ -38,7 +38,7 @@ from robotics_lane.sim.base import TaskSpec, make_simulator, run_episode
 from robotics_lane.sim.controllers import BalancingController
 from robotics_lane.sim.mujoco_backend import ENV_ID
 from robotics_lane.workloads.rollouts import episodes_folder, trial_uri
-from shared_resources.storage import write_bytes_atomic
+from shared_resources.runtime.storage import write_bytes_atomic
 
 MAX_STEPS = 200
 EPISODE_COUNTS = (1, 20)

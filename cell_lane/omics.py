@@ -16,7 +16,7 @@ import anndata as ad
 import numpy as np
 import pandas as pd
 
-from shared_resources.storage import fs_for, write_json_atomic
+from shared_resources.runtime.storage import fs_for, write_json_atomic
 
 ZARR_FORMAT = 3  # explicit, so stored data never changes format with an anndata upgrade
 LABEL_COLUMNS = ("assay_effect", "assay_sd", "assay_n", "assay_drops")

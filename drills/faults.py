@@ -8,7 +8,7 @@
 - `SlotHolder`: a local pool that stops taking work — every one of its slots is taken;
 - unhealthy nodes: a file the pool's health check tests for (local), or the node drained in
   Slurm as a health checker (NHC) does; pool loss on Slurm: the partition set INACTIVE;
-- the torn checkpoint uses the checkpoint writer's failpoint (`shared_resources.checkpoints`).
+- the torn checkpoint uses the checkpoint writer's failpoint (`shared_resources.runtime.checkpoints`).
 """
 
 from __future__ import annotations
@@ -22,10 +22,10 @@ from pathlib import Path
 
 import psutil
 
-from shared_resources.backends.engine import InFlight
-from shared_resources.capacity import slots_dir
-from shared_resources.pools import Pool
-from shared_resources.storage import Storage
+from shared_resources.compute.backends.engine import InFlight
+from shared_resources.compute.cooldowns import slots_dir
+from shared_resources.catalog.pools import Pool
+from shared_resources.runtime.storage import Storage
 
 
 def workload_pids(storage: Storage, step: str, cluster=None) -> list[int]:

@@ -27,12 +27,12 @@ from drills import faults
 from drills.goodput import loss_bound_steps, optimum_goodput
 from drills.model import DrillResult, Timings
 from drills.workloads import DrillWorkload, end_state_digest, prepare_inputs, workload
-from shared_resources.checkpoints import FAILPOINT_ENV, CheckpointStore
-from shared_resources.compute import ComputeResource, StepRun
-from shared_resources.health import Drains
-from shared_resources.ledger import read_ledger
-from shared_resources.pools import load_pools
-from shared_resources.storage import Storage, glob_uris
+from shared_resources.runtime.checkpoints import FAILPOINT_ENV, CheckpointStore
+from shared_resources.compute.resource import ComputeResource, StepRun
+from shared_resources.compute.health import Drains
+from shared_resources.accounting.ledger import read_ledger
+from shared_resources.catalog.pools import load_pools
+from shared_resources.runtime.storage import Storage, glob_uris
 
 BACKENDS = ("local", "slurm")
 # Clusters a drill may fault, by backend; `sinewgrid drill --backend slurm` registers the one it starts.

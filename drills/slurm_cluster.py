@@ -179,8 +179,8 @@ class SlurmCluster:
         """While the block runs, `scontrol requeue` the first Slurm job in flight under
         `storage_root` once a checkpoint of `lineage` exists (what a spot reclaim does).
         Yields the list the requeued job id is appended to."""
-        from shared_resources.backends.engine import InFlight
-        from shared_resources.storage import Storage
+        from shared_resources.compute.backends.engine import InFlight
+        from shared_resources.runtime.storage import Storage
 
         inflight = InFlight(Storage.at(str(storage_root)))
         checkpoints = Path(storage_root) / "checkpoints" / lineage

@@ -23,9 +23,9 @@ from typing import Any
 
 import numpy as np
 
-from shared_resources.checkpoints import MANIFEST, CheckpointStore
-from shared_resources.step_spec import StepSpec
-from shared_resources.storage import fs_for, glob_uris, read_bytes, read_json
+from shared_resources.runtime.checkpoints import MANIFEST, CheckpointStore
+from shared_resources.catalog.step_spec import StepSpec
+from shared_resources.runtime.storage import fs_for, glob_uris, read_bytes, read_json
 
 SIZES = ("small", "full")
 

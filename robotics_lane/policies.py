@@ -51,7 +51,7 @@ def load_policy(spec: dict[str, Any], seed: int) -> Policy:
         controller = BalancingController()
         return NoisyOperator(controller, noise_std=noise, seed=seed) if noise > 0 else controller
     if kind == "checkpoint":
-        from shared_resources.checkpoints import CheckpointStore
+        from shared_resources.runtime.checkpoints import CheckpointStore
 
         checkpoint = CheckpointStore(spec["uri"]).latest_valid()
         if checkpoint is None:

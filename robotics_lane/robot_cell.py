@@ -16,8 +16,8 @@ from dataclasses import dataclass
 from robotics_lane.episodes.lerobot_v3 import Episode, write_dataset
 from robotics_lane.policies import load_policy
 from robotics_lane.sim.base import ACTION_NAMES, STATE_NAMES, TaskSpec, make_simulator, run_episode
-from shared_resources.landing import MANIFEST_NAME, seal_drop
-from shared_resources.storage import Storage, exists, glob_uris, read_json, write_bytes_atomic
+from shared_resources.intake.landing import MANIFEST_NAME, seal_drop
+from shared_resources.runtime.storage import Storage, exists, glob_uris, read_json, write_bytes_atomic
 
 KIND = "robot_eval"
 # How the real robot differs from nominal simulation (hidden from the platform).

@@ -22,11 +22,11 @@ from typing import Any
 
 import dagster as dg
 
-from shared_resources.backends import backend_for
-from shared_resources.backends.engine import InFlight, JobHandle
-from shared_resources.compute import ComputeResource
-from shared_resources.ledger import AttemptRecord, record_attempt
-from shared_resources.pools import Pool
+from shared_resources.compute.backends import backend_for
+from shared_resources.compute.backends.engine import InFlight, JobHandle
+from shared_resources.compute.resource import ComputeResource
+from shared_resources.accounting.ledger import AttemptRecord, record_attempt
+from shared_resources.catalog.pools import Pool
 from shared_resources.resources import StorageResource
 
 _RUN_ACTIVE = {

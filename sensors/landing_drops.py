@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 
 import dagster as dg
 
-from shared_resources.landing import DROP_ID_PATTERN, DropIssue, list_complete_drops, quarantine_drop
+from shared_resources.intake.landing import DROP_ID_PATTERN, DropIssue, list_complete_drops, quarantine_drop
 from shared_resources.resources import StorageResource
 
 LOOKBACK_SECONDS = 600.0

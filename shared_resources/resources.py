@@ -6,8 +6,8 @@ import os
 
 import dagster as dg
 
-from shared_resources.compute import ComputeResource
-from shared_resources.storage import Storage, default_home
+from shared_resources.compute.resource import ComputeResource
+from shared_resources.runtime.storage import Storage, default_home
 
 POOLS_ENV = "SINEWGRID_POOLS"
 

@@ -43,7 +43,7 @@ def _quiet() -> None:
 
 
 def _storage():
-    from shared_resources.storage import Storage
+    from shared_resources.runtime.storage import Storage
 
     return Storage.from_env()
 
@@ -140,8 +140,8 @@ def report(
     """Goodput and cost from the attempt ledger, per run, project, provider or lane."""
     import json
 
-    from shared_resources import reports
-    from shared_resources.ledger import Ledger, LedgerConfigError
+    from shared_resources.accounting import reports
+    from shared_resources.accounting.ledger import Ledger, LedgerConfigError
 
     if by not in reports.GROUPINGS:
         raise typer.BadParameter(f"use --by {', '.join(reports.GROUPINGS)}", param_hint="--by")
@@ -258,9 +258,9 @@ def plan(
     """Answer a job file with a capacity plan: where each step runs, its failover order, the cost, and why."""
     import json
 
-    from shared_resources.jobfile import JobFileError, plan_job_file
-    from shared_resources.planner import InfeasiblePlanError
-    from shared_resources.pools import PoolCatalogError
+    from shared_resources.placement.job_files import JobFileError, plan_job_file
+    from shared_resources.placement.planner import InfeasiblePlanError
+    from shared_resources.catalog.pools import PoolCatalogError
 
     try:
         result = plan_job_file(job_file, pools or [os.environ.get("SINEWGRID_POOLS") or None])
@@ -358,7 +358,7 @@ app.add_typer(pools_app, name="pools")
 @pools_app.command("drained")
 def pools_drained() -> None:
     """List the pools taken out of placement (failed qualification, unhealthy node, straggler)."""
-    from shared_resources.health import Drains
+    from shared_resources.compute.health import Drains
 
     drains = Drains(_storage()).all()
     if not drains:
@@ -375,7 +375,7 @@ def pools_drained() -> None:
 @pools_app.command("undrain")
 def pools_undrain(pool: str = typer.Argument(..., help="The pool to put back in service.")) -> None:
     """Put a drained pool back in service (it is qualified again before its next step)."""
-    from shared_resources.health import Drains
+    from shared_resources.compute.health import Drains
 
     if Drains(_storage()).undrain(pool):
         console.print(f"{escape(pool)} is back in service; it will be qualified again before its next step")
@@ -440,7 +440,7 @@ def demo(
 
 def _print_traceability(storage) -> None:
     """Where to look next: the newest results' lineage, the dataset versions, the runs."""
-    from shared_resources.lineage import LineageStore
+    from shared_resources.data.lineage import LineageStore
 
     lineage = LineageStore(storage.root)
     records = [lineage.get(i) for i in lineage.ids() if i.startswith(("cell/next_plate_proposal/", "robotics/real_robot_evaluation/"))]

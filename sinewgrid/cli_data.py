@@ -16,7 +16,7 @@ errors = Console(stderr=True, width=None if sys.stderr.isatty() else 150)
 
 
 def _root(root: str | None) -> str:
-    from shared_resources.storage import Storage, default_home
+    from shared_resources.runtime.storage import Storage, default_home
 
     return Storage.at(root or default_home()).root
 
@@ -32,7 +32,7 @@ ROOT = typer.Option(None, "--root", help="The storage root (default: $SINEWGRID_
 @data_app.command("list")
 def data_list(dataset: str = typer.Argument(None, help="Only this dataset, e.g. cell/omics."), root: str = ROOT) -> None:
     """Every registered dataset version: its DVC hash, registry revision, size and region."""
-    from shared_resources.data_registry import DataRegistry, RegistryError
+    from shared_resources.data.registry import DataRegistry, RegistryError
 
     try:
         registry = DataRegistry.for_root(_root(root))
@@ -61,7 +61,7 @@ def data_get(
     root: str = ROOT,
 ) -> None:
     """Get one dataset version back, exactly as registered (every file checked against its hash)."""
-    from shared_resources.data_registry import DataRegistry, RegistryError
+    from shared_resources.data.registry import DataRegistry, RegistryError
 
     try:
         got = DataRegistry.for_root(_root(root)).get(dataset, version, dest)
@@ -79,7 +79,7 @@ def lineage(
 
     Each record's code version (git revision) is shown where it differs from the one above it.
     """
-    from shared_resources.lineage import LineageNotFound, LineageStore, Tree
+    from shared_resources.data.lineage import LineageNotFound, LineageStore, Tree
 
     store = LineageStore(_root(root))
     try:

@@ -25,7 +25,7 @@ ROOT_HELP = "Storage root (a folder or s3://bucket/prefix); $SINEWGRID_HOME by d
 
 
 def _root(root: str | None) -> str:
-    from shared_resources.storage import default_home
+    from shared_resources.runtime.storage import default_home
 
     return root or default_home()
 
@@ -33,7 +33,7 @@ def _root(root: str | None) -> str:
 @contextmanager
 def _clear_errors() -> Iterator[None]:
     """Turn a user's mistake (bad option, missing run) into a red message and exit code 1."""
-    from shared_resources.experiments import RunNotFound
+    from shared_resources.data.experiments import RunNotFound
 
     try:
         yield
@@ -63,7 +63,7 @@ def checkpoints_list(
     root: str = typer.Option(None, help=ROOT_HELP),
 ) -> None:
     """Every valid checkpoint, by run and step, with its figures; torn ones are listed apart."""
-    from shared_resources.checkpoint_registry import CheckpointRegistry, human_bytes
+    from shared_resources.data.checkpoint_registry import CheckpointRegistry, human_bytes
 
     with _clear_errors():
         registry = CheckpointRegistry(_root(root))
@@ -110,7 +110,7 @@ def checkpoints_prune(
     checkpoint and every checkpoint a `latest.json` pointer names. Run folders' run.json and
     metrics.parquet are never removed.
     """
-    from shared_resources.checkpoint_registry import CheckpointRegistry, apply_retention, human_bytes, pointer_protections
+    from shared_resources.data.checkpoint_registry import CheckpointRegistry, apply_retention, human_bytes, pointer_protections
 
     with _clear_errors():
         where = _root(root)
@@ -160,7 +160,7 @@ def runs_list(
     root: str = typer.Option(None, help=ROOT_HELP),
 ) -> None:
     """Every recorded run, with its summary figures, evaluations, data and code."""
-    from shared_resources.experiments import list_runs
+    from shared_resources.data.experiments import list_runs
 
     warnings: list[str] = []
     with _clear_errors():
@@ -198,7 +198,7 @@ def runs_show(
     root: str = typer.Option(None, help=ROOT_HELP),
 ) -> None:
     """One run: its figures, evaluations, curves, config, data, code and files."""
-    from shared_resources.experiments import flatten_config, load_run
+    from shared_resources.data.experiments import flatten_config, load_run
 
     with _clear_errors():
         run = load_run(_root(root), lineage)
@@ -237,7 +237,7 @@ def runs_compare(
     root: str = typer.Option(None, help=ROOT_HELP),
 ) -> None:
     """Two runs side by side: figures and their difference, config that differs, datasets, code."""
-    from shared_resources.experiments import compare, load_run
+    from shared_resources.data.experiments import compare, load_run
 
     with _clear_errors():
         where = _root(root)

@@ -8,7 +8,7 @@ from pathlib import Path
 import dagster as dg
 import yaml
 
-from shared_resources.storage import Storage
+from shared_resources.runtime.storage import Storage
 
 DEFAULT_DAGSTER_YAML = {
     "telemetry": {"enabled": False},

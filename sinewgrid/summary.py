@@ -10,8 +10,8 @@ import dagster as dg
 import numpy as np
 import pandas as pd
 
-from shared_resources.ledger import read_ledger
-from shared_resources.storage import Storage, fs_for, read_bytes
+from shared_resources.accounting.ledger import read_ledger
+from shared_resources.runtime.storage import Storage, fs_for, read_bytes
 
 FINETUNED = dg.AssetKey(["cell", "finetuned_model"])
 FOUNDATION = dg.AssetKey(["cell", "foundation_model"])

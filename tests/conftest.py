@@ -13,7 +13,7 @@ import dagster as dg
 import pytest
 
 from shared_resources.resources import platform_resources
-from shared_resources.storage import Storage
+from shared_resources.runtime.storage import Storage
 
 warnings.filterwarnings("ignore", category=UserWarning, module="zarr")
 

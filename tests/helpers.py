@@ -7,9 +7,9 @@ import numpy as np
 import pandas as pd
 
 from cell_lane.plate_layout import GENES_PER_PLATE, plate_layout
-from shared_resources.landing import write_drop
+from shared_resources.intake.landing import write_drop
 from shared_resources.resources import StorageResource
-from shared_resources.storage import Storage
+from shared_resources.runtime.storage import Storage
 
 GENES = ["CD3E", "CD14", "LYZ", "MS4A1", "NKG7", "GNLY", "FCGR3A", "CST3", "PPBP", "IL7R"]
 

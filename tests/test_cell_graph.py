@@ -25,14 +25,14 @@ from cell_lane.lab_simulator import LabSimulator
 from cell_lane.omics import read_dataset
 from cell_lane.plate_validation import OPTIONAL_COLUMNS, REQUIRED_COLUMNS, check_plate_file
 from platform_location.assets.data_layer import checkpoint_retention
-from shared_resources.checkpoint_registry import CheckpointRegistry
-from shared_resources.checkpoints import CheckpointStore
-from shared_resources.data_registry import DataRegistry
-from shared_resources.experiments import load_run
-from shared_resources.ledger import read_ledger
-from shared_resources.lineage import LineageStore, code_version
+from shared_resources.data.checkpoint_registry import CheckpointRegistry
+from shared_resources.runtime.checkpoints import CheckpointStore
+from shared_resources.data.registry import DataRegistry
+from shared_resources.data.experiments import load_run
+from shared_resources.accounting.ledger import read_ledger
+from shared_resources.data.lineage import LineageStore, code_version
 from shared_resources.resources import StorageResource
-from shared_resources.storage import glob_uris, read_bytes, write_bytes_atomic
+from shared_resources.runtime.storage import glob_uris, read_bytes, write_bytes_atomic
 from sinewgrid.cli import app
 from tests.conftest import ROOT_KINDS
 from tests.helpers import sensor_ingest

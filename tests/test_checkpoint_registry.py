@@ -9,10 +9,10 @@ import pytest
 import torch
 from typer.testing import CliRunner
 
-from shared_resources.checkpoint_registry import CheckpointRegistry, apply_retention, pointer_protections
-from shared_resources.checkpoints import CheckpointStore
-from shared_resources.experiments import record_run
-from shared_resources.storage import Storage, fs_for, write_json_atomic
+from shared_resources.data.checkpoint_registry import CheckpointRegistry, apply_retention, pointer_protections
+from shared_resources.runtime.checkpoints import CheckpointStore
+from shared_resources.data.experiments import record_run
+from shared_resources.runtime.storage import Storage, fs_for, write_json_atomic
 from sinewgrid.cli_models import checkpoints_app
 
 FOUNDATION_A = "cell/foundation_model/v1-aaaa"

@@ -15,8 +15,8 @@ import pytest
 import torch
 
 from cell_lane.omics import join_labels, publish_dataset
-from shared_resources.checkpoints import CheckpointStore
-from shared_resources.workload import PREEMPTED_EXIT_CODE
+from shared_resources.runtime.checkpoints import CheckpointStore
+from shared_resources.runtime.workload import PREEMPTED_EXIT_CODE
 
 REPO = Path(__file__).resolve().parent.parent
 

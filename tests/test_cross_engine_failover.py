@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from shared_resources.ledger import read_ledger
-from shared_resources.storage import Storage
+from shared_resources.accounting.ledger import read_ledger
+from shared_resources.runtime.storage import Storage
 from tests.engines.ray_head import start_ray_head
 from tests.engines.slurm_cluster import SlurmCluster
 from tests.engines.steps import counting_spec, materialize_counting, result_metadata

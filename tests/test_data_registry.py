@@ -14,7 +14,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from shared_resources.data_registry import (
+from shared_resources.data.registry import (
     DataRegistry,
     DatasetChanged,
     RegistryError,

@@ -98,7 +98,7 @@ def test_workloads_talk_back_only_through_pipes():
         for name in _imports(path):
             top = name.split(".")[0]
             assert top != "dagster", f"{path.relative_to(REPO)} imports {name}"
-            assert not name.startswith(("shared_resources.compute", "shared_resources.backends", "shared_resources.resources")), (
+            assert not name.startswith(("shared_resources.compute.resource", "shared_resources.compute.backends", "shared_resources.resources")), (
                 f"{path.relative_to(REPO)} imports backend code {name}"
             )
 

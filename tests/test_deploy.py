@@ -27,7 +27,7 @@ from dagster_k8s.models import k8s_model_from_dict
 from packaging.requirements import Requirement
 from packaging.specifiers import SpecifierSet
 
-from shared_resources.pools import Backend, load_pools
+from shared_resources.catalog.pools import Backend, load_pools
 
 REPO = Path(__file__).resolve().parent.parent
 DEPLOY = REPO / "deploy"
@@ -262,9 +262,9 @@ def test_project_images_copy_every_package_the_project_ships(name: str):
 
 
 def test_cloud_pool_examples_validate_and_place():
-    from shared_resources.placement import plan_placement
-    from shared_resources.pools import Capacity
-    from shared_resources.step_spec import StepSpec
+    from shared_resources.placement.ranking import plan_placement
+    from shared_resources.catalog.pools import Capacity
+    from shared_resources.catalog.step_spec import StepSpec
 
     files = sorted((DEPLOY / "pools").glob("*.yaml"))
     assert {f.stem for f in files} == {"aws", "gcp", "azure", "oci", "gpu-cloud"}

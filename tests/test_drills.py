@@ -17,10 +17,10 @@ import pytest
 from typer.testing import CliRunner
 
 from drills.model import DrillResult
-from shared_resources.checkpoints import CheckpointStore
-from shared_resources.ledger import read_ledger
+from shared_resources.runtime.checkpoints import CheckpointStore
+from shared_resources.accounting.ledger import read_ledger
 from shared_resources.resources import platform_resources
-from shared_resources.storage import Storage
+from shared_resources.runtime.storage import Storage
 
 
 @pytest.fixture(scope="module")

@@ -12,7 +12,7 @@ import pytest
 from PIL import Image
 from typer.testing import CliRunner
 
-from shared_resources.experiments import (
+from shared_resources.data.experiments import (
     RunNotFound,
     compare,
     curve_png,
@@ -23,7 +23,7 @@ from shared_resources.experiments import (
     record_evaluation,
     record_run,
 )
-from shared_resources.storage import Storage
+from shared_resources.runtime.storage import Storage
 from sinewgrid.cli_models import runs_app
 
 A = "robotics/policy/aaaa11112222"

@@ -16,12 +16,12 @@ import torch
 from cell_lane.assets.dataset import omics_dataset
 from cell_lane.assets.training import foundation_model
 from cell_lane.lab_simulator import LabSimulator
-from shared_resources.capacity import SLOTS_ENV, Cooldowns, pool_slot
-from shared_resources.checkpoints import CheckpointStore
-from shared_resources.ledger import read_ledger
-from shared_resources.pools import load_pools
+from shared_resources.compute.cooldowns import SLOTS_ENV, Cooldowns, pool_slot
+from shared_resources.runtime.checkpoints import CheckpointStore
+from shared_resources.accounting.ledger import read_ledger
+from shared_resources.catalog.pools import load_pools
 from shared_resources.resources import platform_resources
-from shared_resources.storage import Storage
+from shared_resources.runtime.storage import Storage
 from tests.test_cell_graph import _children_running
 
 CATALOG = """

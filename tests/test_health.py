@@ -12,12 +12,12 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
-from shared_resources.health import Drains, Qualifications
-from shared_resources.ledger import Ledger, read_ledger
-from shared_resources.monitor import AttemptMonitor, straggling
-from shared_resources.pools import load_pools
-from shared_resources.step_spec import StepSpec
-from shared_resources.storage import Storage
+from shared_resources.compute.health import Drains, Qualifications
+from shared_resources.accounting.ledger import Ledger, read_ledger
+from shared_resources.compute.monitor import AttemptMonitor, straggling
+from shared_resources.catalog.pools import load_pools
+from shared_resources.catalog.step_spec import StepSpec
+from shared_resources.runtime.storage import Storage
 from tests.engines.steps import counting_spec, materialize_counting, result_metadata
 
 
@@ -123,7 +123,7 @@ def test_an_old_ledger_gets_the_cause_column_in_place(tmp_path):
 
 
 def test_a_booked_attempt_keeps_its_cause(tmp_path):
-    from shared_resources.ledger import AttemptRecord
+    from shared_resources.accounting.ledger import AttemptRecord
 
     ledger = Ledger(f"sqlite:///{tmp_path / 'l.db'}")
     now = dt.datetime.now(dt.UTC)
@@ -138,8 +138,8 @@ def test_a_booked_attempt_keeps_its_cause(tmp_path):
 
 
 def test_report_by_cause_names_every_cause(tmp_path):
-    from shared_resources.ledger import AttemptRecord
-    from shared_resources.reports import summary
+    from shared_resources.accounting.ledger import AttemptRecord
+    from shared_resources.accounting.reports import summary
 
     ledger = Ledger(f"sqlite:///{tmp_path / 'l.db'}")
     now = dt.datetime.now(dt.UTC)

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from shared_resources.jobfile import JobFileError, check_against_catalog, load_job, with_job_limits
-from shared_resources.pools import load_catalog
+from shared_resources.placement.job_files import JobFileError, check_against_catalog, load_job, with_job_limits
+from shared_resources.catalog.pools import load_catalog
 
 REPO = Path(__file__).resolve().parent.parent
 GOOD = """\
@@ -69,7 +69,7 @@ def test_job_limits_narrow_the_catalog_tenant_limits():
 
 @pytest.mark.parametrize("name", ["cell", "robotics"])
 def test_sample_jobs_plan_against_the_cloud_catalogs(name):
-    from shared_resources.planner import plan_job
+    from shared_resources.placement.planner import plan_job
 
     path = REPO / "deploy" / "jobs" / f"{name}.yaml"
     job = load_job(path)

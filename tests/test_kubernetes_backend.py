@@ -25,13 +25,13 @@ import yaml
 from dagster_k8s.pipes import build_pod_body
 from kubernetes.client import ApiClient
 
-from shared_resources.backends.base import AttemptOutcome
-from shared_resources.backends.engine import InFlight, JobHandle, JobState
-from shared_resources.backends.kubernetes import KubernetesBackend, core_api, job_status, pod_spec_for
-from shared_resources.checkpoints import CheckpointStore
-from shared_resources.ledger import read_ledger
-from shared_resources.pools import load_pools
-from shared_resources.storage import REPO_ROOT, Storage
+from shared_resources.compute.backends.base import AttemptOutcome
+from shared_resources.compute.backends.engine import InFlight, JobHandle, JobState
+from shared_resources.compute.backends.kubernetes import KubernetesBackend, core_api, job_status, pod_spec_for
+from shared_resources.runtime.checkpoints import CheckpointStore
+from shared_resources.accounting.ledger import read_ledger
+from shared_resources.catalog.pools import load_pools
+from shared_resources.runtime.storage import REPO_ROOT, Storage
 from tests.engines.fake_kube_api import FakeKubeAPI, FakeNode
 from tests.engines.steps import counting_spec, materialize_counting, result_metadata
 

@@ -10,8 +10,8 @@ import pandas as pd
 import pytest
 import sqlalchemy as sa
 
-from shared_resources import ledger as ledger_module
-from shared_resources.ledger import (
+from shared_resources.accounting import ledger as ledger_module
+from shared_resources.accounting.ledger import (
     LEDGER_URL_ENV,
     AttemptRecord,
     Ledger,
@@ -21,8 +21,8 @@ from shared_resources.ledger import (
     record_attempt,
     split_time,
 )
-from shared_resources.pools import load_pools
-from shared_resources.storage import Storage
+from shared_resources.catalog.pools import load_pools
+from shared_resources.runtime.storage import Storage
 from tests.engines.postgres_server import PostgresServer
 from tests.synthetic_ledger import DAY1, DAY2, synthetic_records
 

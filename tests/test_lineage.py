@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from typer.testing import CliRunner
 
-from shared_resources.lineage import LineageNotFound, LineageStore, code_version
+from shared_resources.data.lineage import LineageNotFound, LineageStore, code_version
 from sinewgrid.cli import app
 
 

@@ -9,11 +9,11 @@ import math
 import pytest
 from typer.testing import CliRunner
 
-from shared_resources.cost_model import young_daly_interval_hours
-from shared_resources.placement import checkpoint_interval_seconds, plan_placement, spot_rework_fraction
-from shared_resources.planner import InfeasiblePlanError, plan_job
-from shared_resources.pools import Catalog, EgressRates, EgressTable, Pool, TenantLimits
-from shared_resources.step_spec import DatasetRef, StepSpec
+from shared_resources.placement.cost_model import young_daly_interval_hours
+from shared_resources.placement.ranking import checkpoint_interval_seconds, plan_placement, spot_rework_fraction
+from shared_resources.placement.planner import InfeasiblePlanError, plan_job
+from shared_resources.catalog.pools import Catalog, EgressRates, EgressTable, Pool, TenantLimits
+from shared_resources.catalog.step_spec import DatasetRef, StepSpec
 
 T0 = dt.datetime(2026, 12, 7, tzinfo=dt.UTC)
 

@@ -16,12 +16,12 @@ from pathlib import Path
 import pytest
 from ray.job_submission import JobSubmissionClient
 
-from shared_resources.backends.base import AttemptOutcome
-from shared_resources.backends.engine import JobState, Launch
-from shared_resources.backends.ray import RayBackend
-from shared_resources.ledger import read_ledger
-from shared_resources.pools import load_pools
-from shared_resources.storage import REPO_ROOT, Storage
+from shared_resources.compute.backends.base import AttemptOutcome
+from shared_resources.compute.backends.engine import JobState, Launch
+from shared_resources.compute.backends.ray import RayBackend
+from shared_resources.accounting.ledger import read_ledger
+from shared_resources.catalog.pools import load_pools
+from shared_resources.runtime.storage import REPO_ROOT, Storage
 from tests.engines.ray_head import RayHead, start_ray_head
 from tests.engines.steps import counting_spec, materialize_counting, result_metadata
 

@@ -17,10 +17,10 @@ import matplotlib.image
 import pandas as pd
 import pytest
 
-from shared_resources import reports
-from shared_resources.ledger import LEDGER_URL_ENV, AttemptRecord, Ledger
+from shared_resources.accounting import reports
+from shared_resources.accounting.ledger import LEDGER_URL_ENV, AttemptRecord, Ledger
 from shared_resources.resources import platform_resources
-from shared_resources.storage import Storage
+from shared_resources.runtime.storage import Storage
 from tests.synthetic_ledger import (
     DAY1,
     DAY2,

@@ -16,11 +16,11 @@ from robotics_lane.definitions import defs, robot_eval_sensor, teleop_session_se
 from robotics_lane.episodes.lerobot_v3 import read_dataset
 from robotics_lane.robot_cell import RobotCellStandIn
 from robotics_lane.teleop_operator import TeleopOperatorStandIn
-from shared_resources.data_registry import DataRegistry
-from shared_resources.experiments import load_run
-from shared_resources.ledger import read_ledger
-from shared_resources.lineage import LineageStore, code_version
-from shared_resources.storage import exists, read_json, write_bytes_atomic
+from shared_resources.data.registry import DataRegistry
+from shared_resources.data.experiments import load_run
+from shared_resources.accounting.ledger import read_ledger
+from shared_resources.data.lineage import LineageStore, code_version
+from shared_resources.runtime.storage import exists, read_json, write_bytes_atomic
 from tests.conftest import ROOT_KINDS
 from tests.helpers import sensor_ingest
 

@@ -16,7 +16,7 @@ import pytest
 
 from robotics_lane.episodes.shards import read_episode_file
 from robotics_lane.workloads.rollouts import committed_seeds
-from shared_resources.workload import PREEMPTED_EXIT_CODE
+from shared_resources.runtime.workload import PREEMPTED_EXIT_CODE
 
 REPO = Path(__file__).resolve().parent.parent
 SEEDS = list(range(500, 530))

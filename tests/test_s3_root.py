@@ -13,10 +13,10 @@ import torch
 
 from cell_lane.assets.ingest import raw_assay, validated_assay
 from cell_lane.omics import join_labels, publish_dataset, read_dataset
-from shared_resources.checkpoints import CheckpointStore
-from shared_resources.landing import list_complete_drops
+from shared_resources.runtime.checkpoints import CheckpointStore
+from shared_resources.intake.landing import list_complete_drops
 from shared_resources.resources import platform_resources
-from shared_resources.storage import Storage, fs_for
+from shared_resources.runtime.storage import Storage, fs_for
 from tests.helpers import drop_plate, good_plate
 
 

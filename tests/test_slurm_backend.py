@@ -15,14 +15,14 @@ import dagster as dg
 import pytest
 import yaml
 
-from shared_resources.backend_settings import SlurmSettings
-from shared_resources.backends.base import AttemptOutcome
-from shared_resources.backends.engine import JobState, Launch
-from shared_resources.backends.slurm import SlurmBackend, render_batch_script
-from shared_resources.ledger import read_ledger
-from shared_resources.pools import Pool, load_pools
-from shared_resources.storage import REPO_ROOT, Storage
-from shared_resources.workload import EXTRAS_ENV, PREEMPTED_EXIT_CODE
+from shared_resources.catalog.backend_settings import SlurmSettings
+from shared_resources.compute.backends.base import AttemptOutcome
+from shared_resources.compute.backends.engine import JobState, Launch
+from shared_resources.compute.backends.slurm import SlurmBackend, render_batch_script
+from shared_resources.accounting.ledger import read_ledger
+from shared_resources.catalog.pools import Pool, load_pools
+from shared_resources.runtime.storage import REPO_ROOT, Storage
+from shared_resources.runtime.workload import EXTRAS_ENV, PREEMPTED_EXIT_CODE
 from tests.engines.slurm_cluster import SlurmCluster
 from tests.engines.steps import counting_spec, materialize_counting, result_metadata
 

@@ -9,9 +9,9 @@ import pandas as pd
 
 from cell_lane.assets.ingest import KIND, VALIDATED_ASSAY
 from cell_lane.omics import gene_labels, join_labels, load_reference_expression, publish_dataset
-from shared_resources.provenance import publish_version
+from shared_resources.data.provenance import publish_version
 from shared_resources.resources import StorageResource
-from shared_resources.storage import fs_for, read_json, write_json_atomic
+from shared_resources.runtime.storage import fs_for, read_json, write_json_atomic
 
 OMICS_DATASET = dg.AssetKey(["cell", "omics_dataset"])
 

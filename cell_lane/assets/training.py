@@ -7,12 +7,12 @@ import json
 import dagster as dg
 
 from cell_lane.assets.dataset import OMICS_DATASET, latest_dataset
-from shared_resources.compute import ComputeResource
-from shared_resources.pools import Capacity
-from shared_resources.provenance import dataset_ref, find_version, record_result, track_run, trained_on
+from shared_resources.compute.resource import ComputeResource
+from shared_resources.catalog.pools import Capacity
+from shared_resources.data.provenance import dataset_ref, find_version, record_result, track_run, trained_on
 from shared_resources.resources import StorageResource
-from shared_resources.step_spec import StepSpec
-from shared_resources.storage import read_json, write_json_atomic
+from shared_resources.catalog.step_spec import StepSpec
+from shared_resources.runtime.storage import read_json, write_json_atomic
 
 FOUNDATION_MODEL = dg.AssetKey(["cell", "foundation_model"])
 FINETUNED_MODEL = dg.AssetKey(["cell", "finetuned_model"])

@@ -17,10 +17,10 @@ from torch import nn
 
 from cell_lane.omics import read_dataset
 from cell_lane.workloads.models import EffectHead
-from shared_resources.checkpoints import CheckpointStore
-from shared_resources.storage import write_bytes_atomic
-from shared_resources.torch_state import load_optimizer_tensors, optimizer_tensors
-from shared_resources.workload import WorkloadRun
+from shared_resources.runtime.checkpoints import CheckpointStore
+from shared_resources.runtime.storage import write_bytes_atomic
+from shared_resources.runtime.torch_state import load_optimizer_tensors, optimizer_tensors
+from shared_resources.runtime.workload import WorkloadRun
 
 
 @dataclass(frozen=True)

@@ -13,8 +13,8 @@ from torch import nn
 
 from cell_lane.omics import read_dataset
 from cell_lane.workloads.models import MaskedExpressionModel
-from shared_resources.torch_state import pick_device, restore_training, training_files
-from shared_resources.workload import WorkloadRun
+from shared_resources.runtime.torch_state import pick_device, restore_training, training_files
+from shared_resources.runtime.workload import WorkloadRun
 
 
 @dataclass(frozen=True)

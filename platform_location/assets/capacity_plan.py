@@ -8,11 +8,11 @@ from pathlib import Path
 
 import dagster as dg
 
-from shared_resources.jobfile import JobFileError, plan_calendar
-from shared_resources.planner import InfeasiblePlanError
-from shared_resources.pools import PoolCatalogError
+from shared_resources.placement.job_files import JobFileError, plan_calendar
+from shared_resources.placement.planner import InfeasiblePlanError
+from shared_resources.catalog.pools import PoolCatalogError
 from shared_resources.resources import StorageResource
-from shared_resources.storage import REPO_ROOT, write_bytes_atomic
+from shared_resources.runtime.storage import REPO_ROOT, write_bytes_atomic
 
 CAPACITY_PLAN = dg.AssetKey(["platform", "capacity_plan"])
 PLAN_GROUP = "platform_capacity"

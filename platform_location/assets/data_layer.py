@@ -4,9 +4,9 @@ import pandas as pd
 
 import dagster as dg
 
-from shared_resources.checkpoint_registry import CheckpointRegistry, apply_retention, human_bytes, pointer_protections
-from shared_resources.data_registry import DataRegistry
-from shared_resources.experiments import curve_png, image_markdown, list_runs
+from shared_resources.data.checkpoint_registry import CheckpointRegistry, apply_retention, human_bytes, pointer_protections
+from shared_resources.data.registry import DataRegistry
+from shared_resources.data.experiments import curve_png, image_markdown, list_runs
 from shared_resources.resources import StorageResource
 
 GROUP = "platform_data"

@@ -12,12 +12,12 @@ from robotics_lane.assets.rollouts import SIM_ROLLOUTS, rollouts_version
 from robotics_lane.assets.teleop import TELEOP_EPISODES
 from robotics_lane.stats import wilson_interval
 from robotics_lane.workloads.rollouts import trial_uri
-from shared_resources.compute import ComputeResource
-from shared_resources.pools import Capacity
-from shared_resources.provenance import dataset_ref, find_version, record_result, track_evaluation, track_run, trained_on
+from shared_resources.compute.resource import ComputeResource
+from shared_resources.catalog.pools import Capacity
+from shared_resources.data.provenance import dataset_ref, find_version, record_result, track_evaluation, track_run, trained_on
 from shared_resources.resources import StorageResource
-from shared_resources.step_spec import StepSpec
-from shared_resources.storage import Storage, glob_uris, read_json, write_bytes_atomic, write_json_atomic
+from shared_resources.catalog.step_spec import StepSpec
+from shared_resources.runtime.storage import Storage, glob_uris, read_json, write_bytes_atomic, write_json_atomic
 
 POLICY = dg.AssetKey(["robotics", "policy"])
 SIM_EVALUATION = dg.AssetKey(["robotics", "sim_evaluation"])

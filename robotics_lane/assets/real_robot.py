@@ -12,11 +12,11 @@ from robotics_lane.checks import EPISODES_VALID_CHECK, RESULTS_MANIFEST_CHECK
 from robotics_lane.episodes.validation import validate_dataset
 from robotics_lane.partitions import robot_evals
 from robotics_lane.stats import wilson_interval
-from shared_resources.landing import DropIssue, read_drop, write_raw
-from shared_resources.provenance import drop_id, record_drop, record_result, track_evaluation
-from shared_resources.quarantine import quarantined
+from shared_resources.intake.landing import DropIssue, read_drop, write_raw
+from shared_resources.data.provenance import drop_id, record_drop, record_result, track_evaluation
+from shared_resources.intake.quarantine import quarantined
 from shared_resources.resources import StorageResource
-from shared_resources.storage import exists, read_json, write_bytes_atomic, write_json_atomic
+from shared_resources.runtime.storage import exists, read_json, write_bytes_atomic, write_json_atomic
 
 KIND = "robot_eval"
 EVAL_REQUEST = dg.AssetKey(["robotics", "real_robot_eval_request"])

@@ -13,12 +13,12 @@ from robotics_lane.partitions import nightly_sweeps
 from robotics_lane.sim.base import ACTION_NAMES, STATE_NAMES
 from robotics_lane.sweeps import SWEEPS, SweepConfig
 from robotics_lane.workloads.rollouts import trial_uri
-from shared_resources.compute import ComputeResource, StepRun
-from shared_resources.pools import Capacity
-from shared_resources.provenance import publish_version
+from shared_resources.compute.resource import ComputeResource, StepRun
+from shared_resources.catalog.pools import Capacity
+from shared_resources.data.provenance import publish_version
 from shared_resources.resources import StorageResource
-from shared_resources.step_spec import StepSpec
-from shared_resources.storage import Storage, read_json, write_bytes_atomic
+from shared_resources.catalog.step_spec import StepSpec
+from shared_resources.runtime.storage import Storage, read_json, write_bytes_atomic
 
 SIM_ROLLOUTS = dg.AssetKey(["robotics", "sim_rollouts"])
 TASK_LABEL = "balance the pole"

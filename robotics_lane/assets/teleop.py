@@ -6,11 +6,11 @@ import dagster as dg
 from robotics_lane.checks import EPISODES_VALID_CHECK, SESSION_MANIFEST_CHECK
 from robotics_lane.episodes.validation import validate_dataset
 from robotics_lane.partitions import teleop_sessions
-from shared_resources.landing import read_drop, write_raw
-from shared_resources.provenance import drop_id, publish_version, record_drop
-from shared_resources.quarantine import quarantined
+from shared_resources.intake.landing import read_drop, write_raw
+from shared_resources.data.provenance import drop_id, publish_version, record_drop
+from shared_resources.intake.quarantine import quarantined
 from shared_resources.resources import StorageResource
-from shared_resources.storage import write_json_atomic
+from shared_resources.runtime.storage import write_json_atomic
 
 KIND = "teleop"
 TELEOP_EPISODES = dg.AssetKey(["robotics", "teleop_episodes"])

@@ -50,7 +50,7 @@ from robotics_lane.episodes.lerobot_v3 import (
     read_table,
     read_tasks,
 )
-from shared_resources.landing import DropIssue
+from shared_resources.intake.landing import DropIssue
 
 MAX_ISSUES_PER_RULE = 20
 TIMESTAMP_TOLERANCE_S = 1e-3

@@ -26,8 +26,8 @@ from robotics_lane.episodes.lerobot_v3 import Episode as LeRobotEpisode
 from robotics_lane.episodes.shards import write_episode_file
 from robotics_lane.policies import load_policy
 from robotics_lane.sim.base import TaskSpec, make_simulator, run_episode
-from shared_resources.storage import fs_for, read_json, write_bytes_atomic
-from shared_resources.workload import Preempted, WorkloadRun
+from shared_resources.runtime.storage import fs_for, read_json, write_bytes_atomic
+from shared_resources.runtime.workload import Preempted, WorkloadRun
 
 
 @dataclass(frozen=True)

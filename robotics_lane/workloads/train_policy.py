@@ -14,8 +14,8 @@ from torch import nn
 
 from robotics_lane.episodes.lerobot_v3 import read_dataset
 from robotics_lane.policies import MLPPolicy
-from shared_resources.torch_state import restore_training, training_files
-from shared_resources.workload import WorkloadRun
+from shared_resources.runtime.torch_state import restore_training, training_files
+from shared_resources.runtime.workload import WorkloadRun
 
 
 @dataclass(frozen=True)

@@ -14,7 +14,7 @@ import time
 
 import torch
 
-from shared_resources.workload import WorkloadRun
+from shared_resources.runtime.workload import WorkloadRun
 
 
 def main() -> None:

@@ -9,8 +9,8 @@ from typing import Any
 
 import dagster as dg
 
-from shared_resources.compute import ComputeResource
-from shared_resources.step_spec import StepSpec
+from shared_resources.compute.resource import ComputeResource
+from shared_resources.catalog.step_spec import StepSpec
 
 
 def counting_spec(name: str = "test.counting", **overrides: Any) -> StepSpec:

@@ -1,0 +1,70 @@
+"""A step spec: what a piece of GPU work needs — never where it runs."""
+
+from __future__ import annotations
+
+import datetime as dt
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from shared_resources.catalog.pools import Capacity, check_accelerator
+
+
+class DatasetRef(BaseModel):
+    """An input dataset and where it sits: placement prefers compute next to it."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    name: str
+    size_gb: Annotated[float, Field(ge=0)]
+    provider: str
+    region: str
+
+
+class StepSpec(BaseModel):
+    """The needs of one GPU step. Placement turns it into a ranked list of pools."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    name: str = Field(description="Stable name of the step, e.g. `cell.foundation_model`.")
+    entry_point: str = Field(description="Python module run with `python -m`, e.g. `cell_lane.workloads.pretrain`.")
+    tenant: str
+    runtime: str = Field(default="default", description="Named runtime the workload needs (e.g. `isaaclab`); pools map it to a venv or image.")
+    gpus: Annotated[int, Field(ge=0)] = 1
+    nodes: Annotated[int, Field(ge=1)] = 1
+    accelerators: list[str] | None = Field(default=None, description="Acceptable accelerators; None: any.")
+    capacity: Capacity = Capacity.any
+    tightly_coupled: bool = False
+    checkpoints: bool = Field(default=True, description="Resumes from checkpoints, so spot capacity is acceptable.")
+    checkpoint_every_steps: Annotated[int, Field(ge=1)] = 50
+    checkpoint_seconds: Annotated[float, Field(ge=0)] = 5.0
+    expected_hours: Annotated[float, Field(gt=0)] = 1.0
+    max_preemptions: Annotated[int, Field(ge=0)] = 3
+    # A straggler: steps `straggler_factor` times slower than this attempt's own earlier ones, for
+    # `straggler_patience` telemetry reports in a row. `replace` drains the pool and moves the step
+    # (it resumes from a checkpoint taken on SIGTERM); `report` only says so.
+    on_straggler: Literal["replace", "report"] = "report"
+    straggler_factor: Annotated[float, Field(gt=1)] = 3.0
+    straggler_patience: Annotated[int, Field(ge=1)] = 3
+    telemetry_seconds: Annotated[float, Field(gt=0)] = Field(default=1.0, description="How often the workload reports its time per step.")
+    budget_usd: float | None = None
+    datasets: list[DatasetRef] = Field(default_factory=list, description="Inputs the step reads; moving them costs egress and time.")
+    start: dt.datetime | None = Field(default=None, description="When the step is planned to start (UTC); None: now.")
+    deadline: dt.datetime | None = Field(default=None, description="When it must be done (UTC), data transfer and rework included.")
+    deadline_hours: Annotated[float, Field(gt=0)] | None = Field(default=None, description="Or: hours after its start by which it must be done.")
+    config: dict[str, Any] = Field(default_factory=dict, description="Handed to the workload as its config.")
+
+    @field_validator("accelerators")
+    @classmethod
+    def _known_accelerators(cls, names: list[str] | None) -> list[str] | None:
+        return [check_accelerator(n) for n in names] if names else names
+
+    @field_validator("start", "deadline")
+    @classmethod
+    def _utc(cls, moment: dt.datetime | None) -> dt.datetime | None:
+        return moment.replace(tzinfo=dt.UTC) if moment is not None and moment.tzinfo is None else moment
+
+    def deadline_at(self, start: dt.datetime) -> dt.datetime | None:
+        """The latest end: the earlier of `deadline` and `start + deadline_hours`."""
+        ends = [d for d in (self.deadline, start + dt.timedelta(hours=self.deadline_hours) if self.deadline_hours else None) if d]
+        return min(ends) if ends else None

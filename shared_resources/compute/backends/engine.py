@@ -1,0 +1,343 @@
+"""One protocol for every batch engine: submit, watch, signal, cancel, collect.
+
+A backend for a cluster engine (Slurm, Ray) implements five small methods; the attempt
+loop they share lives here:
+
+1. open a Pipes session whose context and message files lie in a folder both sides see
+   (the pool's `shared_dir`, or `state/pipes/` under a local storage root);
+2. `submit` the workload command with the Pipes bootstrap variables, and record the job
+   as in flight (so the watcher sensor can find it if this process dies);
+3. `status` it until it ends. A job still pending after the pool's
+   `pending_deadline_seconds` is cancelled and the pool counts as having refused it;
+4. a cancelled Dagster run `signal`s the job (SIGTERM: the workload checkpoints) and
+   `cancel`s it;
+5. `collect` the job's own stdout/stderr into the attempt's log, and map the ending to an
+   outcome: exit 0 succeeded, exit 75 or an engine preemption preempted, anything else failed.
+
+While the job runs, an `AttemptMonitor` watches its step-time telemetry and asks
+`node_problem` about its node; a straggler (by the step's policy) or an unhealthy node gets
+SIGTERM, then a cancel, and the attempt ends as preempted with that cause. `qualify` says
+whether a pool can take work before anything is submitted to it.
+"""
+
+from __future__ import annotations
+
+import abc
+import os
+import signal
+import sys
+import time
+import uuid
+from dataclasses import asdict, dataclass, field
+from enum import StrEnum
+from pathlib import Path
+from typing import Any, ClassVar
+
+import dagster as dg
+from dagster._core.pipes.utils import open_pipes_session
+
+from shared_resources.compute.backends.base import AttemptOutcome, AttemptResult, killed_by_lost_node, runtime_interpreter
+from shared_resources.compute.monitor import AttemptMonitor, Flag
+from shared_resources.catalog.pools import Pool
+from shared_resources.catalog.step_spec import StepSpec
+from shared_resources.runtime.storage import REPO_ROOT, Storage, fs_for, glob_uris, read_json, write_bytes_atomic, write_json_atomic
+from shared_resources.runtime.workload import PREEMPTED_EXIT_CODE
+
+
+class JobState(StrEnum):
+    pending = "pending"  # accepted, waiting for capacity
+    running = "running"
+    succeeded = "succeeded"
+    failed = "failed"  # ended on its own with a non-zero exit
+    preempted = "preempted"  # the engine took the capacity back (requeue, spot reclaim, node lost)
+    cancelled = "cancelled"  # someone cancelled it
+    gone = "gone"  # the engine no longer knows the job
+
+    @property
+    def ended(self) -> bool:
+        return self not in (JobState.pending, JobState.running)
+
+
+@dataclass
+class JobStatus:
+    state: JobState
+    exit_code: int | None = None
+    reason: str = ""  # the engine's own words (e.g. Slurm's pending reason)
+
+
+@dataclass
+class JobHandle:
+    """Enough to find a job again from any process: written to `state/inflight/`."""
+
+    backend: str
+    pool: str
+    job_id: str
+    submitted_at: float
+    info: dict[str, Any] = field(default_factory=dict)  # backend-specific (log path, address...)
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> JobHandle:
+        return cls(**data)
+
+
+@dataclass
+class Launch:
+    """What to run: one command, its environment, where its own output goes."""
+
+    name: str  # a job name the engine shows (e.g. `cell.finetune-a3`)
+    command: list[str]
+    env: dict[str, str]
+    workdir: str
+    output_path: str  # the job's stdout+stderr, on the shared folder
+
+
+class EngineBackend(abc.ABC):
+    """Base for backends that hand the workload to a batch engine."""
+
+    kind: ClassVar[str]
+    poll_seconds: ClassVar[float] = 0.5
+
+    # The five engine calls ---------------------------------------------------------
+    @abc.abstractmethod
+    def submit(self, pool: Pool, spec: StepSpec, launch: Launch) -> JobHandle: ...
+
+    @abc.abstractmethod
+    def status(self, handle: JobHandle) -> JobStatus: ...
+
+    @abc.abstractmethod
+    def signal(self, handle: JobHandle, signum: int = signal.SIGTERM) -> None: ...
+
+    @abc.abstractmethod
+    def cancel(self, handle: JobHandle) -> None: ...
+
+    @abc.abstractmethod
+    def collect(self, handle: JobHandle) -> bytes:
+        """The job's own stdout/stderr (what `Launch.output_path` received, or the engine's logs)."""
+
+    # Health --------------------------------------------------------------------------------
+    def qualify(self, pool: Pool) -> str | None:
+        """Can this pool take work now, from the engine's point of view? None: yes; else the problem."""
+        return None
+
+    def node_problem(self, handle: JobHandle) -> str | None:
+        """Is the node a running job sits on unhealthy? None: fine; else the problem, in words."""
+        return None
+
+    # Runtimes ------------------------------------------------------------------------
+    def interpreter(self, pool: Pool, spec: StepSpec) -> str:
+        """The Python the pool runs this step's runtime with (a path on the pool's nodes)."""
+        path = runtime_interpreter(pool, spec)
+        return str(path) if path else sys.executable
+
+    def command(self, pool: Pool, spec: StepSpec) -> list[str]:
+        return [self.interpreter(pool, spec), "-m", spec.entry_point]
+
+    # The attempt loop ------------------------------------------------------------------
+    def shared_dir(self, pool: Pool, extras: dict[str, Any]) -> Path:
+        """Where the Pipes files and the job output go: a folder the orchestrator and the
+        pool's nodes both mount."""
+        configured = pool.backend_settings.get("shared_dir")
+        if configured:
+            return Path(str(configured))
+        storage = Storage.at(str(extras["storage_root"]))
+        if storage.is_local:
+            return Path(storage.root.removeprefix("file://")) / "state" / "pipes"
+        root = storage.root
+        raise dg.Failure(
+            description=(
+                f"pool {pool.name} ({self.kind}) needs `backend_settings.shared_dir`: a folder both Dagster "
+                f"and the pool's nodes mount, for Pipes messages. The storage root {root} is not a local path."
+            )
+        )
+
+    def run_attempt(
+        self, context: dg.AssetExecutionContext, pool: Pool, spec: StepSpec, extras: dict[str, Any]
+    ) -> AttemptResult:
+        attempt_id = f"{spec.name}-a{extras.get('attempt', 1)}-{uuid.uuid4().hex[:8]}"
+        folder = self.shared_dir(pool, extras) / context.run_id / attempt_id
+        folder.mkdir(parents=True, exist_ok=True)
+        inflight = InFlight(Storage.at(str(extras["storage_root"])))
+        launch_base = dict(name=attempt_id, command=self.command(pool, spec), workdir=str(REPO_ROOT), output_path=str(folder / "output.log"))
+        status = JobStatus(JobState.gone)
+        handle: JobHandle | None = None
+        started_at: float | None = None
+        with open_pipes_session(
+            context=context,
+            context_injector=dg.PipesFileContextInjector(str(folder / "context.json")),
+            message_reader=dg.PipesFileMessageReader(str(folder / "messages.jsonl")),
+            extras=extras,
+        ) as session:
+            env = {**session.get_bootstrap_env_vars(), "SINEWGRID_POOL": pool.name}
+            handle = self.submit(pool, spec, Launch(env=env, **launch_base))
+            inflight.add(handle, **attempt_owner(context, spec, extras))
+            context.log.info(f"{spec.name}: submitted to {pool.name} as {self.kind} job {handle.job_id}")
+            monitor = AttemptMonitor(
+                pool, spec, messages=session.get_custom_messages, node_problem=lambda: self.node_problem(handle), log=context.log.warning
+            )
+            try:
+                status, started_at = self._watch(context, pool, handle, monitor)
+            except dg.DagsterExecutionInterruptedError:
+                context.log.warning(f"run cancelled: stopping {self.kind} job {handle.job_id} (SIGTERM, then cancel)")
+                self._stop(handle)
+                inflight.remove(handle)
+                raise
+        ended_at = time.time()
+        inflight.remove(handle)
+        log = self.collect(handle)
+        log_uri = extras.get("log_uri")
+        if log_uri:
+            write_bytes_atomic(log_uri, log)
+        tail = "\n".join(log.decode("utf-8", errors="replace").rstrip().splitlines()[-25:])
+        messages = [m for m in session.get_custom_messages() if isinstance(m, dict)]
+        outcome, metadata = self._outcome(status), {}
+        if outcome is AttemptOutcome.succeeded:
+            for result in session.get_results():
+                metadata.update(getattr(result, "metadata", None) or {})
+        if outcome is AttemptOutcome.refused:
+            tail = status.reason
+        elif status.reason:
+            tail = f"[{self.kind}: {status.reason}]\n{tail}"
+        queued = (started_at or time.time()) - handle.submitted_at
+        return AttemptResult(
+            outcome,
+            status.exit_code,
+            messages,
+            metadata,
+            log_uri=log_uri,
+            log_tail=tail,
+            queue_seconds=max(queued, 0.0),
+            running_at=started_at,
+            ended_at=ended_at,
+            cause=ending_cause(outcome, status.exit_code, monitor.acted),
+            flags=[f.to_json() for f in monitor.flags],
+        )
+
+    def _watch(
+        self, context: dg.AssetExecutionContext, pool: Pool, handle: JobHandle, monitor: AttemptMonitor | None = None
+    ) -> tuple[JobStatus, float | None]:
+        """Poll until the job ends; return how it ended and when it was first seen running.
+
+        While it runs, the monitor may ask for it to be stopped (straggler, unhealthy node):
+        SIGTERM first (the workload checkpoints and exits 75), a cancel after the grace period."""
+        deadline = handle.submitted_at + pool.pending_deadline_seconds
+        last_state: JobState | None = None
+        started_at: float | None = None
+        stop_by: float | None = None
+        while True:
+            status = self.status(handle)
+            if status.state != last_state:
+                context.log.debug(f"{self.kind} job {handle.job_id}: {status.state.value} {status.reason}".rstrip())
+                last_state = status.state
+            if status.state is not JobState.pending and started_at is None:
+                started_at = time.time()
+            if status.state.ended:
+                if stop_by is not None and status.state is not JobState.succeeded:
+                    # We stopped it: however the engine words the ending, the step moves on.
+                    status = JobStatus(JobState.preempted, status.exit_code, f"stopped by Sinewgrid: {monitor.acted.detail}")
+                return status, started_at
+            if status.state is JobState.running and monitor is not None:
+                if stop_by is None and monitor.poll() is not None:
+                    self.signal(handle, signal.SIGTERM)
+                    stop_by = time.time() + STOP_GRACE_SECONDS
+                elif stop_by is not None and time.time() > stop_by:
+                    context.log.warning(f"{self.kind} job {handle.job_id} did not stop within {STOP_GRACE_SECONDS:g}s of SIGTERM; cancelling it")
+                    self.cancel(handle)
+            if status.state is JobState.pending and time.time() > deadline:
+                self.cancel(handle)
+                return JobStatus(
+                    JobState.cancelled,
+                    reason=(
+                        f"still pending after {pool.pending_deadline_seconds:g}s (the pool's `pending_deadline_seconds`)"
+                        f"{': ' + status.reason if status.reason else ''}; cancelled it"
+                    ),
+                    exit_code=None,
+                ), None
+            time.sleep(self.poll_seconds)
+
+    def _stop(self, handle: JobHandle) -> None:
+        try:
+            self.signal(handle, signal.SIGTERM)
+        finally:
+            self.cancel(handle)
+
+    @staticmethod
+    def _outcome(status: JobStatus) -> AttemptOutcome:
+        if status.state is JobState.succeeded:
+            return AttemptOutcome.succeeded
+        if status.state is JobState.cancelled and status.exit_code is None:
+            return AttemptOutcome.refused  # never ran (pending deadline): capacity, not code
+        if status.state is JobState.preempted or status.exit_code == PREEMPTED_EXIT_CODE:
+            return AttemptOutcome.preempted
+        if status.state is JobState.gone and status.exit_code is None:
+            return AttemptOutcome.preempted  # the engine lost it (node gone): resume elsewhere
+        if killed_by_lost_node(status.exit_code):
+            return AttemptOutcome.preempted  # killed from outside without notice (node lost, spot reclaim)
+        return AttemptOutcome.failed
+
+
+# How long a workload asked to stop (straggler, unhealthy node) has to checkpoint and exit.
+STOP_GRACE_SECONDS = 120.0
+
+
+def ending_cause(outcome: AttemptOutcome, exit_code: int | None, acted: Flag | None) -> str:
+    """Why an attempt ended, for the ledger: the monitor's flag if it stopped the attempt;
+    `notice` (SIGTERM, checkpointed, exit 75), `lost-node` (killed without notice),
+    `reclaimed` (the engine took it back), `refused`, `failed`; "" on success (also when the
+    monitor acted but the workload finished before the stop reached it: nothing was lost)."""
+    if outcome is AttemptOutcome.succeeded:
+        return ""
+    if acted is not None:
+        return acted.cause
+    if outcome is AttemptOutcome.refused:
+        return "refused"
+    if outcome is AttemptOutcome.preempted:
+        if exit_code == PREEMPTED_EXIT_CODE:
+            return "notice"
+        return "lost-node" if killed_by_lost_node(exit_code) else "reclaimed"
+    return "failed"
+
+
+def attempt_owner(context: dg.AssetExecutionContext, spec: StepSpec, extras: dict[str, Any]) -> dict[str, Any]:
+    """Who an in-flight job belongs to: enough for the watcher to account for it alone."""
+    return {
+        "run_id": context.run_id,
+        "step": spec.name,
+        "asset": context.asset_key.to_user_string(),
+        "partition": context.partition_key if context.has_partition_key else None,
+        "attempt": int(extras.get("attempt", 1)),
+        "gpus": spec.gpus,
+    }
+
+
+class InFlight:
+    """Jobs submitted and not yet collected, one JSON file each under `state/inflight/`.
+
+    The attempt loop adds a job when it submits and removes it when it collects; what stays
+    behind belongs to an orchestrator process that died, and the watcher sensor looks at it.
+    """
+
+    def __init__(self, storage: Storage):
+        self.storage = storage
+
+    def _uri(self, handle: JobHandle) -> str:
+        return self.storage.uri("state", "inflight", f"{handle.backend}-{handle.pool}-{handle.job_id}.json".replace("/", "_"))
+
+    def add(self, handle: JobHandle, **owner: Any) -> None:
+        write_json_atomic(self._uri(handle), {"handle": handle.to_json(), "owner": owner, "pid": os.getpid()})
+
+    def remove(self, handle: JobHandle) -> None:
+        fs, path = fs_for(self._uri(handle))
+        if fs.exists(path):
+            fs.rm(path)
+
+    def records(self) -> list[dict[str, Any]]:
+        """Every in-flight record, each with its own `uri`."""
+        return [{**read_json(uri), "uri": uri} for uri in glob_uris(self.storage.uri("state", "inflight", "*.json"))]
+
+    def discard(self, record: dict[str, Any]) -> None:
+        fs, path = fs_for(record["uri"])
+        if fs.exists(path):
+            fs.rm(path)

@@ -1,0 +1,418 @@
+"""The Kubernetes backend: each attempt of a step is one pod, launched with dagster-k8s's
+`PipesK8sClient`.
+
+The pod takes its shape from the pool's `backend_settings` (namespace, node selector,
+tolerations for spot taints, service account, image pull secrets, secrets as environment,
+labels) and its image from the pool's runtime for the step (`runtimes.<runtime>: IMAGE`). It
+asks for `spec.gpus` of the pool's `gpu_resource` (default `nvidia.com/gpu`) as limits and runs
+`python -m <entry_point>`. The Dagster Pipes context travels in an environment variable and
+the workload's reports come back in the pod log, as PipesK8sClient does it.
+
+The storage root (`SINEWGRID_HOME` in the pod) must be one the pods reach: an object store
+(`s3://...`, `gs://...`) with credentials from `env_from_secrets`, not a path on the Dagster host.
+
+How an attempt ends:
+
+- the container exits 0: succeeded;
+- exit 75 (the workload saved a checkpoint on SIGTERM), an eviction or a preemption (a
+  `DisruptionTarget` condition, `reason: Evicted`), or a pod that vanished (its node was
+  lost): preempted, and the step resumes from its checkpoint;
+- still Pending after the pool's `pending_deadline_seconds` (Unschedulable: no node with the
+  selector, taints or GPUs free), or refused by a namespace quota: the pod is deleted and the
+  pool counts as having refused the step, which moves on to the next pool;
+- anything else: failed, with the last lines of the pod log.
+
+While the pod exists it is recorded in `state/inflight/`; `status` and `cancel` find it again
+from that record (the watcher sensor uses them for pods an orchestrator left behind).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import re
+import signal
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import dagster as dg
+import kubernetes
+from dagster_k8s.pipes import PipesK8sClient, PipesK8sPodLogsMessageReader
+from dagster_pipes import PIPES_PROTOCOL_VERSION_FIELD
+from kubernetes.client import ApiException, CoreV1Api
+from urllib3.exceptions import HTTPError
+
+from shared_resources.catalog.backend_settings import KubernetesSettings, settings_for
+from shared_resources.compute.backends.base import AttemptOutcome, AttemptResult
+from shared_resources.compute.backends.engine import EngineBackend, InFlight, JobHandle, JobState, JobStatus, Launch, attempt_owner
+from shared_resources.catalog.pools import Pool
+from shared_resources.catalog.step_spec import StepSpec
+from shared_resources.runtime.storage import Storage, write_bytes_atomic
+
+CONTAINER = "workload"
+LABEL = "sinewgrid.io"
+# Pod `status.reason` values that mean the platform took the pod away, not that it failed.
+DISRUPTION_REASONS = {"Evicted", "Preempting", "NodeLost", "Shutdown", "NodeShutdown", "Terminated"}
+# Waiting reasons of a container that will not start without a fix (image, secret, command).
+BROKEN_START_REASONS = {"ErrImagePull", "ImagePullBackOff", "InvalidImageName", "CreateContainerConfigError", "RunContainerError"}
+
+
+# The pod ---------------------------------------------------------------------------------------
+def label_value(text: str) -> str:
+    """`text` as a Kubernetes label value: at most 63 of [A-Za-z0-9._-], alphanumeric at both ends."""
+    return re.sub(r"[^A-Za-z0-9._-]", "-", str(text))[:63].strip("._-") or "none"
+
+
+def image_for(pool: Pool, spec: StepSpec) -> str:
+    """The container image the pool runs the step's runtime with."""
+    image = pool.runtimes.get(spec.runtime)
+    if not isinstance(image, str) or not image:
+        raise dg.Failure(
+            description=(
+                f"pool {pool.name} (kubernetes) has no container image for the `{spec.runtime}` runtime that "
+                f"{spec.name} needs (got {image!r}). Set `runtimes.{spec.runtime}` for this pool in the pool "
+                f"catalog to an image, e.g. `registry.example.com/sinewgrid/workload:0.1.0`."
+            )
+        )
+    return image
+
+
+def pod_spec_for(pool: Pool, spec: StepSpec, *, storage_root: str, run_id: str, attempt: int) -> dict[str, Any]:
+    """The pod for one attempt of `spec` on `pool`, as `{"metadata": ..., "spec": ...}` in the
+    API's own (camelCase) field names: the `base_pod_meta` and `base_pod_spec` handed to
+    PipesK8sClient, which adds the pod's name and the Pipes variables."""
+    settings: KubernetesSettings = settings_for(pool)
+    labels = {
+        **{k: label_value(v) for k, v in settings.labels.items()},
+        f"{LABEL}/run-id": label_value(run_id),
+        f"{LABEL}/step": label_value(spec.name),
+        f"{LABEL}/attempt": str(attempt),
+        f"{LABEL}/pool": label_value(pool.name),
+    }
+    container: dict[str, Any] = {
+        "name": CONTAINER,
+        "image": image_for(pool, spec),
+        "command": ["python", "-m", spec.entry_point],
+        "env": [
+            {"name": "SINEWGRID_HOME", "value": storage_root},
+            {"name": "SINEWGRID_POOL", "value": pool.name},
+            {"name": "PYTHONUNBUFFERED", "value": "1"},  # the log shows the workload's output as it comes
+        ],
+    }
+    if settings.env_from_secrets:
+        container["envFrom"] = [{"secretRef": {"name": name}} for name in settings.env_from_secrets]
+    if spec.gpus:
+        container["resources"] = {"limits": {settings.gpu_resource: str(spec.gpus)}}
+    pod_spec: dict[str, Any] = {
+        "restartPolicy": "Never",  # a failed attempt is the platform's to retry, elsewhere if need be
+        # Time for the workload to save its checkpoint after SIGTERM (eviction, spot reclaim).
+        "terminationGracePeriodSeconds": max(30, math.ceil(2 * spec.checkpoint_seconds + 10)),
+        "containers": [container],
+    }
+    if settings.node_selector:
+        pod_spec["nodeSelector"] = dict(settings.node_selector)
+    if settings.tolerations:
+        pod_spec["tolerations"] = [dict(t) for t in settings.tolerations]
+    if settings.service_account:
+        pod_spec["serviceAccountName"] = settings.service_account
+    if settings.image_pull_secrets:
+        pod_spec["imagePullSecrets"] = [{"name": name} for name in settings.image_pull_secrets]
+    metadata = {"labels": labels, "annotations": {f"{LABEL}/step": spec.name, f"{LABEL}/run-id": run_id}}
+    return {"metadata": metadata, "spec": pod_spec}
+
+
+def job_status(pod: Any | None) -> JobStatus:
+    """What a pod (a `V1Pod`, or None when the API no longer has it) says about the attempt."""
+    if pod is None:
+        return JobStatus(JobState.gone, reason="the pod is gone (deleted, or its node was lost)")
+    status = pod.status
+    terminated = next((c.state.terminated for c in status.container_statuses or [] if c.state and c.state.terminated), None)
+    exit_code = terminated.exit_code if terminated else None
+    disruption = next((c for c in status.conditions or [] if c.type == "DisruptionTarget" and c.status == "True"), None)
+    words = "; ".join(
+        w
+        for w in (
+            f"{status.reason}: {status.message}" if status.reason else "",
+            f"{disruption.reason}: {disruption.message}" if disruption else "",
+            f"container {terminated.reason}" if terminated and terminated.reason not in (None, "Completed", "Error") else "",
+        )
+        if w
+    )
+    if status.phase == "Pending":
+        unscheduled = next((c for c in status.conditions or [] if c.type == "PodScheduled" and c.status == "False"), None)
+        waiting = next((c.state.waiting for c in status.container_statuses or [] if c.state and c.state.waiting), None)
+        if unscheduled:
+            words = f"{unscheduled.reason}: {unscheduled.message}"
+        elif waiting:
+            words = f"{waiting.reason}: {waiting.message}" if waiting.message else str(waiting.reason)
+        return JobStatus(JobState.pending, reason=words)
+    if status.phase == "Running":
+        return JobStatus(JobState.running, reason=words)
+    if status.phase == "Succeeded" or exit_code == 0:
+        return JobStatus(JobState.succeeded, exit_code=0)
+    if disruption or status.reason in DISRUPTION_REASONS:
+        return JobStatus(JobState.preempted, exit_code=exit_code, reason=words)
+    return JobStatus(JobState.failed, exit_code=exit_code, reason=words)
+
+
+# PipesK8sClient, with a pending deadline ----------------------------------------------------------
+class PodNotScheduled(Exception):
+    """The pod stayed Pending past the pool's deadline; it has been deleted."""
+
+
+class PodCannotStart(Exception):
+    """The pod's container cannot start without a fix (image, secret, command)."""
+
+
+class PodGone(Exception):
+    """The pod disappeared before it could be seen to end (node lost, preempted and deleted)."""
+
+
+class _RememberingPodLogsReader(PipesK8sPodLogsMessageReader):
+    """PipesK8sClient's pod-log reader, keeping its message handler after the session, so an
+    attempt that failed or was preempted still yields what the workload reported."""
+
+    handler: Any = None
+
+    @contextmanager
+    def read_messages(self, handler: Any) -> Iterator[Any]:
+        self.handler = handler
+        with super().read_messages(handler) as params:
+            yield params
+
+
+class _PodWatch:
+    """Sleeps between PipesK8sClient's polls of the pod, and ends its wait when it should end.
+
+    PipesK8sClient waits for a pod to start with no deadline of its own (its launch timeout,
+    a day, is not a `run` argument) and waits out that day for a pod that vanished before it
+    saw the pod end. Its Kubernetes client takes the function it sleeps with; this one checks
+    the pod after each sleep: Pending past the pool's deadline -> delete it and raise
+    PodNotScheduled; a container that cannot start -> PodCannotStart; gone -> PodGone.
+    """
+
+    def __init__(self, api: CoreV1Api, namespace: str, name: str, pending_deadline_seconds: float):
+        self.api, self.namespace, self.name = api, namespace, name
+        self.pending_deadline_seconds = pending_deadline_seconds
+        self.deadline = time.time() + pending_deadline_seconds
+
+    def __call__(self, seconds: float) -> None:
+        time.sleep(seconds)
+        try:
+            pod = self.api.read_namespaced_pod(self.name, self.namespace)
+        except ApiException as exc:
+            if exc.status == 404:
+                raise PodGone(f"pod {self.namespace}/{self.name} is gone (deleted, or its node was lost)") from None
+            raise
+        state = job_status(pod)
+        if state.state is not JobState.pending or time.time() < self.deadline:
+            return
+        waiting = next((c.state.waiting for c in pod.status.container_statuses or [] if c.state and c.state.waiting), None)
+        if waiting is not None and waiting.reason in BROKEN_START_REASONS:
+            raise PodCannotStart(f"pod {self.namespace}/{self.name} cannot start: {state.reason}")
+        try:
+            self.api.delete_namespaced_pod(self.name, self.namespace, grace_period_seconds=0)
+        except ApiException as exc:
+            if exc.status != 404:
+                raise
+        raise PodNotScheduled(
+            f"pod {self.namespace}/{self.name} still Pending after {self.pending_deadline_seconds:g}s (the pool's "
+            f"`pending_deadline_seconds`): {(state.reason or 'not started').rstrip('. ')}; deleted it"
+        )
+
+
+class SinewgridPipesK8sClient(PipesK8sClient):
+    """PipesK8sClient (env-var context, pod-log messages) with the pool's pending deadline,
+    a callback once the pod exists, and the workload's messages kept on failure."""
+
+    def __init__(self, settings: KubernetesSettings, pending_deadline_seconds: float, on_created: Callable[[str], None]):
+        super().__init__(
+            message_reader=_RememberingPodLogsReader(),
+            kubeconfig_file=settings.kubeconfig,
+            kube_context=settings.context,
+            poll_interval=settings.poll_seconds,
+        )
+        self.pending_deadline_seconds = pending_deadline_seconds
+        self.on_created = on_created
+
+    @contextmanager
+    def consume_pod_logs(self, context: Any, client: Any, namespace: str, pod_name: str, **kwargs: Any) -> Iterator[None]:
+        # PipesK8sClient calls this right after it created the pod, and waits for the pod to
+        # end inside it: the place to learn the pod's name and to watch the pending deadline.
+        self.on_created(pod_name)
+        client.sleeper = _PodWatch(client.core_api, namespace, pod_name, self.pending_deadline_seconds)
+        with super().consume_pod_logs(context=context, client=client, namespace=namespace, pod_name=pod_name, **kwargs):
+            yield
+
+    def reported_messages(self) -> list[dict[str, Any]]:
+        handler = self.message_reader.handler  # type: ignore[attr-defined]
+        return [m for m in (handler.get_custom_messages() if handler else []) if isinstance(m, dict)]
+
+
+# The backend --------------------------------------------------------------------------------------
+def core_api(info: dict[str, Any]) -> CoreV1Api:
+    """A Kubernetes client for a pool's (or a job handle's) kubeconfig and context; in a
+    cluster with neither, the in-cluster service account."""
+    kubeconfig, context = info.get("kubeconfig"), info.get("context")
+    if kubeconfig or context or not os.getenv("KUBERNETES_SERVICE_HOST"):
+        return CoreV1Api(kubernetes.config.new_client_from_config(config_file=kubeconfig, context=context))
+    configuration = kubernetes.client.Configuration()
+    kubernetes.config.load_incluster_config(client_configuration=configuration)
+    return CoreV1Api(kubernetes.client.ApiClient(configuration))
+
+
+def _without_pipes_messages(log: bytes) -> bytes:
+    """The pod log minus the Pipes protocol lines (those reached Dagster as events already)."""
+    kept = []
+    for line in log.splitlines(keepends=True):
+        if line.startswith(b"{") and PIPES_PROTOCOL_VERSION_FIELD.encode() in line:
+            try:
+                if PIPES_PROTOCOL_VERSION_FIELD in json.loads(line):
+                    continue
+            except ValueError:
+                pass
+        kept.append(line)
+    return b"".join(kept)
+
+
+class KubernetesBackend(EngineBackend):
+    """Runs each attempt as a pod on the pool's cluster, through PipesK8sClient."""
+
+    kind = "kubernetes"
+
+    @staticmethod
+    def handle_for(pool: Pool, pod_name: str) -> JobHandle:
+        settings: KubernetesSettings = settings_for(pool)
+        info = {"namespace": settings.namespace, "kubeconfig": settings.kubeconfig, "context": settings.context}
+        return JobHandle("kubernetes", pool.name, pod_name, time.time(), info)
+
+    def run_attempt(
+        self, context: dg.AssetExecutionContext, pool: Pool, spec: StepSpec, extras: dict[str, Any]
+    ) -> AttemptResult:
+        settings: KubernetesSettings = settings_for(pool)
+        attempt = int(extras.get("attempt", 1))
+        pod = pod_spec_for(pool, spec, storage_root=str(extras["storage_root"]), run_id=context.run_id, attempt=attempt)
+        inflight = InFlight(Storage.at(str(extras["storage_root"])))
+        handles: list[JobHandle] = []
+
+        def created(pod_name: str) -> None:
+            handles.append(self.handle_for(pool, pod_name))
+            inflight.add(handles[0], **attempt_owner(context, spec, extras))
+            context.log.info(f"{spec.name}: pod {settings.namespace}/{pod_name} created on {pool.name}")
+
+        client = SinewgridPipesK8sClient(settings, pool.pending_deadline_seconds, created)
+        invocation, error = None, None
+        try:
+            invocation = client.run(
+                context=context,
+                extras=extras,
+                namespace=settings.namespace,
+                base_pod_meta=pod["metadata"],
+                base_pod_spec=pod["spec"],
+                pod_wait_timeout=0,  # no limit on the run itself, as on every backend
+                delete_pod_on_completion=False,  # read how it ended first
+            )
+        except dg.DagsterExecutionInterruptedError:
+            if handles:
+                context.log.warning(f"run cancelled: deleting pod {handles[0].job_id} (SIGTERM: the workload checkpoints)")
+                self.cancel(handles[0])
+                inflight.remove(handles[0])
+            raise
+        except Exception as exc:  # PipesK8sClient raises on any pod that did not succeed
+            error = exc
+        if not handles:
+            return self._not_created(pool, settings, error)
+        handle = handles[0]
+        if error is None:
+            status = JobStatus(JobState.succeeded, exit_code=0)
+        elif isinstance(error, PodNotScheduled):
+            status = JobStatus(JobState.cancelled, reason=str(error))
+        elif isinstance(error, PodCannotStart):
+            status = JobStatus(JobState.failed, reason=str(error))
+        else:
+            status = self.status(handle)
+            if status.state is JobState.running:  # the client gave up on a pod that still runs
+                status = JobStatus(JobState.failed, reason=f"lost track of the pod: {error}")
+        log = _without_pipes_messages(self.collect(handle))
+        self.cancel(handle)
+        inflight.remove(handle)
+        log_uri = extras.get("log_uri")
+        if log_uri:
+            write_bytes_atomic(log_uri, log)
+        messages = [m for m in invocation.get_custom_messages() if isinstance(m, dict)] if invocation else client.reported_messages()
+        outcome, metadata = self._outcome(status), {}
+        if invocation is not None:
+            for result in invocation.get_results():
+                metadata.update(getattr(result, "metadata", None) or {})
+        tail = "\n".join(log.decode("utf-8", errors="replace").rstrip().splitlines()[-25:])
+        if outcome is AttemptOutcome.refused:
+            tail = status.reason
+        elif status.reason:
+            tail = f"[kubernetes: {status.reason}]\n{tail}"
+        return AttemptResult(outcome, status.exit_code, messages, metadata, log_uri=log_uri, log_tail=tail)
+
+    @staticmethod
+    def _not_created(pool: Pool, settings: KubernetesSettings, error: BaseException | None) -> AttemptResult:
+        """The API did not take the pod: a quota or an unreachable cluster is a refusal (try the
+        next pool); anything else is a configuration to fix."""
+        where = f"pool {pool.name}, namespace {settings.namespace}"
+        if isinstance(error, ApiException) and error.status == 403 and "exceeded quota" in str(error.body):
+            return AttemptResult(AttemptOutcome.refused, None, log_tail=f"{where}: the namespace's quota refused the pod: {error.body}")
+        if isinstance(error, HTTPError | ConnectionError):
+            return AttemptResult(AttemptOutcome.refused, None, log_tail=f"{where}: the Kubernetes API is unreachable: {error}")
+        raise dg.Failure(
+            description=(
+                f"{where}: the Kubernetes API did not create the pod: {error}. Check the pool's `backend_settings` "
+                f"(namespace, kubeconfig: {settings.kubeconfig or 'default'}, context: {settings.context or 'current'}) "
+                "and the service account's rights to create pods there."
+            )
+        ) from error
+
+    # The engine calls, for in-flight records -------------------------------------------------
+    def command(self, pool: Pool, spec: StepSpec) -> list[str]:
+        return ["python", "-m", spec.entry_point]  # the image's Python
+
+    def submit(self, pool: Pool, spec: StepSpec, launch: Launch) -> JobHandle:
+        raise NotImplementedError(
+            "KubernetesBackend launches attempts through PipesK8sClient in `run_attempt` (Pipes over the pod log); "
+            "it has no file-based `submit`."
+        )
+
+    def status(self, handle: JobHandle) -> JobStatus:
+        try:
+            pod = core_api(handle.info).read_namespaced_pod(handle.job_id, handle.info["namespace"])
+        except ApiException as exc:
+            if exc.status == 404:
+                return job_status(None)
+            raise
+        return job_status(pod)
+
+    def signal(self, handle: JobHandle, signum: int = signal.SIGTERM) -> None:
+        """Kubernetes delivers only SIGTERM (by deleting the pod; SIGKILL follows after its
+        `terminationGracePeriodSeconds`)."""
+        if signum != signal.SIGTERM:
+            raise ValueError(f"pod {handle.job_id}: Kubernetes can only send SIGTERM (by deleting the pod), not signal {signum}")
+        self.cancel(handle)
+
+    def cancel(self, handle: JobHandle) -> None:
+        """Delete the pod: SIGTERM now (the workload checkpoints), SIGKILL after its grace period."""
+        try:
+            core_api(handle.info).delete_namespaced_pod(handle.job_id, handle.info["namespace"])
+        except ApiException as exc:
+            if exc.status != 404:
+                raise
+
+    def collect(self, handle: JobHandle) -> bytes:
+        """The pod log (stdout and stderr), or nothing once the pod is gone or never started."""
+        try:
+            response = core_api(handle.info).read_namespaced_pod_log(
+                handle.job_id, handle.info["namespace"], container=CONTAINER, _preload_content=False
+            )
+        except ApiException as exc:
+            if exc.status in (400, 404):
+                return b""
+            raise
+        return response.data

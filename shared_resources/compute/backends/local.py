@@ -1,0 +1,238 @@
+"""The local backend: the workload runs as a subprocess of this machine, through Pipes."""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Mapping, Sequence
+from subprocess import STDOUT, Popen, TimeoutExpired
+from typing import IO, Any
+
+import dagster as dg
+import psutil
+from dagster._core.pipes.utils import open_pipes_session
+
+from shared_resources.compute.backends.base import AttemptOutcome, AttemptResult, killed_by_lost_node, runtime_interpreter
+from shared_resources.compute.backends.engine import STOP_GRACE_SECONDS, InFlight, JobHandle, JobState, JobStatus, attempt_owner, ending_cause
+from shared_resources.compute.cooldowns import pool_slot
+from shared_resources.compute.health import run_health_check
+from shared_resources.compute.monitor import AttemptMonitor
+from shared_resources.catalog.pools import Pool
+from shared_resources.catalog.step_spec import StepSpec
+from shared_resources.runtime.storage import REPO_ROOT, Storage, write_bytes_atomic
+from shared_resources.runtime.workload import PREEMPTED_EXIT_CODE
+
+class PreemptiblePipesSubprocessClient(dg.PipesSubprocessClient):
+    """`PipesSubprocessClient` that hands back the exit code instead of raising on it.
+
+    The stock client turns any non-zero exit into an exception whose only trace of the
+    code is its message; the platform needs the code itself to tell a preemption (resume)
+    from a crash (fail), and the process handle to pass on termination.
+    """
+
+    def launch(
+        self,
+        *,
+        context: dg.AssetExecutionContext,
+        command: Sequence[str],
+        extras: Mapping[str, Any] | None = None,
+        env: Mapping[str, str] | None = None,
+        cwd: str | None = None,
+        output: IO[bytes] | None = None,
+        on_started: Callable[[Popen], None] | None = None,
+        on_ended: Callable[[Popen], None] | None = None,
+        on_poll: Callable[[Popen, Any], None] | None = None,
+    ) -> tuple[int, dg.PipesClientCompletedInvocation]:
+        """Run `command` in a Pipes session; return its exit code and what it reported.
+
+        `output`, if given, receives the process's stdout and stderr (the workload's own
+        reports travel through Pipes either way). `on_started`/`on_ended` see the process
+        (the backend records it as in flight between the two); `on_poll` sees it and the
+        Pipes session a few times a second while it runs (the attempt monitor).
+        """
+        with open_pipes_session(
+            context=context,
+            context_injector=self.context_injector,
+            message_reader=self.message_reader,
+            extras=extras,
+        ) as session:
+            process = Popen(
+                command,
+                cwd=cwd or self.cwd,
+                env={**os.environ, **self.env, **(env or {}), **session.get_bootstrap_env_vars()},
+                stdout=output,
+                stderr=STDOUT if output is not None else None,
+            )
+            if on_started:
+                on_started(process)
+            try:
+                while True:
+                    try:
+                        process.wait(timeout=0.25)
+                        break
+                    except TimeoutExpired:
+                        if on_poll:
+                            on_poll(process, session)
+            except dg.DagsterExecutionInterruptedError:
+                # The run was cancelled: give the workload its preemption path (checkpoint, exit).
+                process.send_signal(signal.SIGTERM)
+                process.wait(timeout=self.termination_timeout_seconds)
+                raise
+            finally:
+                if on_ended:
+                    on_ended(process)
+        return process.returncode, dg.PipesClientCompletedInvocation(session)
+
+
+class LocalBackend:
+    """Runs the workload with this interpreter on this machine.
+
+    While it runs, the process is recorded in flight (pid and start time, so a reused pid
+    is never mistaken for it) and the watcher sensor can stop it if the run that owns it
+    is gone.
+    """
+
+    kind = "local"
+
+    def __init__(self) -> None:
+        self.client = PreemptiblePipesSubprocessClient(cwd=str(REPO_ROOT))
+
+    @staticmethod
+    def interpreter(pool: Pool, spec: StepSpec) -> str:
+        """The Python that runs this step's runtime on this machine (the pool's mapping)."""
+        path = runtime_interpreter(pool, spec)
+        if path is None:
+            return sys.executable
+        if not path.exists():
+            raise dg.Failure(
+                description=(
+                    f"{spec.name} needs the `{spec.runtime}` runtime, which pool {pool.name} maps to {path}, "
+                    f"but that interpreter does not exist. Build it (for Isaac Lab: `make isaaclab-runtime`)."
+                )
+            )
+        return str(path)
+
+    def run_attempt(
+        self,
+        context: dg.AssetExecutionContext,
+        pool: Pool,
+        spec: StepSpec,
+        extras: dict[str, Any],
+    ) -> AttemptResult:
+        command = [self.interpreter(pool, spec), "-m", spec.entry_point]
+        with pool_slot(pool) as slot:
+            if slot is None:
+                return AttemptResult(
+                    AttemptOutcome.refused, None, log_tail=f"all {pool.max_concurrent_steps} slots of {pool.name} are busy", cause="refused", ended_at=time.time()
+                )
+            # The process's own output (library banners, warnings) goes to a log file per attempt,
+            # kept in the object store beside the run; what the workload reports comes through Pipes.
+            inflight = InFlight(Storage.at(str(extras["storage_root"]))) if extras.get("storage_root") else None
+            handles: list[JobHandle] = []
+
+            def started(process: Popen) -> None:
+                handles.append(self.handle_for(pool, process.pid))
+                if inflight:
+                    inflight.add(handles[0], **attempt_owner(context, spec, extras))
+
+            times: dict[str, float] = {}
+            monitor: list[AttemptMonitor] = []
+            stop_by: list[float] = []
+
+            def ended(process: Popen) -> None:
+                times["ended"] = time.time()
+                if inflight and handles:
+                    inflight.remove(handles[0])
+
+            def poll(process: Popen, session) -> None:
+                if not monitor:
+                    times["running"] = time.time()
+                    monitor.append(
+                        AttemptMonitor(
+                            pool, spec, messages=session.get_custom_messages, node_problem=lambda: run_health_check(pool), log=context.log.warning
+                        )
+                    )
+                if monitor[0].poll() is not None:
+                    process.send_signal(signal.SIGTERM)  # checkpoint and exit 75: the step moves
+                    stop_by.append(time.time() + STOP_GRACE_SECONDS)
+                elif stop_by and time.time() > stop_by[0]:
+                    context.log.warning(f"{spec.name} did not stop within {STOP_GRACE_SECONDS:g}s of SIGTERM; killing it")
+                    process.kill()
+
+            started_at = time.time()
+            with tempfile.TemporaryFile() as output:
+                exit_code, invocation = self.client.launch(
+                    context=context, command=command, extras=extras, output=output, on_started=started, on_ended=ended, on_poll=poll
+                )
+                output.seek(0)
+                log = output.read()
+        log_uri = extras.get("log_uri")
+        if log_uri:
+            write_bytes_atomic(log_uri, log)
+        tail = "\n".join(log.decode("utf-8", errors="replace").rstrip().splitlines()[-25:])
+        messages = [m for m in invocation.get_custom_messages() if isinstance(m, dict)]
+        metadata: dict[str, Any] = {}
+        if exit_code == 0:
+            outcome = AttemptOutcome.succeeded
+            results = invocation.get_results()
+            for result in results:
+                metadata.update(getattr(result, "metadata", None) or {})
+        elif exit_code == PREEMPTED_EXIT_CODE or killed_by_lost_node(exit_code):
+            outcome = AttemptOutcome.preempted
+        else:
+            outcome = AttemptOutcome.failed
+        acted = monitor[0].acted if monitor else None
+        return AttemptResult(
+            outcome,
+            exit_code,
+            messages,
+            metadata,
+            log_uri=log_uri,
+            log_tail=tail,
+            running_at=started_at,
+            ended_at=times.get("ended", time.time()),
+            cause=ending_cause(outcome, exit_code, acted),
+            flags=[f.to_json() for f in monitor[0].flags] if monitor else [],
+        )
+
+    # Health ---------------------------------------------------------------------------
+    @staticmethod
+    def qualify(pool: Pool) -> str | None:
+        """A local pool can take work when its node (this machine) passes its health check."""
+        return run_health_check(pool)
+
+    # Handles, for the watcher ---------------------------------------------------------
+    @staticmethod
+    def handle_for(pool: Pool, pid: int) -> JobHandle:
+        created = psutil.Process(pid).create_time()
+        return JobHandle("local", pool.name, str(pid), time.time(), {"create_time": created})
+
+    @staticmethod
+    def _process(handle: JobHandle) -> psutil.Process | None:
+        try:
+            process = psutil.Process(int(handle.job_id))
+            if abs(process.create_time() - float(handle.info["create_time"])) > 0.01:
+                return None  # the pid was reused by another process
+            return None if process.status() == psutil.STATUS_ZOMBIE else process
+        except psutil.NoSuchProcess:
+            return None
+
+    def status(self, handle: JobHandle) -> JobStatus:
+        process = self._process(handle)
+        return JobStatus(JobState.running) if process else JobStatus(JobState.gone, reason="process not found")
+
+    def signal(self, handle: JobHandle, signum: int = signal.SIGTERM) -> None:
+        if process := self._process(handle):
+            process.send_signal(signum)
+
+    def cancel(self, handle: JobHandle, grace_seconds: float = 10.0) -> None:
+        """SIGTERM (the workload checkpoints and exits), SIGKILL after `grace_seconds`."""
+        if process := self._process(handle):
+            process.terminate()
+            try:
+                process.wait(grace_seconds)
+            except psutil.TimeoutExpired:
+                process.kill()

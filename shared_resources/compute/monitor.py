@@ -1,0 +1,119 @@
+"""Watching a running attempt: step-time telemetry (stragglers) and the health of its node.
+
+Every backend's wait loop calls `AttemptMonitor.poll()` every fraction of a second. The
+monitor reads what the workload reported so far through Pipes (its `telemetry` events:
+mean seconds per step since the last report) and asks the backend about the node the job
+runs on (`node_problem`: a failing health check, a node Slurm drained), at most every
+`health_check_interval_seconds` of the pool.
+
+A **straggler** is an attempt whose recent steps are `straggler_factor` times slower than
+its own earlier ones, for `straggler_patience` reports in a row. What the platform does is
+the step's policy (`StepSpec.on_straggler`): `replace` drains the pool for a while and moves
+the step (the workload gets SIGTERM, checkpoints, and resumes elsewhere); `report` logs it
+and lets the step run on. An **unhealthy node** is always replaced.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from shared_resources.catalog.pools import Pool
+from shared_resources.catalog.step_spec import StepSpec
+
+STRAGGLER = "straggler"
+UNHEALTHY = "unhealthy-node"
+
+
+@dataclass(frozen=True)
+class Flag:
+    """Something wrong with a running attempt, and what the platform does about it."""
+
+    cause: str  # straggler | unhealthy-node
+    detail: str  # in words, with the numbers
+    action: str  # replace | report
+    at: float  # unix time it was flagged
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+BASELINE_REPORTS = 5
+
+
+def straggling(step_seconds: Sequence[float], factor: float, patience: int, warmup: int = 3) -> tuple[bool, float, float]:
+    """Whether the last `patience` step times are each over `factor` × the pace the attempt
+    started at: the median of its first reports (up to `BASELINE_REPORTS`, at least `warmup`,
+    none of the last `patience`). Returns (flagged, baseline, recent median).
+
+    The baseline is the start, not all history: a slowdown that goes unseen for a while (a
+    monitor that polls less often than the workload reports) would otherwise fill the
+    history with slow reports until it looks normal.
+    """
+    if patience < 1 or len(step_seconds) < warmup + patience:
+        return False, 0.0, 0.0
+    history, recent = step_seconds[:-patience], step_seconds[-patience:]
+    baseline = statistics.median(history[:BASELINE_REPORTS])
+    if baseline <= 0:
+        return False, baseline, statistics.median(recent)
+    return all(s > factor * baseline for s in recent), baseline, statistics.median(recent)
+
+
+class AttemptMonitor:
+    """Flags stragglers and unhealthy nodes while one attempt runs.
+
+    `messages` returns the workload's Pipes messages so far; `node_problem` asks the backend
+    about the attempt's node (None: healthy). `poll()` returns a flag the backend must act on
+    (replace: stop the attempt, the step moves), once; `report` flags are kept in `flags`
+    and logged, nothing else.
+    """
+
+    def __init__(
+        self,
+        pool: Pool,
+        spec: StepSpec,
+        *,
+        messages: Callable[[], Sequence[Any]],
+        node_problem: Callable[[], str | None],
+        log: Callable[[str], None] = lambda msg: None,
+    ):
+        self.pool, self.spec = pool, spec
+        self._messages, self._node_problem, self._log = messages, node_problem, log
+        self._next_health = time.time() + pool.health_check_interval_seconds
+        self.flags: list[Flag] = []
+        self.acted: Flag | None = None
+
+    def _flag(self, cause: str, detail: str, action: str) -> Flag:
+        flag = Flag(cause, detail, action, time.time())
+        self.flags.append(flag)
+        self._log(f"{self.spec.name} on {self.pool.name}: {cause}: {detail} ({'moving the step' if action == 'replace' else 'reported only'})")
+        return flag
+
+    def step_times(self) -> list[float]:
+        return [float(m["step_seconds"]) for m in self._messages() if isinstance(m, dict) and m.get("event") == "telemetry" and m.get("step_seconds")]
+
+    def poll(self) -> Flag | None:
+        if self.acted is not None:
+            return None
+        if not any(f.cause == STRAGGLER for f in self.flags):
+            flagged, baseline, recent = straggling(self.step_times(), self.spec.straggler_factor, self.spec.straggler_patience)
+            if flagged:
+                flag = self._flag(
+                    STRAGGLER,
+                    f"steps take {recent:.3g}s, {recent / baseline:.1f}× the {baseline:.3g}s this attempt started at "
+                    f"(threshold {self.spec.straggler_factor:g}× for {self.spec.straggler_patience} reports)",
+                    self.spec.on_straggler,
+                )
+                if flag.action == "replace":
+                    self.acted = flag
+                    return flag
+        if time.time() >= self._next_health:
+            self._next_health = time.time() + self.pool.health_check_interval_seconds
+            problem = self._node_problem()
+            if problem:
+                self.acted = self._flag(UNHEALTHY, problem, "replace")
+                return self.acted
+        return None

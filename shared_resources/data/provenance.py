@@ -1,0 +1,140 @@
+"""What the lanes' assets call to make a result traceable: one function per kind of record.
+
+- `publish_version`: a curated dataset becomes a DVC version in the data registry and a
+  lineage record pointing at what it was made from; returns the asset metadata.
+- `record_drop`: a raw drop or session, exactly as it was handed in (the root of every chain).
+- `record_result`: a training run, an evaluation or a proposal, pointing at its inputs.
+- `track_run` / `track_evaluation`: a run's curves and figures in the experiment record
+  (`checkpoints/<run>/run.json` + `metrics.parquet`), with its loss curve beside the previous run's.
+
+Each returns metadata for the Dagster UI: the version, where to get it, and the lineage tree.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import dagster as dg
+
+from shared_resources.data.registry import DataRegistry, DatasetVersion, parse_ref
+from shared_resources.data.experiments import RunNotFound, compare, curve_png, image_markdown, list_runs, numeric_figures, record_evaluation, record_run
+from shared_resources.data.lineage import LineageStore, Node, code_version
+from shared_resources.catalog.step_spec import DatasetRef
+from shared_resources.runtime.storage import Storage, exists, read_json
+
+
+def drop_id(kind: str, drop: str) -> str:
+    """The lineage id of a raw drop: `drop/<kind>/<drop id>`."""
+    return f"drop/{kind}/{drop}"
+
+
+def lineage_metadata(store: Storage, node_id: str) -> dict[str, Any]:
+    """The lineage tree and the code version, as asset metadata."""
+    return {
+        "lineage_id": node_id,
+        "lineage": dg.MetadataValue.md(LineageStore(store.root).markdown(node_id)),
+        "code_version": code_version(),
+    }
+
+
+def record_drop(store: Storage, kind: str, drop: str, raw_uri: str, fields: dict[str, Any], files: int) -> Node:
+    """The raw drop (lab plate export, teleop session, robot-cell results) as it was handed in.
+
+    A drop whose manifest says `in_reply_to: <lineage id>` (the lab answering a proposed plate,
+    an operator answering a relabelling request) points back at it: the loop closes in the graph.
+    """
+    shown = {k: v for k, v in fields.items() if isinstance(v, str | int | float) and k != "in_reply_to"}
+    answers = fields.get("in_reply_to")
+    return LineageStore(store.root).record(
+        drop_id(kind, drop), "drop", f"raw {kind} drop, byte for byte as handed in",
+        inputs=[answers] if isinstance(answers, str) and answers else [], uri=raw_uri, facts={**shown, "files": files},
+    )
+
+
+def publish_version(
+    store: Storage, dataset: str, version: str, uri: str, *, title: str, inputs: list[str], facts: dict[str, Any] | None = None
+) -> tuple[DatasetVersion, dict[str, Any]]:
+    """Register `uri` as `dataset@version` in the data registry and record its lineage."""
+    registered = DataRegistry.for_root(store.root).register(dataset, version, uri, meta={"inputs": inputs, **(facts or {})})
+    LineageStore(store.root).record(
+        registered.ref,
+        "dataset",
+        title,
+        inputs=inputs,
+        uri=uri,
+        facts={**(facts or {}), "dvc_md5": registered.md5, "registry_rev": registered.rev[:12], "region": _where(registered)},
+    )
+    return registered, {"dataset_ref": registered.ref, **registered.metadata(), **lineage_metadata(store, registered.ref)}
+
+
+def _where(registered: DatasetVersion) -> str:
+    """`local`, or the provider and region, e.g. `aws us-east-1`."""
+    return registered.region if registered.provider == registered.region else f"{registered.provider} {registered.region}"
+
+
+def dataset_ref(registered: DatasetVersion) -> DatasetRef:
+    """An input for a step spec: placement weighs moving it (data gravity)."""
+    return DatasetRef(name=registered.ref, size_gb=registered.bytes / 1e9, provider=registered.provider, region=registered.region)
+
+
+def find_version(store: Storage, ref: str) -> DatasetVersion:
+    """A registered version by its ref (`cell/omics@<version>`)."""
+    return DataRegistry.for_root(store.root).find(*parse_ref(ref))
+
+
+def record_result(
+    store: Storage, node_id: str, kind: str, title: str, *, inputs: list[str], uri: str = "", facts: dict[str, Any] | None = None
+) -> dict[str, Any]:
+    """A training run, evaluation or proposal and what it was made from; returns its metadata."""
+    LineageStore(store.root).record(node_id, kind, title, inputs=inputs, uri=uri, facts=facts)
+    return lineage_metadata(store, node_id)
+
+
+def trained_on(checkpoint_uri: str) -> list[str]:
+    """The dataset refs the run that wrote this checkpoint was given (from its manifest's lineage).
+
+    A run that reuses a finished checkpoint keeps the datasets it was really trained on.
+    """
+    manifest = f"{checkpoint_uri.rstrip('/')}/manifest.json"
+    return list(read_json(manifest).get("lineage", {}).get("datasets", [])) if exists(manifest) else []
+
+
+def _numbers(values: dict[str, Any]) -> dict[str, float]:
+    """The finite numbers of asset metadata (Dagster metadata values unwrapped)."""
+    return numeric_figures({k: getattr(v, "value", v) for k, v in values.items()})
+
+
+def track_run(store: Storage, run: str, final_checkpoint: str, result: dict[str, Any], *, config: dict[str, Any], pool: str, cost_usd: float, dagster_run_id: str) -> dict[str, Any]:
+    """Record a finished training run (its loss curve from the final checkpoint, its result figures)
+    and return metadata: the curve plotted beside the model's previous run, and how they differ."""
+    manifest_uri = f"{final_checkpoint.rstrip('/')}/manifest.json"
+    manifest = read_json(manifest_uri) if exists(manifest_uri) else {}
+    losses = manifest.get("meta", {}).get("losses") or []
+    model = run.rsplit("/", 1)[0]
+    earlier = [r for r in list_runs(store.root, model=model) if r.lineage != run]
+    recorded = record_run(
+        store.root, run,
+        curves={"loss": [float(v) for v in losses]} if losses else {},
+        summary={k: v for k, v in _numbers(result).items() if k not in ("final_step",)},
+        config=config,
+        datasets=trained_on(final_checkpoint),
+        code_version=manifest.get("lineage", {}).get("code_version") or code_version(),
+        extra={"pool": pool, "cost_usd": cost_usd, "dagster_run_id": dagster_run_id, "checkpoint_uri": final_checkpoint},
+    )
+    metadata: dict[str, Any] = {"run_record": dg.MetadataValue.path(recorded.run_json_uri)}
+    previous = max(earlier, key=lambda r: r.recorded_at, default=None)
+    if losses:
+        shown = [recorded, previous] if previous is not None and not previous.curve("loss").empty else [recorded]
+        title = "loss by step" + (f" (beside the previous run {previous.lineage})" if len(shown) == 2 else "")
+        metadata["loss_curve"] = dg.MetadataValue.md(image_markdown(curve_png(shown, "loss"), title))
+    if previous is not None:
+        metadata["compared_with_previous"] = dg.MetadataValue.md(compare(previous, recorded).markdown())
+    return metadata
+
+
+def track_evaluation(store: Storage, run: str, name: str, figures: dict[str, Any]) -> None:
+    """Add an evaluation's figures (e.g. the sim success rate) to the run it evaluated, if recorded."""
+    try:
+        record_evaluation(store.root, run, name, _numbers(figures))
+    except RunNotFound:
+        pass  # a policy trained before runs were recorded: nothing to attach to

@@ -1,0 +1,205 @@
+"""The placement cost model, evaluated for many steps × many pools at once.
+
+Every rule is a boolean matrix (steps × pools: True where the rule refuses the pool)
+and every cost term a float matrix, so one step against a catalog (`plan_placement`)
+and ten thousand steps against five hundred pools (`plan_job`) run the same code.
+The words a person reads for a refusal are written from the same numbers, in
+`placement.py`, only for the steps someone looks at.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from shared_resources.catalog.pools import Capacity, EgressTable, Pool, Purchasing, TenantLimits
+from shared_resources.catalog.step_spec import StepSpec
+
+# The rules, in the order their refusals are listed. Each key names a constraint a person can
+# relax; `plan_job` reports an infeasible step by the constraints no pool meets.
+RULES = (
+    "tenant", "tenant_limits", "capacity", "accelerator", "nodes", "gpus", "gpus_per_node",
+    "interconnect", "runtime", "spot_checkpoint", "spot_rework", "window", "deadline", "budget",
+)
+
+
+def young_daly_interval_hours(checkpoint_hours: float, mtbi_hours: float) -> float:
+    """Optimal time between checkpoints, first-order Young (1974) / Daly (2006): √(2·δ·M).
+
+    δ is the time to write one checkpoint and M the mean time between interruptions.
+    Daly's bound: once δ ≥ 2M the formula no longer holds and the interval is M itself.
+    """
+    if math.isinf(mtbi_hours):
+        return math.inf
+    if checkpoint_hours >= 2.0 * mtbi_hours:
+        return mtbi_hours
+    return math.sqrt(2.0 * checkpoint_hours * mtbi_hours)
+
+
+def expected_waste(checkpoint_hours: float, mtbi_hours: float, interval_hours: float) -> float:
+    """Share of the run spent writing checkpoints (δ/τ) or redoing lost work (τ/2M).
+
+    At τ = √(2δM) both terms equal √(δ/2M), so the waste is √(2δ/M).
+    """
+    if math.isinf(mtbi_hours):
+        return 0.0
+    return checkpoint_hours / interval_hours + interval_hours / (2.0 * mtbi_hours)
+
+
+@dataclass
+class PlanContext:
+    """What placement needs beyond steps and pools: egress prices, tenant limits, the clock,
+    and how much of each commitment is left (GPU-hours; pools without one are absent)."""
+
+    epoch: dt.datetime
+    egress: EgressTable = field(default_factory=EgressTable)
+    tenant_limits: dict[str, TenantLimits] = field(default_factory=dict)
+    committed_left: dict[str, float] | None = None
+
+    def hours(self, moment: dt.datetime | None) -> float:
+        return 0.0 if moment is None else (moment - self.epoch).total_seconds() / 3600.0
+
+
+@dataclass
+class Assessment:
+    """Every step against every pool: refusals by rule, cost terms, times (hours from `epoch`)."""
+
+    steps: list[StepSpec]
+    pools: list[Pool]
+    context: PlanContext
+    refused: dict[str, np.ndarray]  # rule -> bool[S, P]
+    feasible: np.ndarray  # bool[S, P]
+    rework: np.ndarray  # share of the run redone or spent checkpointing
+    interval_hours: np.ndarray  # Young/Daly checkpoint interval; inf where nothing interrupts
+    mtbi_hours: np.ndarray  # mean time between interruptions for the step's node count
+    gpu_hours: np.ndarray  # billed GPU-hours, rework included
+    covered_gpu_hours: np.ndarray  # of those, inside a commitment already paid for
+    compute_usd: np.ndarray
+    egress_usd: np.ndarray
+    moved_gb: np.ndarray
+    transfer_hours: np.ndarray
+    start_hours: np.ndarray  # [S]
+    end_hours: np.ndarray  # [S, P]: start + transfer + run with rework
+    deadline_hours: np.ndarray  # [S]; inf: none
+    locations: list[tuple[str, str]]  # (provider, region) of the datasets
+    gb_by_location: np.ndarray  # [S, L]
+    egress_price: np.ndarray  # [L, P] $/GB
+
+    @property
+    def cost_usd(self) -> np.ndarray:
+        return self.compute_usd + self.egress_usd
+
+
+def _mask_by_key(keys: list, pools: list[Pool], test) -> np.ndarray:
+    """bool[S, P] from a per-(key, pool) test, computed once per distinct key."""
+    cache: dict = {}
+    rows = []
+    for key in keys:
+        if key not in cache:
+            cache[key] = np.array([test(key, p) for p in pools], dtype=bool)
+        rows.append(cache[key])
+    return np.vstack(rows) if rows else np.zeros((0, len(pools)), dtype=bool)
+
+
+def _col(pools: list[Pool], attr, dtype=float) -> np.ndarray:
+    return np.array([attr(p) for p in pools], dtype=dtype)[None, :]
+
+
+def _row(steps: list[StepSpec], attr, dtype=float) -> np.ndarray:
+    return np.array([attr(s) for s in steps], dtype=dtype)[:, None]
+
+
+def _tenant_allows(tenant: str, pool: Pool, limits: dict[str, TenantLimits]) -> bool:
+    limit = limits.get(tenant)
+    if limit is None:
+        return True
+    return (limit.providers is None or pool.provider in limit.providers) and (limit.regions is None or pool.region in limit.regions)
+
+
+def assess(steps: list[StepSpec], pools: list[Pool], context: PlanContext) -> Assessment:
+    """Evaluate every rule and cost term for every (step, pool) pair."""
+    S, P = len(steps), len(pools)
+    gpus = _row(steps, lambda s: max(s.gpus, 1))
+    raw_gpus = _row(steps, lambda s: s.gpus)
+    nodes = _row(steps, lambda s: s.nodes)
+    hours = _row(steps, lambda s: s.expected_hours)
+    delta_h = _row(steps, lambda s: s.checkpoint_seconds / 3600.0)
+    budget = _row(steps, lambda s: s.budget_usd if s.budget_usd is not None else math.inf)
+    start = np.array([context.hours(s.start or context.epoch) for s in steps], dtype=float)
+    deadline = np.array(
+        [context.hours(d) if (d := s.deadline_at(s.start or context.epoch)) else math.inf for s in steps], dtype=float
+    )
+
+    price = _col(pools, lambda p: p.price_per_gpu_hour)
+    marginal = _col(pools, lambda p: p.marginal_price_per_gpu_hour)
+    left = context.committed_left or {}
+    committed = _col(pools, lambda p: left.get(p.name, p.committed_gpu_hours or 0.0) if p.committed_gpu_hours is not None else 0.0)
+    rate = _col(pools, lambda p: p.interruption_rate_per_hour)
+    is_spot = _col(pools, lambda p: p.purchasing is Purchasing.spot, bool)
+    total_gpus = _col(pools, lambda p: p.total_gpus)
+    gpn = _col(pools, lambda p: p.gpus_per_node)
+
+    refused: dict[str, np.ndarray] = {}
+    refused["tenant"] = _mask_by_key([s.tenant for s in steps], pools, lambda t, p: p.tenants is not None and t not in p.tenants)
+    refused["tenant_limits"] = _mask_by_key([s.tenant for s in steps], pools, lambda t, p: not _tenant_allows(t, p, context.tenant_limits))
+    refused["capacity"] = _mask_by_key(
+        [s.capacity for s in steps], pools, lambda c, p: c is not Capacity.any and p.capacity is not c
+    )
+    refused["accelerator"] = _mask_by_key(
+        [tuple(s.accelerators or ()) for s in steps], pools, lambda a, p: bool(a) and p.accelerator not in a
+    )
+    refused["nodes"] = nodes > _col(pools, lambda p: p.nodes)
+    refused["gpus"] = raw_gpus > total_gpus
+    refused["gpus_per_node"] = ~refused["gpus"] & (np.ceil(raw_gpus / nodes) > gpn)
+    coupled = _row(steps, lambda s: s.tightly_coupled, bool)
+    refused["interconnect"] = coupled & (_col(pools, lambda p: p.interconnect_domain_gpus or 0) < gpus)
+    refused["runtime"] = _mask_by_key([s.runtime for s in steps], pools, lambda r, p: r not in p.runtimes)
+    refused["spot_checkpoint"] = is_spot & ~_row(steps, lambda s: s.checkpoints, bool)
+
+    # Young/Daly: M for n nodes is 1/(n·λ); the interval and the waste follow from δ and M.
+    with np.errstate(divide="ignore", invalid="ignore"):
+        mtbi = np.where(rate > 0, 1.0 / (rate * nodes), math.inf) * np.ones((S, 1))
+        interval = np.where(delta_h >= 2 * mtbi, mtbi, np.sqrt(2.0 * delta_h * mtbi))
+        rework = np.where(np.isinf(mtbi), 0.0, delta_h / interval + interval / (2.0 * mtbi))
+    rework = np.nan_to_num(rework, nan=0.0)
+    refused["spot_rework"] = rework >= 1.0
+
+    # Data gravity: GB per (step, dataset location) times $/GB per (location, pool).
+    locations = sorted({(d.provider, d.region) for s in steps for d in s.datasets})
+    index = {loc: i for i, loc in enumerate(locations)}
+    gb = np.zeros((S, len(locations)))
+    for i, s in enumerate(steps):
+        for d in s.datasets:
+            gb[i, index[(d.provider, d.region)]] += d.size_gb
+    egress_price = np.array(
+        [[context.egress.price_per_gb(lp, lr, p.provider, p.region) for p in pools] for lp, lr in locations]
+    ).reshape(len(locations), P)
+    moved = np.array([[(lp, lr) != (p.provider, p.region) for p in pools] for lp, lr in locations], dtype=float).reshape(len(locations), P)
+    hours_per_gb = np.array([8.0 / context.egress.rates(lp).gbps / 3600.0 for lp, _ in locations])
+    egress_usd = gb @ egress_price
+    moved_gb = gb @ moved
+    transfer = (gb * hours_per_gb[None, :]) @ moved
+
+    run_hours = hours * (1.0 + rework)
+    gpu_hours = gpus * run_hours
+    covered = np.minimum(gpu_hours, committed)
+    compute = price * (gpu_hours - covered) + marginal * covered
+    end = start[:, None] + transfer + run_hours
+
+    w_start = _col(pools, lambda p: context.hours(p.window_start) if p.window_start else -math.inf)
+    w_end = _col(pools, lambda p: context.hours(p.window_end) if p.window_end else math.inf)
+    refused["window"] = (start[:, None] < w_start) | (end > w_end)
+    refused["deadline"] = end > deadline[:, None]
+    refused["budget"] = (compute + egress_usd) > budget
+
+    feasible = ~np.logical_or.reduce([refused[r] for r in RULES]) if P else np.zeros((S, 0), dtype=bool)
+    return Assessment(
+        steps=steps, pools=pools, context=context, refused=refused, feasible=feasible, rework=rework,
+        interval_hours=interval, mtbi_hours=mtbi, gpu_hours=gpu_hours, covered_gpu_hours=covered,
+        compute_usd=compute, egress_usd=egress_usd, moved_gb=moved_gb, transfer_hours=transfer,
+        start_hours=start, end_hours=end, deadline_hours=deadline, locations=locations,
+        gb_by_location=gb, egress_price=egress_price,
+    )

@@ -1,0 +1,162 @@
+"""Checkpoints as safetensors files plus a JSON manifest, published manifest-last.
+
+    <lineage>/step-00000050/model.safetensors
+    <lineage>/step-00000050/optimizer.safetensors
+    <lineage>/step-00000050/manifest.json      <- written last; its presence publishes
+
+A step folder without a manifest (torn: the writer died mid-way) or whose files do
+not match the manifest's sha256 (corrupt) is skipped with a warning, and the newest
+valid checkpoint before it is used. Files open with `safetensors.safe_open` anywhere.
+
+Failure drills test the torn case for real with a failpoint: `SINEWGRID_FAILPOINT=
+torn-checkpoint:STEP:MARKER` makes the writer of the first checkpoint at or after STEP
+kill itself (SIGKILL) after its tensor files and before its manifest, once: it first
+creates MARKER (holding the time it died), and does nothing while MARKER exists.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import os
+import posixpath
+import signal
+import time
+import re
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from safetensors.torch import load as load_safetensors
+from safetensors.torch import save as save_safetensors
+
+from shared_resources.runtime.storage import fs_for, read_bytes, sha256_bytes, write_bytes_atomic, write_json_atomic
+
+MANIFEST = "manifest.json"
+FORMAT = "sinewgrid.checkpoint/v1"
+_STEP_DIR = re.compile(r"^step-(\d{8})$")
+
+
+FAILPOINT_ENV = "SINEWGRID_FAILPOINT"
+
+
+def _failpoint_torn(step: int) -> None:
+    """The torn-checkpoint failpoint (see the module docstring); a no-op unless armed."""
+    armed = os.environ.get(FAILPOINT_ENV, "")
+    if not armed.startswith("torn-checkpoint:"):
+        return
+    _, at_step, marker = (armed.split(":", 2) + ["", ""])[:3]
+    if not at_step.isdigit() or not marker:
+        raise ValueError(f"{FAILPOINT_ENV}={armed!r}: expected torn-checkpoint:STEP:MARKER (a step number and a file path)")
+    if step < int(at_step):
+        return
+    try:
+        fd = os.open(marker, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
+    except FileExistsError:
+        return  # fired once already
+    os.write(fd, json.dumps({"step": step, "at": time.time(), "pid": os.getpid()}).encode())
+    os.close(fd)
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
+@dataclass(frozen=True)
+class Checkpoint:
+    """A valid checkpoint: its tensors by file, and its manifest."""
+
+    uri: str
+    step: int
+    final: bool
+    tensors: dict[str, dict[str, Any]]  # file stem -> name -> tensor
+    manifest: dict[str, Any]
+
+    @property
+    def meta(self) -> dict[str, Any]:
+        return self.manifest.get("meta", {})
+
+
+class CheckpointStore:
+    """The checkpoints of one lineage (one training run's identity) under a URI."""
+
+    def __init__(self, uri: str, warn: Callable[[str], None] | None = None):
+        self.uri = uri.rstrip("/")
+        self._warn = warn or (lambda msg: None)
+
+    def step_uri(self, step: int) -> str:
+        return posixpath.join(self.uri, f"step-{step:08d}")
+
+    def steps(self) -> list[int]:
+        """Every step folder present, valid or not, oldest first."""
+        fs, path = fs_for(self.uri)
+        if not fs.exists(path):
+            return []
+        found = []
+        for entry in fs.ls(path, detail=False):
+            match = _STEP_DIR.match(posixpath.basename(entry.rstrip("/")))
+            if match:
+                found.append(int(match.group(1)))
+        return sorted(found)
+
+    def save(
+        self,
+        step: int,
+        files: Mapping[str, Mapping[str, Any]],
+        *,
+        meta: Mapping[str, Any] | None = None,
+        lineage: Mapping[str, Any] | None = None,
+        final: bool = False,
+    ) -> str:
+        """Write one checkpoint: each safetensors file, then the manifest that publishes it."""
+        where = self.step_uri(step)
+        entries = {}
+        for stem, tensors in files.items():
+            data = save_safetensors({k: v.contiguous() for k, v in tensors.items()})
+            write_bytes_atomic(posixpath.join(where, f"{stem}.safetensors"), data)
+            entries[f"{stem}.safetensors"] = {"sha256": sha256_bytes(data), "bytes": len(data)}
+        _failpoint_torn(step)
+        write_json_atomic(
+            posixpath.join(where, MANIFEST),
+            {
+                "format": FORMAT,
+                "step": step,
+                "final": final,
+                "created_at": dt.datetime.now(dt.UTC).isoformat(),
+                "files": entries,
+                "lineage": dict(lineage or {}),
+                "meta": dict(meta or {}),
+            },
+        )
+        return where
+
+    def _load(self, step: int) -> Checkpoint | None:
+        where = self.step_uri(step)
+        manifest_uri = posixpath.join(where, MANIFEST)
+        fs, manifest_path = fs_for(manifest_uri)
+        if not fs.exists(manifest_path):
+            self._warn(f"checkpoint {where} is torn (no {MANIFEST}: the writer stopped before publishing); skipped")
+            return None
+        try:
+            manifest = json.loads(read_bytes(manifest_uri))
+        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+            self._warn(f"checkpoint {where} has an unreadable manifest ({exc}); skipped")
+            return None
+        tensors = {}
+        for name, expected in manifest.get("files", {}).items():
+            file_uri = posixpath.join(where, name)
+            try:
+                data = read_bytes(file_uri)
+            except FileNotFoundError:
+                self._warn(f"checkpoint {where} is missing {name}; skipped")
+                return None
+            if sha256_bytes(data) != expected.get("sha256") or len(data) != expected.get("bytes"):
+                self._warn(f"checkpoint {where}: {name} does not match its manifest sha256 (corrupt); skipped")
+                return None
+            tensors[name.removesuffix(".safetensors")] = load_safetensors(data)
+        return Checkpoint(where, int(manifest["step"]), bool(manifest.get("final")), tensors, manifest)
+
+    def latest_valid(self) -> Checkpoint | None:
+        """The newest checkpoint that is whole and matches its manifest, or None."""
+        for step in reversed(self.steps()):
+            checkpoint = self._load(step)
+            if checkpoint is not None:
+                return checkpoint
+        return None

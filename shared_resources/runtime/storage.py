@@ -1,0 +1,151 @@
+"""The storage root and its layout: every path is a URI handled through fsspec.
+
+A local folder by default (`SINEWGRID_HOME`, else `.sinewgrid/` in the checkout);
+`s3://bucket/prefix` in production needs no code change.
+
+Layout under the root::
+
+    landing/assays/<drop_id>/        what labs drop (never changed by the platform)
+    raw/assays/<drop_id>/            byte-for-byte copies of accepted drops
+    quarantine/assays/<drop_id>/     copies of rejected drops + QUARANTINE.json/.md
+    curated/assays/<drop_id>/        validated, typed plate tables (Parquet)
+    curated/omics/<version>.zarr     versioned AnnData training sets
+    checkpoints/<lineage>/step-N/    safetensors + manifest.json (written last)
+    artifacts/<asset>/<version>/     model outputs (predictions, reports)
+    outbox/plates/<proposal_id>/     plate worklists for the lab
+    ledger/ledger.db                 the attempt ledger (SQLite unless SINEWGRID_LEDGER_URL says otherwise)
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import posixpath
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import fsspec
+from fsspec.core import url_to_fs
+from fsspec.implementations.local import LocalFileSystem
+
+ENV_HOME = "SINEWGRID_HOME"
+REPO_ROOT = Path(__file__).resolve().parents[2]
+
+
+def default_home() -> str:
+    """The storage root: `$SINEWGRID_HOME`, else `.sinewgrid/` beside the code."""
+    return os.environ.get(ENV_HOME) or str(REPO_ROOT / ".sinewgrid")
+
+
+def _normalise_root(root: str) -> str:
+    if "://" in root:
+        return root.rstrip("/")
+    return str(Path(root).expanduser().resolve())
+
+
+@dataclass(frozen=True)
+class Storage:
+    """One storage root and the helpers to read and write under it atomically."""
+
+    root: str
+
+    @classmethod
+    def from_env(cls) -> Storage:
+        return cls(_normalise_root(default_home()))
+
+    @classmethod
+    def at(cls, root: str) -> Storage:
+        return cls(_normalise_root(root))
+
+    @property
+    def fs(self) -> fsspec.AbstractFileSystem:
+        return url_to_fs(self.root)[0]
+
+    @property
+    def is_local(self) -> bool:
+        return "://" not in self.root or self.root.startswith("file://")
+
+    def uri(self, *parts: str) -> str:
+        """The URI of a path under the root, e.g. `uri("raw", "assays", drop_id)`."""
+        return posixpath.join(self.root, *[p.strip("/") for p in parts if p])
+
+    # Layout -----------------------------------------------------------------
+    def landing(self, kind: str, drop_id: str = "") -> str:
+        return self.uri("landing", kind, drop_id)
+
+    def raw(self, kind: str, drop_id: str = "") -> str:
+        return self.uri("raw", kind, drop_id)
+
+    def quarantine(self, kind: str, drop_id: str = "") -> str:
+        return self.uri("quarantine", kind, drop_id)
+
+    def curated(self, *parts: str) -> str:
+        return self.uri("curated", *parts)
+
+    def checkpoints(self, lineage: str) -> str:
+        return self.uri("checkpoints", lineage)
+
+    def artifacts(self, *parts: str) -> str:
+        return self.uri("artifacts", *parts)
+
+    def outbox(self, *parts: str) -> str:
+        return self.uri("outbox", *parts)
+
+    def ledger(self) -> str:
+        return self.uri("ledger", "attempts")
+
+
+def fs_for(uri: str) -> tuple[fsspec.AbstractFileSystem, str]:
+    """The filesystem and its own path for a URI (local paths or any fsspec scheme)."""
+    return url_to_fs(uri)
+
+
+def exists(uri: str) -> bool:
+    fs, path = fs_for(uri)
+    return fs.exists(path)
+
+
+def read_bytes(uri: str) -> bytes:
+    fs, path = fs_for(uri)
+    return fs.cat_file(path)
+
+
+def read_json(uri: str) -> Any:
+    return json.loads(read_bytes(uri))
+
+
+def write_bytes_atomic(uri: str, data: bytes) -> None:
+    """Write so that readers see the old object or the whole new one, never a torn one.
+
+    Object stores publish a PUT atomically; on a file system we write a temporary
+    sibling and rename it into place.
+    """
+    fs, path = fs_for(uri)
+    parent = posixpath.dirname(path)
+    if parent:
+        fs.makedirs(parent, exist_ok=True)
+    if isinstance(fs, LocalFileSystem):
+        tmp = f"{path}.tmp-{uuid.uuid4().hex[:8]}"
+        with fs.open(tmp, "wb") as fh:
+            fh.write(data)
+        os.replace(tmp, path)
+    else:
+        fs.pipe_file(path, data)
+
+
+def write_json_atomic(uri: str, payload: Any) -> None:
+    write_bytes_atomic(uri, (json.dumps(payload, indent=2, sort_keys=True, default=str) + "\n").encode())
+
+
+def sha256_bytes(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def glob_uris(pattern_uri: str) -> list[str]:
+    """Every object matching a glob under a URI, sorted, as URIs (a local path stays a path)."""
+    fs, pattern = fs_for(pattern_uri)
+    found = sorted(fs.glob(pattern))
+    return [fs.unstrip_protocol(p) for p in found] if "://" in pattern_uri else found

@@ -1,0 +1,269 @@
+"""The workload-side helper: the same life for every workload on every backend.
+
+A workload is a plain entry point (`python -m cell_lane.workloads.pretrain`). It talks
+back only through Dagster Pipes and the object store, so it runs unchanged on the
+local machine, in a Slurm job, a Kubernetes pod or a Ray job::
+
+    with WorkloadRun() as run:
+        cfg = MyConfig(**run.config)
+        state = run.resume()                      # newest valid checkpoint, or None
+        for step in range(start, cfg.steps):
+            ...train one step...
+            run.step_done(step + 1, lambda: {"model": model.state_dict()}, loss=loss)
+        run.finish(cfg.steps, files, metadata={...})
+
+`step_done` checkpoints on the cadence the platform passed in and, when SIGTERM
+arrives (preemption on every backend here), checkpoints at once and exits with
+PREEMPTED_EXIT_CODE so the platform relaunches it instead of calling it a failure.
+
+Outside Dagster (by hand, in a test) the extras come from `--extras FILE.json` or the
+`SINEWGRID_WORKLOAD_EXTRAS` variable, and reports go to stderr.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import signal
+import sys
+import time
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from dagster_pipes import PipesContext, PipesEnvVarParamsLoader, open_dagster_pipes
+
+from shared_resources.runtime.checkpoints import Checkpoint, CheckpointStore
+
+# EX_TEMPFAIL: "temporary failure; the user is invited to retry". Distinct from a
+# crash (1) and from death by signal (128 + n), so the platform can tell them apart.
+PREEMPTED_EXIT_CODE = 75
+EXTRAS_ENV = "SINEWGRID_WORKLOAD_EXTRAS"
+
+Files = Mapping[str, Mapping[str, Any]]
+
+
+class Preempted(Exception):
+    """Raised inside the workload once its preemption checkpoint is safe."""
+
+
+class _StandaloneReporter:
+    """Stands in for the Pipes context when a workload is run by hand."""
+
+    def __init__(self, extras: Mapping[str, Any]):
+        self.extras = extras
+        self.log = logging.getLogger("sinewgrid.workload")
+        if not self.log.handlers:
+            handler = logging.StreamHandler(sys.stderr)
+            handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(message)s"))
+            self.log.addHandler(handler)
+            self.log.setLevel(logging.INFO)
+        self.messages: list[Any] = []
+
+    def report_custom_message(self, payload: Any) -> None:
+        self.messages.append(payload)
+        self.log.debug("message: %s", payload)
+
+    def report_asset_materialization(self, metadata: Mapping[str, Any] | None = None, **_: Any) -> None:
+        self.log.info("result: %s", json.dumps(metadata, default=str))
+
+    def close(self) -> None:
+        pass
+
+
+def _standalone_extras(argv: list[str]) -> dict[str, Any]:
+    parser = argparse.ArgumentParser(add_help=False)
+    parser.add_argument("--extras")
+    args, _ = parser.parse_known_args(argv)
+    if args.extras:
+        with open(args.extras) as fh:
+            return json.load(fh)
+    if os.environ.get(EXTRAS_ENV):
+        return json.loads(os.environ[EXTRAS_ENV])
+    raise SystemExit(
+        "This workload was started outside Dagster without its settings. Pass "
+        f"--extras FILE.json or set {EXTRAS_ENV} to a JSON object with `config`, "
+        "`checkpoint_uri` and `checkpoint_every_steps`."
+    )
+
+
+class WorkloadRun:
+    """Pipes session, resume, checkpoint cadence, preemption and productive-time accounting."""
+
+    def __init__(self, argv: list[str] | None = None):
+        self._argv = sys.argv[1:] if argv is None else argv
+        self.preempt_requested = False
+        self._pipes: PipesContext | _StandaloneReporter | None = None
+        self._started = time.monotonic()
+        self._work_seconds = 0.0  # training time since this attempt resumed
+        self._work_mark: float | None = None
+        self._last_saved_step: int | None = None
+        self._last_save_at = time.monotonic()
+        # Step-time telemetry: mean seconds per step since the last report, every `telemetry_seconds`.
+        self._telemetry_mark: tuple[float, int] | None = None
+
+    # Life cycle ---------------------------------------------------------------
+    def __enter__(self) -> WorkloadRun:
+        if PipesEnvVarParamsLoader().is_dagster_pipes_process():
+            self._pipes = open_dagster_pipes()
+            extras = dict(self._pipes.extras)
+        else:
+            extras = _standalone_extras(self._argv)
+            self._pipes = _StandaloneReporter(extras)
+        self.extras = extras
+        self.config: dict[str, Any] = dict(extras.get("config", {}))
+        self.checkpoint_every = int(extras.get("checkpoint_every_steps", 50))
+        interval = extras.get("checkpoint_interval_seconds")
+        self.checkpoint_interval = float(interval) if interval else None
+        self.attempt = int(extras.get("attempt", 1))
+        self.telemetry_seconds = float(extras.get("telemetry_seconds", 1.0))
+        self.checkpoints = CheckpointStore(extras["checkpoint_uri"], warn=self.warning)
+        signal.signal(signal.SIGTERM, self._on_sigterm)
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> bool:
+        if isinstance(exc, Preempted):
+            self.report({"event": "preempted", "step": self._last_saved_step})
+            self.info(f"preempted: checkpoint at step {self._last_saved_step} is safe; exiting {PREEMPTED_EXIT_CODE}")
+            self._close()
+            sys.exit(PREEMPTED_EXIT_CODE)
+        # Close the Pipes session either way; with an exception, Pipes reports it to Dagster.
+        if isinstance(self._pipes, PipesContext):
+            self._pipes.__exit__(exc_type, exc, tb)
+        return False
+
+    def _close(self) -> None:
+        if isinstance(self._pipes, PipesContext):
+            self._pipes.close()
+
+    def _on_sigterm(self, signum, frame) -> None:
+        # Only set a flag: the training loop checkpoints at the end of the current step.
+        self.preempt_requested = True
+
+    # Reporting ------------------------------------------------------------------
+    @property
+    def log(self) -> logging.Logger:
+        return self._pipes.log  # type: ignore[union-attr]
+
+    def info(self, msg: str) -> None:
+        self.log.info(msg)
+
+    def warning(self, msg: str) -> None:
+        self.log.warning(msg)
+
+    def report(self, payload: Mapping[str, Any]) -> None:
+        """A structured event for the platform (checkpoints, progress, telemetry, preemption),
+        stamped with the wall-clock time (`at`, unix seconds) it happened."""
+        self._pipes.report_custom_message({**dict(payload), "at": round(time.time(), 4)})  # type: ignore[union-attr]
+
+    def _telemetry(self, step: int) -> None:
+        """Report the mean time per step since the last report (the straggler detector reads it)."""
+        now = time.monotonic()
+        if self._telemetry_mark is None:
+            self._telemetry_mark = (now, step)
+            return
+        since, first = self._telemetry_mark
+        if now - since >= self.telemetry_seconds and step > first:
+            self.report({"event": "telemetry", "step": step, "step_seconds": round((now - since) / (step - first), 6)})
+            self._telemetry_mark = (now, step)
+
+    # Resume and checkpoint -------------------------------------------------------
+    def resume(self) -> Checkpoint | None:
+        """The newest valid checkpoint (torn or corrupt ones are skipped with a warning)."""
+        checkpoint = self.checkpoints.latest_valid()
+        if checkpoint is None:
+            self.info(f"no checkpoint under {self.checkpoints.uri}; starting from step 0")
+        else:
+            self.info(f"resuming from {checkpoint.uri} (step {checkpoint.step})")
+            self._last_saved_step = checkpoint.step
+        self.report({"event": "resumed", "step": checkpoint.step if checkpoint else 0})
+        self._work_mark = time.monotonic()
+        return checkpoint
+
+    def _committed_seconds(self) -> float:
+        if self._work_mark is not None:
+            now = time.monotonic()
+            self._work_seconds += now - self._work_mark
+            self._work_mark = now
+        return self._work_seconds
+
+    def save(self, step: int, files: Files, *, meta: Mapping[str, Any] | None = None, final: bool = False) -> str:
+        committed = self._committed_seconds()  # work up to here; the write itself is not work
+        began = time.monotonic()
+        where = self.checkpoints.save(
+            step, files, meta=meta, lineage=self.extras.get("lineage", {}), final=final
+        )
+        written = time.monotonic() - began
+        if self._work_mark is not None:
+            self._work_mark = time.monotonic()
+        self._last_saved_step = step
+        self._last_save_at = time.monotonic()
+        self.report(
+            {
+                "event": "checkpoint",
+                "step": step,
+                "uri": where,
+                "final": final,
+                "committed_seconds": round(committed, 3),
+                "checkpoint_seconds": round(written, 3),
+            }
+        )
+        return where
+
+    def commit(self, step: int, **info: Any) -> None:
+        """Report work made durable by the workload itself (e.g. an episode file written
+        atomically), for workloads whose progress is their output rather than a model."""
+        self._last_saved_step = step
+        self.report({"event": "checkpoint", "step": step, "committed_seconds": round(self._committed_seconds(), 3), **info})
+        self._telemetry(step)
+
+    def start_work(self, step: int = 0) -> None:
+        """Start counting productive time (for workloads that do not call `resume`), from `step`
+        units already done (e.g. episodes a previous attempt committed)."""
+        self._work_mark = time.monotonic()
+        self.report({"event": "resumed", "step": step})
+
+    def step_done(
+        self,
+        step: int,
+        files: Callable[[], Files],
+        *,
+        meta: Callable[[], Mapping[str, Any]] | None = None,
+        **metrics: float,
+    ) -> None:
+        """Call after each training step with the number of steps now done.
+
+        Checkpoints every `checkpoint_every_steps` steps, and also once `checkpoint_interval_seconds`
+        (the Young/Daly interval placement worked out for the pool, if it is interruptible) have
+        passed since the last checkpoint, and at once when SIGTERM has arrived.
+        """
+        self._telemetry(step)
+        on_cadence = step % self.checkpoint_every == 0
+        if self.checkpoint_interval and time.monotonic() - self._last_save_at >= self.checkpoint_interval:
+            on_cadence = True
+        if on_cadence or self.preempt_requested:
+            self.save(step, files(), meta=meta() if meta else None)
+            self.report({"event": "progress", "step": step, **{k: float(v) for k, v in metrics.items()}})
+        if self.preempt_requested:
+            raise Preempted()
+
+    def finish(self, step: int, files: Files, *, meta: Mapping[str, Any] | None = None, metadata: Mapping[str, Any] | None = None) -> None:
+        """Publish the final checkpoint and report the result's metadata."""
+        metadata = dict(metadata or {})
+        where = self.save(step, files, meta={**dict(meta or {}), "result": metadata}, final=True)
+        self._report_result(where, step, metadata, resumed_complete=False)
+
+    def report_already_complete(self, checkpoint: Checkpoint) -> None:
+        """The run finished before (its final checkpoint exists): report that result again."""
+        self.info(f"{checkpoint.uri} is final: nothing left to train")
+        self._report_result(checkpoint.uri, checkpoint.step, checkpoint.meta.get("result", {}), resumed_complete=True)
+
+    def _report_result(self, where: str, step: int, metadata: Mapping[str, Any], *, resumed_complete: bool) -> None:
+        result = {
+            "checkpoint_uri": {"type": "path", "raw_value": where},
+            "final_step": step,
+            "reused_final_checkpoint": resumed_complete,
+            **metadata,
+        }
+        self._pipes.report_asset_materialization(metadata=result)  # type: ignore[union-attr]
