@@ -24,6 +24,7 @@ from drills.model import DrillResult, Timings, TraceResult, TraceRun
 from drills.report import write_report
 from drills.runner import BACKENDS, SCENARIOS
 from drills.workloads import WORKLOADS
+from shared_resources.settings import child_env
 
 
 def matrix(backends: list[str], scenarios: list[str], workloads: list[str]) -> list[tuple[str, str, str]]:
@@ -57,7 +58,7 @@ def environment() -> str:
     try:
         # `--version` needs a configuration to read; any cluster's will do (SLURM_CONF or the campaign's).
         cluster = runner.ACTIVE_CLUSTERS.get("slurm")
-        env = {**os.environ, **(cluster.env if cluster is not None else {})}
+        env = child_env(cluster.env if cluster is not None else {})
         slurm = subprocess.run(["sinfo", "--version"], capture_output=True, text=True, timeout=10, env=env).stdout.strip()
     except (OSError, subprocess.SubprocessError):
         slurm = ""

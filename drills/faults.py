@@ -22,7 +22,7 @@ from pathlib import Path
 
 import psutil
 
-from shared_resources.compute.backends.engine import InFlight
+from shared_resources.compute.inflight import InFlight
 from shared_resources.compute.cooldowns import slots_dir
 from shared_resources.catalog.pools import Pool
 from shared_resources.runtime.storage import Storage

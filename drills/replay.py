@@ -27,7 +27,7 @@ from drills.model import TraceResult, TraceRun
 from drills.runner import DrillSetup, baseline, run_step
 from drills.trace import acceleration_for, draw_trace, rate_for
 from drills.workloads import prepare_inputs, workload
-from shared_resources.compute.resource import StepRun
+from shared_resources.compute.step_run import StepRun
 from shared_resources.runtime.storage import Storage
 
 CADENCES = ("none", "fixed", "young-daly")

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import signal
 import threading
 import time
@@ -27,8 +26,10 @@ from drills import faults
 from drills.goodput import loss_bound_steps, optimum_goodput
 from drills.model import DrillResult, Timings
 from drills.workloads import DrillWorkload, end_state_digest, prepare_inputs, workload
-from shared_resources.runtime.checkpoints import FAILPOINT_ENV, CheckpointStore
-from shared_resources.compute.resource import ComputeResource, StepRun
+from shared_resources.runtime.checkpoints import CheckpointStore
+from shared_resources.runtime.inputs import Failpoint
+from shared_resources.compute.resource import ComputeResource
+from shared_resources.compute.step_run import StepRun
 from shared_resources.compute.health import Drains
 from shared_resources.accounting.ledger import read_ledger
 from shared_resources.catalog.pools import load_pools
@@ -249,18 +250,18 @@ def run_scenario(context: dg.AssetExecutionContext, setup: DrillSetup, scenario_
         drains = Drains(storage)
         for pool in setup.pools:
             drains.undrain(pool)
-        os.environ.pop(FAILPOINT_ENV, None)
 
     marker = setup.drill_root / "faults" / f"torn-{context.run_id}.json"
     injector: Injector | None = None
+    failpoint: Failpoint | None = None
     try:
         if scenario.key == "torn-checkpoint":
             marker.parent.mkdir(parents=True, exist_ok=True)
-            os.environ[FAILPOINT_ENV] = f"torn-checkpoint:{w.trigger}:{marker}"
+            failpoint = Failpoint(kind="torn-checkpoint", at_step=w.trigger, marker=str(marker))
         else:
             injector = Injector(inject, ready, delay=_mid_interval_delay(w))
             injector.start()
-        step, digest = run_step(context, setup, w, drill, inputs, on_straggler=scenario.on_straggler, name=step_name)
+        step, digest = run_step(context, setup, w, drill, inputs, on_straggler=scenario.on_straggler, name=step_name, failpoint=failpoint)
     finally:
         if injector is not None:
             injector.cancelled.set()

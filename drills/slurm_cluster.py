@@ -35,6 +35,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+from shared_resources.settings import child_env
+
 
 NODE = "sgnode"
 GPUS = 2
@@ -169,7 +171,7 @@ class SlurmCluster:
     # Using it -----------------------------------------------------------------------
     def client(self, args: list[str], check: bool = True) -> subprocess.CompletedProcess:
         """Run a Slurm client command (`scontrol`, `squeue`...) against this cluster."""
-        result = subprocess.run(args, env={**os.environ, **self.env}, capture_output=True, text=True, timeout=30)
+        result = subprocess.run(args, env=child_env(self.env), capture_output=True, text=True, timeout=30)
         if check and result.returncode != 0:
             raise SlurmClusterError(f"`{' '.join(args)}` failed ({result.returncode}): {result.stderr.strip()}")
         return result
@@ -179,7 +181,7 @@ class SlurmCluster:
         """While the block runs, `scontrol requeue` the first Slurm job in flight under
         `storage_root` once a checkpoint of `lineage` exists (what a spot reclaim does).
         Yields the list the requeued job id is appended to."""
-        from shared_resources.compute.backends.engine import InFlight
+        from shared_resources.compute.inflight import InFlight
         from shared_resources.runtime.storage import Storage
 
         inflight = InFlight(Storage.at(str(storage_root)))
@@ -323,7 +325,7 @@ class SlurmCluster:
     def _spawn(self, name: str, command: list[str], **kwargs) -> None:
         log = open(self.root / "log" / f"{name}.out", "ab")
         self.processes[name] = subprocess.Popen(
-            command, env={**os.environ, **self.env}, stdout=log, stderr=subprocess.STDOUT,
+            command, env=child_env(self.env), stdout=log, stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL, start_new_session=True, **kwargs
         )
         log.close()

@@ -23,7 +23,8 @@ from typing import Any
 import dagster as dg
 
 from shared_resources.compute.backends import backend_for
-from shared_resources.compute.backends.engine import InFlight, JobHandle
+from shared_resources.compute.backends.base import JobHandle
+from shared_resources.compute.inflight import InFlight
 from shared_resources.compute.resource import ComputeResource
 from shared_resources.accounting.ledger import AttemptRecord, record_attempt
 from shared_resources.catalog.pools import Pool

@@ -1,15 +1,12 @@
-"""Typed Dagster resources shared by both lanes, and the one place the environment is read."""
+"""Typed Dagster resources shared by both lanes: `storage` and `compute`."""
 
 from __future__ import annotations
-
-import os
 
 import dagster as dg
 
 from shared_resources.compute.resource import ComputeResource
-from shared_resources.runtime.storage import Storage, default_home
-
-POOLS_ENV = "SINEWGRID_POOLS"
+from shared_resources.runtime.storage import Storage
+from shared_resources.settings import settings
 
 
 class StorageResource(dg.ConfigurableResource):
@@ -27,8 +24,9 @@ def platform_resources(root: str | None = None, pools_file: str | None = None) -
     `SINEWGRID_HOME` picks the storage root (default `.sinewgrid/` in the checkout) and
     `SINEWGRID_POOLS` the pool catalog (default: the packaged one, all pools local).
     """
-    root = root or default_home()
-    pools_file = pools_file if pools_file is not None else os.environ.get(POOLS_ENV, "")
+    env = settings()
+    root = root or env.storage_root
+    pools_file = pools_file if pools_file is not None else env.pools
     return {
         "storage": StorageResource(root=root),
         "compute": ComputeResource(storage_root=root, pools_file=pools_file),

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import logging
-import os
 import sys
 import time
 import warnings
@@ -16,6 +15,7 @@ from rich.table import Table
 
 from sinewgrid.cli_data import data_app, lineage
 from sinewgrid.cli_models import checkpoints_app, runs_app
+from shared_resources.settings import quiet_dagster, settings, storage_root
 from sinewgrid.instance import ensure_instance_home, get_instance
 
 app = typer.Typer(help="Sinewgrid: the control plane for ML work on rented GPUs.", no_args_is_help=True, add_completion=False, pretty_exceptions_show_locals=False)
@@ -28,24 +28,21 @@ app.command("lineage")(lineage)
 console = Console(width=None if sys.stdout.isatty() else 150)
 
 
-LOG_LEVEL_ENV = "SINEWGRID_LOG_LEVEL"
-
-
 def _quiet() -> None:
     """Dagster logs every event; the command line shows its own progress and a table instead.
 
     Set SINEWGRID_LOG_LEVEL (e.g. INFO) to see the runs' own logs as well.
     """
     warnings.filterwarnings("ignore")
-    os.environ.setdefault("DAGSTER_DISABLE_TELEMETRY", "1")
-    if not os.environ.get(LOG_LEVEL_ENV):
+    quiet_dagster()
+    if not settings().log_level:
         logging.disable(logging.CRITICAL)
 
 
 def _storage():
     from shared_resources.runtime.storage import Storage
 
-    return Storage.from_env()
+    return Storage.at(storage_root())
 
 
 @app.command("init-instance")
@@ -103,7 +100,7 @@ def _tick() -> list:
         ticks = tick_all(
             instance,
             on_run=lambda job, part: status.update(f"running {job}{f' [{part}]' if part else ''}…"),
-            log_level=os.environ.get(LOG_LEVEL_ENV, "CRITICAL"),
+            log_level=settings().log_level or "CRITICAL",
         )
     return ticks
 
@@ -223,7 +220,7 @@ def _print_summary(truth=None, robotics_rows: bool = True) -> None:
                 console.print(f"    - {escape(issue.get('file') or 'drop')} ({issue['rule']}): {escape(issue['message'])}")
     if robotics_rows:
         _print_robotics_summary()
-    console.print(f"\nStorage root: {storage.root}   Dagster instance: {os.environ.get('DAGSTER_HOME')}")
+    console.print(f"\nStorage root: {storage.root}   Dagster instance: {settings().dagster_home}")
     console.print("Open the UI on the same instance with [bold]make ui[/] (http://127.0.0.1:3000).")
 
 
@@ -263,7 +260,7 @@ def plan(
     from shared_resources.catalog.pools import PoolCatalogError
 
     try:
-        result = plan_job_file(job_file, pools or [os.environ.get("SINEWGRID_POOLS") or None])
+        result = plan_job_file(job_file, pools or [settings().pools or None])
     except (JobFileError, PoolCatalogError, InfeasiblePlanError) as exc:
         Console(stderr=True, width=console.width).print(f"[red]{escape(str(exc))}[/]")
         raise typer.Exit(2) from None

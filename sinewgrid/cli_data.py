@@ -16,9 +16,10 @@ errors = Console(stderr=True, width=None if sys.stderr.isatty() else 150)
 
 
 def _root(root: str | None) -> str:
-    from shared_resources.runtime.storage import Storage, default_home
+    from shared_resources.runtime.storage import Storage
+    from shared_resources.settings import storage_root
 
-    return Storage.at(root or default_home()).root
+    return Storage.at(root or storage_root()).root
 
 
 def _fail(message: str) -> None:

@@ -25,9 +25,9 @@ ROOT_HELP = "Storage root (a folder or s3://bucket/prefix); $SINEWGRID_HOME by d
 
 
 def _root(root: str | None) -> str:
-    from shared_resources.runtime.storage import default_home
+    from shared_resources.settings import storage_root
 
-    return root or default_home()
+    return root or storage_root()
 
 
 @contextmanager

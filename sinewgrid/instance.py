@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import dagster as dg
 import yaml
 
 from shared_resources.runtime.storage import Storage
+from shared_resources.settings import settings, storage_root, use_dagster_home
 
 DEFAULT_DAGSTER_YAML = {
     "telemetry": {"enabled": False},
@@ -19,9 +19,9 @@ DEFAULT_DAGSTER_YAML = {
 
 def dagster_home() -> Path:
     """`$DAGSTER_HOME`, else `<storage root>/dagster` (a local root is needed for SQLite)."""
-    if os.environ.get("DAGSTER_HOME"):
-        return Path(os.environ["DAGSTER_HOME"]).expanduser().resolve()
-    storage = Storage.from_env()
+    if configured := settings().dagster_home:
+        return Path(configured).expanduser().resolve()
+    storage = Storage.at(storage_root())
     if not storage.is_local:
         raise SystemExit(
             f"SINEWGRID_HOME is {storage.root}; set DAGSTER_HOME to a local folder (or a PostgreSQL-backed "
@@ -36,7 +36,7 @@ def ensure_instance_home() -> Path:
     config = home / "dagster.yaml"
     if not config.exists():
         config.write_text(yaml.safe_dump(DEFAULT_DAGSTER_YAML, sort_keys=False))
-    os.environ["DAGSTER_HOME"] = str(home)
+    use_dagster_home(home)
     return home
 
 

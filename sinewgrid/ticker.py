@@ -19,7 +19,7 @@ import dagster as dg
 import yaml
 from dagster._core.definitions.dynamic_partitions_request import AddDynamicPartitionsRequest
 
-from shared_resources.runtime.storage import REPO_ROOT
+from shared_resources.settings import REPO_ROOT
 
 RUN_KEY_TAG = "dagster/run_key"
 SENSOR_NAME_TAG = "dagster/sensor_name"

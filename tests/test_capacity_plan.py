@@ -10,7 +10,7 @@ import dagster as dg
 from platform_location.assets.capacity_plan import capacity_plan
 from shared_resources.catalog.pools import load_catalog
 from shared_resources.resources import platform_resources
-from shared_resources.runtime.storage import REPO_ROOT
+from shared_resources.settings import REPO_ROOT
 
 
 def _moment(text: str) -> dt.datetime:

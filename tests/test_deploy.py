@@ -27,7 +27,7 @@ from dagster_k8s.models import k8s_model_from_dict
 from packaging.requirements import Requirement
 from packaging.specifiers import SpecifierSet
 
-from shared_resources.catalog.pools import Backend, load_pools
+from shared_resources.catalog.pools import load_pools
 
 REPO = Path(__file__).resolve().parent.parent
 DEPLOY = REPO / "deploy"
@@ -209,7 +209,7 @@ def test_helm_env_names_an_s3_root_and_a_catalog_the_image_carries():
         catalog = env["SINEWGRID_POOLS"]
         assert catalog.startswith(workdir + "/"), f"{deployment['name']}: SINEWGRID_POOLS must lie in the image ({workdir})"
         pools = load_pools(REPO / Path(catalog).relative_to(workdir))
-        assert any(p.backend is not Backend.local for p in pools.values())
+        assert any(p.backend != "local" for p in pools.values())
     for image in images:
         assert image["repository"].endswith("/orchestration") and image["tag"] == project_version
 
@@ -278,7 +278,7 @@ def test_cloud_pool_examples_validate_and_place():
     assert ranked[:2] == ["gcp-gke-g2-spot", "aws-eks-g6e-spot"]  # cheapest spot with an Isaac Lab image first
     training = StepSpec(name="t", entry_point="x", tenant="robotics", gpus=16, nodes=2, tightly_coupled=True)
     plan = plan_placement(training, everything)
-    assert all(p.backend.value == "slurm" for p in plan.ranked)  # only pools with one fabric for 16 GPUs
+    assert all(p.backend == "slurm" for p in plan.ranked)  # only pools with one fabric for 16 GPUs
     refused = {v.pool for v in plan.verdicts if not v.feasible}
     assert "aws-eks-g6e-spot" in refused and "gpucloud-ray-l40s-spot" in refused
 
@@ -291,11 +291,11 @@ def test_pool_runtimes_name_the_images_and_interpreters_deploy_builds():
     for path in sorted((DEPLOY / "pools").glob("*.yaml")):
         for pool in load_pools(path).values():
             where = f"{path.name}: pool {pool.name}"
-            if pool.backend is Backend.kubernetes:
+            if pool.backend == "kubernetes":
                 assert pool.runtimes["default"].endswith(f"/workload:{project_version}"), f"{where}: runtime `default`"
                 if "isaaclab" in pool.runtimes:
                     assert re.search(rf"/isaaclab:{re.escape(isaaclab_version)}\b", pool.runtimes["isaaclab"]), f"{where}: runtime `isaaclab`"
-            elif pool.backend is Backend.slurm:
+            elif pool.backend == "slurm":
                 for runtime, interpreter in pool.runtimes.items():
                     assert isinstance(interpreter, str) and interpreter.startswith("/") and interpreter.endswith("/bin/python"), (
                         f"{where}: runtime `{runtime}` must be an absolute interpreter path on the shared filesystem"

@@ -12,6 +12,7 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
+from shared_resources.runtime.messages import Telemetry
 from shared_resources.compute.health import Drains, Qualifications
 from shared_resources.accounting.ledger import Ledger, read_ledger
 from shared_resources.compute.monitor import AttemptMonitor, straggling
@@ -99,7 +100,8 @@ def test_straggling_needs_every_recent_report_slow():
 def test_the_report_policy_only_reports():
     pool = next(iter(load_pools(None).values()))
     spec = StepSpec(name="s", entry_point="m", tenant="t", on_straggler="report")
-    messages = [{"event": "telemetry", "step_seconds": s} for s in [0.01] * 4 + [0.1] * 3]
+    # what a workload sends through Pipes (runtime/messages.py), as the monitor receives it
+    messages = [Telemetry(step=10 * (i + 1), step_seconds=s).payload() for i, s in enumerate([0.01] * 4 + [0.1] * 3)]
     monitor = AttemptMonitor(pool, spec, messages=lambda: messages, node_problem=lambda: None)
     assert monitor.poll() is None and [f.cause for f in monitor.flags] == ["straggler"]
     replace = AttemptMonitor(pool, spec.model_copy(update={"on_straggler": "replace"}), messages=lambda: messages, node_problem=lambda: None)

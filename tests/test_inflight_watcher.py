@@ -15,12 +15,14 @@ import dagster as dg
 import psutil
 
 from sensors.inflight_watcher import make_inflight_watcher
-from shared_resources.compute.backends.engine import InFlight, JobHandle
+from shared_resources.compute.backends.base import JobHandle
+from shared_resources.compute.inflight import InFlight
 from shared_resources.compute.backends.local import LocalBackend
 from shared_resources.accounting.ledger import read_ledger
 from shared_resources.catalog.pools import load_pools
 from shared_resources.resources import platform_resources
-from shared_resources.runtime.storage import REPO_ROOT, Storage
+from shared_resources.runtime.storage import Storage
+from shared_resources.settings import REPO_ROOT
 
 CATALOG = """
 pools:

@@ -26,12 +26,14 @@ from dagster_k8s.pipes import build_pod_body
 from kubernetes.client import ApiClient
 
 from shared_resources.compute.backends.base import AttemptOutcome
-from shared_resources.compute.backends.engine import InFlight, JobHandle, JobState
+from shared_resources.compute.backends.base import JobHandle, JobState
+from shared_resources.compute.inflight import InFlight
 from shared_resources.compute.backends.kubernetes import KubernetesBackend, core_api, job_status, pod_spec_for
 from shared_resources.runtime.checkpoints import CheckpointStore
 from shared_resources.accounting.ledger import read_ledger
 from shared_resources.catalog.pools import load_pools
-from shared_resources.runtime.storage import REPO_ROOT, Storage
+from shared_resources.runtime.storage import Storage
+from shared_resources.settings import REPO_ROOT
 from tests.engines.fake_kube_api import FakeKubeAPI, FakeNode
 from tests.engines.steps import counting_spec, materialize_counting, result_metadata
 
@@ -127,7 +129,7 @@ def _validated_pod(pod: dict[str, Any]) -> dict[str, Any]:
 
 @pytest.mark.parametrize("catalog", ["aws.yaml", "gcp.yaml"])
 def test_pod_specs_for_deploy_pools_validate_against_the_kubernetes_models(catalog: str) -> None:
-    pools = [p for p in load_pools(DEPLOY_POOLS / catalog).values() if p.backend.value == "kubernetes"]
+    pools = [p for p in load_pools(DEPLOY_POOLS / catalog).values() if p.backend == "kubernetes"]
     assert pools, f"{catalog} has no kubernetes pools"
     for pool in pools:
         for runtime in ("default", "isaaclab"):
@@ -182,8 +184,8 @@ def test_pod_status_maps_to_how_the_attempt_ended(status: dict[str, Any], state:
     elif state is JobState.failed:
         expected = AttemptOutcome.failed
     if expected:
-        assert KubernetesBackend._outcome(got) is expected
-    assert job_status(None).state is JobState.gone and KubernetesBackend._outcome(job_status(None)) is AttemptOutcome.preempted
+        assert outcome_of(got) is expected
+    assert job_status(None).state is JobState.gone and outcome_of(job_status(None)) is AttemptOutcome.preempted
 
 
 # Attempts through PipesK8sClient against the fake API ---------------------------------------------

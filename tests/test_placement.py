@@ -16,7 +16,7 @@ def _spec(**kw) -> StepSpec:
 def test_default_catalog_loads_and_maps_to_this_machine():
     pools = load_pools()
     assert {"local", "cell-steady", "cell-burst", "cell-burst-ondemand"} <= set(pools)
-    assert all(p.backend.value == "local" for p in pools.values())
+    assert all(p.backend == "local" for p in pools.values())
 
 
 def test_steady_step_goes_to_the_steady_pool_and_refusals_are_explained():

@@ -17,11 +17,13 @@ import pytest
 from ray.job_submission import JobSubmissionClient
 
 from shared_resources.compute.backends.base import AttemptOutcome
-from shared_resources.compute.backends.engine import JobState, Launch
+from shared_resources.compute.backends.base import JobState
+from shared_resources.compute.backends.engine import Launch
 from shared_resources.compute.backends.ray import RayBackend
 from shared_resources.accounting.ledger import read_ledger
 from shared_resources.catalog.pools import load_pools
-from shared_resources.runtime.storage import REPO_ROOT, Storage
+from shared_resources.runtime.storage import Storage
+from shared_resources.settings import REPO_ROOT
 from tests.engines.ray_head import RayHead, start_ray_head
 from tests.engines.steps import counting_spec, materialize_counting, result_metadata
 
@@ -222,7 +224,7 @@ def test_an_entrypoint_exit_75_reads_as_a_preemption(tmp_path, ray_head):
         time.sleep(0.5)
         status = backend.status(handle)
     assert (status.state, status.exit_code) == (JobState.failed, 75)
-    assert backend._outcome(status) is AttemptOutcome.preempted
+    assert outcome_of(status) is AttemptOutcome.preempted
     assert b"yielding" in backend.collect(handle)
 
 

@@ -12,7 +12,7 @@ from shared_resources.compute.backends.base import runtime_interpreter
 from shared_resources.compute.backends.local import LocalBackend
 from shared_resources.catalog.pools import Pool
 from shared_resources.catalog.step_spec import StepSpec
-from shared_resources.runtime.storage import REPO_ROOT
+from shared_resources.settings import REPO_ROOT
 
 
 def _pool(backend: str = "local", settings: dict | None = None, **runtimes) -> Pool:

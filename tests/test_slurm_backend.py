@@ -15,13 +15,15 @@ import dagster as dg
 import pytest
 import yaml
 
-from shared_resources.catalog.backend_settings import SlurmSettings
+from shared_resources.catalog.backends import SlurmSettings
 from shared_resources.compute.backends.base import AttemptOutcome
-from shared_resources.compute.backends.engine import JobState, Launch
+from shared_resources.compute.backends.base import JobState
+from shared_resources.compute.backends.engine import Launch
 from shared_resources.compute.backends.slurm import SlurmBackend, render_batch_script
 from shared_resources.accounting.ledger import read_ledger
 from shared_resources.catalog.pools import Pool, load_pools
-from shared_resources.runtime.storage import REPO_ROOT, Storage
+from shared_resources.runtime.storage import Storage
+from shared_resources.settings import REPO_ROOT
 from shared_resources.runtime.workload import EXTRAS_ENV, PREEMPTED_EXIT_CODE
 from tests.engines.slurm_cluster import SlurmCluster
 from tests.engines.steps import counting_spec, materialize_counting, result_metadata
@@ -217,7 +219,7 @@ def test_signal_and_cancel_reach_the_job(slurm, tmp_path):
     backend.signal(running, signal.SIGTERM)
     ended = _wait_for(lambda: (s := backend.status(running)).state.ended and s, "the signalled job to end")
     assert (ended.state, ended.exit_code) == (JobState.failed, PREEMPTED_EXIT_CODE), ended
-    assert backend._outcome(ended) is AttemptOutcome.preempted
+    assert outcome_of(ended) is AttemptOutcome.preempted
     assert b"preempted: checkpoint at step" in backend.collect(running)
     # Once the controller forgets the job, the completion log tells the same ending.
     settings = SlurmSettings(**running.info["settings"])
@@ -231,7 +233,7 @@ def test_signal_and_cancel_reach_the_job(slurm, tmp_path):
     backend.cancel(waiting)
     cancelled = _wait_for(lambda: (s := backend.status(waiting)).state.ended and s, "the cancelled job to end")
     assert (cancelled.state, cancelled.exit_code) == (JobState.cancelled, None)
-    assert backend._outcome(cancelled) is AttemptOutcome.refused
+    assert outcome_of(cancelled) is AttemptOutcome.refused
 
 
 def _wait_for(probe, what: str, timeout: float = 60.0):

@@ -2,7 +2,6 @@
 
 
 import json
-import os
 from pathlib import Path
 
 import dagster as dg
@@ -10,6 +9,7 @@ import dagster as dg
 from drills import runner
 from drills.runner import BACKENDS, SCENARIOS, DrillSetup, drill_catalog, run_scenario
 from drills.workloads import SIZES, WORKLOADS
+from shared_resources.settings import settings
 from shared_resources.resources import StorageResource
 
 FAILURE_DRILL = dg.AssetKey(["platform", "failure_drill"])
@@ -28,7 +28,7 @@ class DrillConfig(dg.Config):
 
 def drill_root(storage: StorageResource) -> Path:
     """Local working folder of the drills (pool catalogs, fault markers, results)."""
-    configured = os.environ.get("SINEWGRID_DRILL_DIR")
+    configured = settings().drill_dir
     if configured:
         return Path(configured)
     store = storage.get()

@@ -13,7 +13,8 @@ from robotics_lane.partitions import nightly_sweeps
 from robotics_lane.sim.base import ACTION_NAMES, STATE_NAMES
 from robotics_lane.sweeps import SWEEPS, SweepConfig
 from robotics_lane.workloads.rollouts import trial_uri
-from shared_resources.compute.resource import ComputeResource, StepRun
+from shared_resources.compute.resource import ComputeResource
+from shared_resources.compute.step_run import StepRun
 from shared_resources.catalog.pools import Capacity
 from shared_resources.data.provenance import publish_version
 from shared_resources.resources import StorageResource

@@ -29,6 +29,7 @@ from sqlalchemy.exc import IntegrityError, OperationalError, ProgrammingError
 
 from shared_resources.catalog.pools import Pool
 from shared_resources.runtime.storage import Storage
+from shared_resources.settings import settings
 
 LEDGER_URL_ENV = "SINEWGRID_LEDGER_URL"
 OUTCOMES = ("succeeded", "preempted", "refused", "failed", "orphaned")
@@ -254,7 +255,7 @@ class AttemptRecord:
             pool=pool.name,
             provider=pool.provider,
             region=pool.region,
-            backend=pool.backend.value,
+            backend=pool.backend,
             purchasing=pool.purchasing.value,
             price_per_gpu_hour=pool.price_per_gpu_hour,
             **values,
@@ -387,7 +388,7 @@ def _add_missing_columns(engine: Engine) -> None:
 def ledger_url(storage: Storage) -> str:
     """The database the ledger of `storage` lives in: `SINEWGRID_LEDGER_URL`, else a SQLite
     file `ledger/ledger.db` under a local storage root."""
-    url = os.environ.get(LEDGER_URL_ENV, "").strip()
+    url = settings().ledger_url.strip()
     if url:
         return url
     if not storage.is_local:

@@ -17,7 +17,7 @@ from typing import Annotated
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from shared_resources.catalog.backend_settings import SETTINGS_BY_BACKEND
+from shared_resources.catalog.backends import BACKENDS, backend_kind
 
 DEFAULT_CATALOG = Path(__file__).with_name("pools.yaml")
 
@@ -39,13 +39,6 @@ def check_accelerator(name: str) -> str:
             "(new hardware: add its name to KNOWN_ACCELERATORS in shared_resources/catalog/pools.py)"
         )
     return name
-
-
-class Backend(StrEnum):
-    local = "local"
-    slurm = "slurm"
-    kubernetes = "kubernetes"
-    ray = "ray"
 
 
 class Purchasing(StrEnum):
@@ -74,7 +67,7 @@ class Pool(BaseModel):
     description: str = ""
     provider: str
     region: str
-    backend: Backend
+    backend: str = Field(description=f"Which backend runs the pool's steps: {', '.join(BACKENDS)}.")
     backend_settings: dict[str, object] = Field(default_factory=dict)
     purchasing: Purchasing
     capacity: Capacity = Capacity.any
@@ -100,6 +93,9 @@ class Pool(BaseModel):
     interconnect_domain_gpus: Annotated[int, Field(ge=1)] | None = None  # GPUs in one fast domain
     # Steps this pool runs at once (local backend); more are refused and fail over. None: no limit.
     max_concurrent_steps: Annotated[int, Field(ge=1)] | None = None
+    # What happens after an attempt on this pool ends, unless the step says: a policy of
+    # shared_resources/compute/recovery.py (`failover`, `stay`). None: `failover`.
+    recovery: str | None = None
     # After a refusal or a preemption the pool is avoided this long, if another pool can run the step.
     cooldown_seconds: Annotated[float, Field(ge=0)] = 300.0
     # A job the engine still holds pending after this long is cancelled: the pool counts as refusing.
@@ -120,6 +116,12 @@ class Pool(BaseModel):
     # repository or absolute), a container image (Kubernetes), or a Ray runtime environment
     # (a mapping). `default` is the interpreter running Dagster unless the pool says otherwise.
     runtimes: dict[str, str | dict[str, object]] = Field(default_factory=lambda: {"default": ""})
+
+    @field_validator("backend")
+    @classmethod
+    def _known_backend(cls, kind: str) -> str:
+        backend_kind(kind)
+        return kind
 
     @field_validator("accelerator")
     @classmethod
@@ -145,10 +147,10 @@ class Pool(BaseModel):
     @model_validator(mode="after")
     def _backend_settings_fit_backend(self) -> Pool:
         try:
-            SETTINGS_BY_BACKEND[self.backend.value].model_validate(self.backend_settings)
+            backend_kind(self.backend).settings.model_validate(self.backend_settings)
         except ValidationError as exc:
             problems = "; ".join(f"`backend_settings.{'.'.join(map(str, e['loc']))}`: {e['msg']}" for e in exc.errors())
-            raise ValueError(f"not valid for a {self.backend.value} pool: {problems}") from None
+            raise ValueError(f"not valid for a {self.backend} pool: {problems}") from None
         return self
 
     @property

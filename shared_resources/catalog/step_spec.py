@@ -8,6 +8,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from shared_resources.catalog.pools import Capacity, check_accelerator
+from shared_resources.runtime.inputs import DEFAULT_CHECKPOINT_EVERY_STEPS, DEFAULT_TELEMETRY_SECONDS, Failpoint
 
 
 class DatasetRef(BaseModel):
@@ -36,7 +37,7 @@ class StepSpec(BaseModel):
     capacity: Capacity = Capacity.any
     tightly_coupled: bool = False
     checkpoints: bool = Field(default=True, description="Resumes from checkpoints, so spot capacity is acceptable.")
-    checkpoint_every_steps: Annotated[int, Field(ge=1)] = 50
+    checkpoint_every_steps: Annotated[int, Field(ge=1)] = DEFAULT_CHECKPOINT_EVERY_STEPS
     checkpoint_seconds: Annotated[float, Field(ge=0)] = 5.0
     expected_hours: Annotated[float, Field(gt=0)] = 1.0
     max_preemptions: Annotated[int, Field(ge=0)] = 3
@@ -46,13 +47,25 @@ class StepSpec(BaseModel):
     on_straggler: Literal["replace", "report"] = "report"
     straggler_factor: Annotated[float, Field(gt=1)] = 3.0
     straggler_patience: Annotated[int, Field(ge=1)] = 3
-    telemetry_seconds: Annotated[float, Field(gt=0)] = Field(default=1.0, description="How often the workload reports its time per step.")
+    telemetry_seconds: Annotated[float, Field(gt=0)] = Field(default=DEFAULT_TELEMETRY_SECONDS, description="How often the workload reports its time per step.")
+    recovery: str | None = Field(
+        default=None,
+        description="The recovery policy after an attempt ends (`shared_resources/compute/recovery.py`); None: the pool's, else `failover`.",
+    )
     budget_usd: float | None = None
     datasets: list[DatasetRef] = Field(default_factory=list, description="Inputs the step reads; moving them costs egress and time.")
     start: dt.datetime | None = Field(default=None, description="When the step is planned to start (UTC); None: now.")
     deadline: dt.datetime | None = Field(default=None, description="When it must be done (UTC), data transfer and rework included.")
     deadline_hours: Annotated[float, Field(gt=0)] | None = Field(default=None, description="Or: hours after its start by which it must be done.")
-    config: dict[str, Any] = Field(default_factory=dict, description="Handed to the workload as its config.")
+    config: dict[str, Any] = Field(
+        default_factory=dict, description="Handed to the workload as its config: the workload's config model, or the same as a mapping."
+    )
+    failpoint: Failpoint | None = Field(default=None, description="Failure drills only: a fault armed inside the workload.")
+
+    @field_validator("config", mode="before")
+    @classmethod
+    def _config_model(cls, config: Any) -> Any:
+        return config.model_dump(mode="json") if isinstance(config, BaseModel) else config
 
     @field_validator("accelerators")
     @classmethod

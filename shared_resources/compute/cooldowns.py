@@ -11,8 +11,6 @@
 from __future__ import annotations
 
 import fcntl
-import os
-import tempfile
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -21,12 +19,13 @@ from pathlib import Path
 
 from shared_resources.catalog.pools import Pool
 from shared_resources.runtime.storage import Storage, exists, read_json, write_json_atomic
+from shared_resources.settings import settings
 
 SLOTS_ENV = "SINEWGRID_SLOTS_DIR"
 
 
 def slots_dir() -> Path:
-    return Path(os.environ.get(SLOTS_ENV) or Path(tempfile.gettempdir()) / "sinewgrid-slots")
+    return settings().slots_folder
 
 
 @contextmanager

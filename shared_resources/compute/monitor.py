@@ -23,16 +23,16 @@ from typing import Any
 
 from shared_resources.catalog.pools import Pool
 from shared_resources.catalog.step_spec import StepSpec
+from shared_resources.compute.causes import Cause
+from shared_resources.runtime.messages import Telemetry, parse_messages
 
-STRAGGLER = "straggler"
-UNHEALTHY = "unhealthy-node"
 
 
 @dataclass(frozen=True)
 class Flag:
     """Something wrong with a running attempt, and what the platform does about it."""
 
-    cause: str  # straggler | unhealthy-node
+    cause: Cause  # straggler | unhealthy-node
     detail: str  # in words, with the numbers
     action: str  # replace | report
     at: float  # unix time it was flagged
@@ -86,23 +86,23 @@ class AttemptMonitor:
         self.flags: list[Flag] = []
         self.acted: Flag | None = None
 
-    def _flag(self, cause: str, detail: str, action: str) -> Flag:
+    def _flag(self, cause: Cause, detail: str, action: str) -> Flag:
         flag = Flag(cause, detail, action, time.time())
         self.flags.append(flag)
         self._log(f"{self.spec.name} on {self.pool.name}: {cause}: {detail} ({'moving the step' if action == 'replace' else 'reported only'})")
         return flag
 
     def step_times(self) -> list[float]:
-        return [float(m["step_seconds"]) for m in self._messages() if isinstance(m, dict) and m.get("event") == "telemetry" and m.get("step_seconds")]
+        return [m.step_seconds for m in parse_messages(self._messages()) if isinstance(m, Telemetry) and m.step_seconds]
 
     def poll(self) -> Flag | None:
         if self.acted is not None:
             return None
-        if not any(f.cause == STRAGGLER for f in self.flags):
+        if not any(f.cause is Cause.straggler for f in self.flags):
             flagged, baseline, recent = straggling(self.step_times(), self.spec.straggler_factor, self.spec.straggler_patience)
             if flagged:
                 flag = self._flag(
-                    STRAGGLER,
+                    Cause.straggler,
                     f"steps take {recent:.3g}s, {recent / baseline:.1f}× the {baseline:.3g}s this attempt started at "
                     f"(threshold {self.spec.straggler_factor:g}× for {self.spec.straggler_patience} reports)",
                     self.spec.on_straggler,
@@ -114,6 +114,6 @@ class AttemptMonitor:
             self._next_health = time.time() + self.pool.health_check_interval_seconds
             problem = self._node_problem()
             if problem:
-                self.acted = self._flag(UNHEALTHY, problem, "replace")
+                self.acted = self._flag(Cause.unhealthy_node, problem, "replace")
                 return self.acted
         return None

@@ -20,15 +20,13 @@ from __future__ import annotations
 
 import datetime as dt
 import functools
-import os
 import posixpath
 import subprocess
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from shared_resources.runtime.storage import REPO_ROOT, fs_for, glob_uris, read_json, write_json_atomic
-
-CODE_VERSION_ENV = "SINEWGRID_CODE_VERSION"
+from shared_resources.runtime.storage import fs_for, glob_uris, read_json, write_json_atomic
+from shared_resources.settings import REPO_ROOT, settings
 
 
 class LineageNotFound(LookupError):
@@ -41,8 +39,8 @@ def code_version() -> str:
 
     Container images carry no `.git`: they set `SINEWGRID_CODE_VERSION` at build time.
     """
-    if os.environ.get(CODE_VERSION_ENV):
-        return os.environ[CODE_VERSION_ENV]
+    if configured := settings().code_version:
+        return configured
     try:
         rev = subprocess.run(["git", "-C", str(REPO_ROOT), "rev-parse", "HEAD"], capture_output=True, text=True, timeout=10, check=True).stdout.strip()
         dirty = subprocess.run(["git", "-C", str(REPO_ROOT), "status", "--porcelain", "--untracked-files=no"], capture_output=True, text=True, timeout=10).stdout.strip()

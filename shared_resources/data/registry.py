@@ -53,6 +53,7 @@ from typing import Any
 import yaml
 
 from shared_resources.runtime.storage import Storage, fs_for
+from shared_resources.settings import child_env, settings
 
 ENV_GIT = "SINEWGRID_REGISTRY_GIT"
 ENV_REGION = "SINEWGRID_STORAGE_REGION"
@@ -135,7 +136,8 @@ def storage_location(root: str) -> tuple[str, str]:
     scheme = root.split("://", 1)[0].lower() if "://" in root else "file"
     provider = {"file": "local", "local": "local", "s3": "aws", "s3a": "aws", "gs": "gcp", "gcs": "gcp",
                 "az": "azure", "abfs": "azure", "abfss": "azure"}.get(scheme, scheme)
-    region = os.environ.get(ENV_REGION)
+    env = settings()
+    region = env.storage_region
     if not region:
         if provider == "local":
             region = "local"
@@ -143,14 +145,14 @@ def storage_location(root: str) -> tuple[str, str]:
             region = _s3_bucket_region(root)
         else:
             region = "unknown"
-    return os.environ.get(ENV_PROVIDER) or provider, region
+    return env.storage_provider or provider, region
 
 
 def _s3_bucket_region(root: str) -> str:
     import s3fs
 
     bucket = root.split("://", 1)[1].split("/", 1)[0]
-    fallback = os.environ.get("AWS_DEFAULT_REGION") or os.environ.get("AWS_REGION") or "unknown"
+    fallback = settings().aws_region or "unknown"
     try:
         answer = s3fs.S3FileSystem().call_s3("get_bucket_location", Bucket=bucket)
     except Exception:  # noqa: BLE001 - no permission or no network: the configured region is the best guess
@@ -217,7 +219,7 @@ class DatasetVersion:
 
 # Git and locks --------------------------------------------------------------------
 def _git(*args: str, cwd: str | Path | None = None, input: str | None = None, check: bool = True) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "GIT_TERMINAL_PROMPT": "0", "GIT_ASKPASS": "true", "LC_ALL": "C"}
+    env = child_env({"GIT_TERMINAL_PROMPT": "0", "GIT_ASKPASS": "true", "LC_ALL": "C"})
     proc = subprocess.run(["git", *args], cwd=cwd, input=input, capture_output=True, text=True, env=env)
     if check and proc.returncode != 0:
         raise RegistryError(f"git {' '.join(args)} failed in {cwd or os.getcwd()}: {proc.stderr.strip() or proc.stdout.strip()}")
@@ -241,7 +243,7 @@ def _is_git_url(spec: str) -> bool:
 
 
 def _cache_home() -> Path:
-    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "sinewgrid" / "registry"
+    return settings().user_cache / "sinewgrid" / "registry"
 
 
 def _plain_value(value: Any) -> Any:
@@ -312,7 +314,7 @@ class DataRegistry:
     @classmethod
     def for_root(cls, root: str) -> DataRegistry:
         """The registry of a storage root (a path or a URI such as s3://bucket/prefix)."""
-        return cls(root, git_spec=os.environ.get(ENV_GIT) or None)
+        return cls(root, git_spec=settings().registry_git or None)
 
     def __repr__(self) -> str:
         return f"DataRegistry(git={self.git_url!r}, remote={self.remote_url!r})"

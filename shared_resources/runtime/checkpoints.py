@@ -8,10 +8,9 @@ A step folder without a manifest (torn: the writer died mid-way) or whose files 
 not match the manifest's sha256 (corrupt) is skipped with a warning, and the newest
 valid checkpoint before it is used. Files open with `safetensors.safe_open` anywhere.
 
-Failure drills test the torn case for real with a failpoint: `SINEWGRID_FAILPOINT=
-torn-checkpoint:STEP:MARKER` makes the writer of the first checkpoint at or after STEP
-kill itself (SIGKILL) after its tensor files and before its manifest, once: it first
-creates MARKER (holding the time it died), and does nothing while MARKER exists.
+Failure drills test the torn case for real with a failpoint that travels in the workload's
+inputs (`Failpoint` in `runtime/inputs.py`): the writer of the first checkpoint at or after
+its step kills itself (SIGKILL) after its tensor files and before its manifest, once.
 """
 
 from __future__ import annotations
@@ -20,9 +19,9 @@ import datetime as dt
 import json
 import os
 import posixpath
+import re
 import signal
 import time
-import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -30,6 +29,7 @@ from typing import Any
 from safetensors.torch import load as load_safetensors
 from safetensors.torch import save as save_safetensors
 
+from shared_resources.runtime.inputs import Failpoint
 from shared_resources.runtime.storage import fs_for, read_bytes, sha256_bytes, write_bytes_atomic, write_json_atomic
 
 MANIFEST = "manifest.json"
@@ -37,21 +37,12 @@ FORMAT = "sinewgrid.checkpoint/v1"
 _STEP_DIR = re.compile(r"^step-(\d{8})$")
 
 
-FAILPOINT_ENV = "SINEWGRID_FAILPOINT"
-
-
-def _failpoint_torn(step: int) -> None:
-    """The torn-checkpoint failpoint (see the module docstring); a no-op unless armed."""
-    armed = os.environ.get(FAILPOINT_ENV, "")
-    if not armed.startswith("torn-checkpoint:"):
-        return
-    _, at_step, marker = (armed.split(":", 2) + ["", ""])[:3]
-    if not at_step.isdigit() or not marker:
-        raise ValueError(f"{FAILPOINT_ENV}={armed!r}: expected torn-checkpoint:STEP:MARKER (a step number and a file path)")
-    if step < int(at_step):
+def _failpoint_torn(failpoint: Failpoint | None, step: int) -> None:
+    """The torn-checkpoint failpoint (see `Failpoint`); a no-op unless armed."""
+    if failpoint is None or failpoint.kind != "torn-checkpoint" or step < failpoint.at_step:
         return
     try:
-        fd = os.open(marker, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
+        fd = os.open(failpoint.marker, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
     except FileExistsError:
         return  # fired once already
     os.write(fd, json.dumps({"step": step, "at": time.time(), "pid": os.getpid()}).encode())
@@ -77,9 +68,10 @@ class Checkpoint:
 class CheckpointStore:
     """The checkpoints of one lineage (one training run's identity) under a URI."""
 
-    def __init__(self, uri: str, warn: Callable[[str], None] | None = None):
+    def __init__(self, uri: str, warn: Callable[[str], None] | None = None, failpoint: Failpoint | None = None):
         self.uri = uri.rstrip("/")
         self._warn = warn or (lambda msg: None)
+        self._failpoint = failpoint
 
     def step_uri(self, step: int) -> str:
         return posixpath.join(self.uri, f"step-{step:08d}")
@@ -112,7 +104,7 @@ class CheckpointStore:
             data = save_safetensors({k: v.contiguous() for k, v in tensors.items()})
             write_bytes_atomic(posixpath.join(where, f"{stem}.safetensors"), data)
             entries[f"{stem}.safetensors"] = {"sha256": sha256_bytes(data), "bytes": len(data)}
-        _failpoint_torn(step)
+        _failpoint_torn(self._failpoint, step)
         write_json_atomic(
             posixpath.join(where, MANIFEST),
             {

@@ -10,7 +10,6 @@ and exits 1 with the first problem, in words.
 from __future__ import annotations
 
 import importlib
-import os
 import platform
 import posixpath
 import subprocess
@@ -20,6 +19,9 @@ import uuid
 from typing import Any
 
 from dagster_pipes import open_dagster_pipes
+
+from shared_resources.runtime.inputs import WorkloadInputs
+from shared_resources.runtime.messages import Qualified
 
 
 def _check_imports(modules: list[str]) -> str:
@@ -72,11 +74,12 @@ def _check_command(command: list[str]) -> str:
 
 def main() -> int:
     with open_dagster_pipes() as pipes:
-        config: dict[str, Any] = dict(pipes.extras.get("config", {}))
-        pool = str(config.get("pool", os.environ.get("SINEWGRID_POOL", "?")))
+        inputs = WorkloadInputs.from_extras(pipes.extras)
+        config: dict[str, Any] = dict(inputs.config)
+        pool = str(config.get("pool") or inputs.pool or "?")
         checks = [("runtime", lambda: _check_imports(list(config.get("imports", []))))]
-        if pipes.extras.get("storage_root"):
-            checks.append(("storage", lambda: _check_storage(str(pipes.extras["storage_root"]), pool)))
+        if inputs.storage_root:
+            checks.append(("storage", lambda: _check_storage(str(inputs.storage_root), pool)))
         if int(config.get("gpus", 0)) > 0:
             checks.append(("gpus", lambda: _check_gpus(int(config["gpus"]))))
         if config.get("health_check"):
@@ -90,7 +93,7 @@ def main() -> int:
                 pipes.log.error(problem)
                 print(problem, file=sys.stderr)
                 return 1
-        pipes.report_custom_message({"event": "qualified", "checks": results, "node": platform.node()})
+        pipes.report_custom_message(Qualified(checks=results, node=platform.node(), at=round(time.time(), 4)).payload())
     return 0
 
 

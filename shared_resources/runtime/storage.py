@@ -1,7 +1,8 @@
 """The storage root and its layout: every path is a URI handled through fsspec.
 
-A local folder by default (`SINEWGRID_HOME`, else `.sinewgrid/` in the checkout);
-`s3://bucket/prefix` in production needs no code change.
+A local folder by default (`SINEWGRID_HOME`, else `.sinewgrid/` in the checkout: see
+`shared_resources.settings`); `s3://bucket/prefix` in production needs no code change.
+Workload side as well: imports fsspec, never Dagster, and reads no environment.
 
 Layout under the root::
 
@@ -31,15 +32,6 @@ import fsspec
 from fsspec.core import url_to_fs
 from fsspec.implementations.local import LocalFileSystem
 
-ENV_HOME = "SINEWGRID_HOME"
-REPO_ROOT = Path(__file__).resolve().parents[2]
-
-
-def default_home() -> str:
-    """The storage root: `$SINEWGRID_HOME`, else `.sinewgrid/` beside the code."""
-    return os.environ.get(ENV_HOME) or str(REPO_ROOT / ".sinewgrid")
-
-
 def _normalise_root(root: str) -> str:
     if "://" in root:
         return root.rstrip("/")
@@ -51,10 +43,6 @@ class Storage:
     """One storage root and the helpers to read and write under it atomically."""
 
     root: str
-
-    @classmethod
-    def from_env(cls) -> Storage:
-        return cls(_normalise_root(default_home()))
 
     @classmethod
     def at(cls, root: str) -> Storage:

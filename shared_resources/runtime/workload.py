@@ -5,7 +5,7 @@ back only through Dagster Pipes and the object store, so it runs unchanged on th
 local machine, in a Slurm job, a Kubernetes pod or a Ray job::
 
     with WorkloadRun() as run:
-        cfg = MyConfig(**run.config)
+        cfg = run.config_as(MyConfig)             # the workload's config model, validated
         state = run.resume()                      # newest valid checkpoint, or None
         for step in range(start, cfg.steps):
             ...train one step...
@@ -16,8 +16,10 @@ local machine, in a Slurm job, a Kubernetes pod or a Ray job::
 arrives (preemption on every backend here), checkpoints at once and exits with
 PREEMPTED_EXIT_CODE so the platform relaunches it instead of calling it a failure.
 
-Outside Dagster (by hand, in a test) the extras come from `--extras FILE.json` or the
-`SINEWGRID_WORKLOAD_EXTRAS` variable, and reports go to stderr.
+What the platform passes besides the config is one typed model, `WorkloadInputs`
+(`runtime/inputs.py`); what the workload reports back are the typed messages of
+`runtime/messages.py`. Outside Dagster (by hand, in a test) the inputs come from
+`--extras FILE.json` or the `SINEWGRID_WORKLOAD_EXTRAS` variable, and reports go to stderr.
 """
 
 from __future__ import annotations
@@ -30,11 +32,14 @@ import signal
 import sys
 import time
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import Any, TypeVar
 
 from dagster_pipes import PipesContext, PipesEnvVarParamsLoader, open_dagster_pipes
+from pydantic import BaseModel, ValidationError
 
 from shared_resources.runtime.checkpoints import Checkpoint, CheckpointStore
+from shared_resources.runtime.inputs import WorkloadInputs
+from shared_resources.runtime.messages import CheckpointSaved, Preemption, Progress, Resumed, Telemetry, _Message
 
 # EX_TEMPFAIL: "temporary failure; the user is invited to retry". Distinct from a
 # crash (1) and from death by signal (128 + n), so the platform can tell them apart.
@@ -42,6 +47,11 @@ PREEMPTED_EXIT_CODE = 75
 EXTRAS_ENV = "SINEWGRID_WORKLOAD_EXTRAS"
 
 Files = Mapping[str, Mapping[str, Any]]
+C = TypeVar("C", bound=BaseModel)
+
+
+class WorkloadConfigError(SystemExit):
+    """The workload's config does not fit its model: exits 1 with every bad field named."""
 
 
 class Preempted(Exception):
@@ -72,15 +82,15 @@ class _StandaloneReporter:
         pass
 
 
-def _standalone_extras(argv: list[str]) -> dict[str, Any]:
+def _standalone_inputs(argv: list[str]) -> WorkloadInputs:
     parser = argparse.ArgumentParser(add_help=False)
     parser.add_argument("--extras")
     args, _ = parser.parse_known_args(argv)
     if args.extras:
         with open(args.extras) as fh:
-            return json.load(fh)
+            return WorkloadInputs.from_extras(json.load(fh), where=args.extras)
     if os.environ.get(EXTRAS_ENV):
-        return json.loads(os.environ[EXTRAS_ENV])
+        return WorkloadInputs.from_extras(json.loads(os.environ[EXTRAS_ENV]), where=f"${EXTRAS_ENV}")
     raise SystemExit(
         "This workload was started outside Dagster without its settings. Pass "
         f"--extras FILE.json or set {EXTRAS_ENV} to a JSON object with `config`, "
@@ -107,24 +117,33 @@ class WorkloadRun:
     def __enter__(self) -> WorkloadRun:
         if PipesEnvVarParamsLoader().is_dagster_pipes_process():
             self._pipes = open_dagster_pipes()
-            extras = dict(self._pipes.extras)
+            self.inputs = WorkloadInputs.from_extras(self._pipes.extras)
         else:
-            extras = _standalone_extras(self._argv)
-            self._pipes = _StandaloneReporter(extras)
-        self.extras = extras
-        self.config: dict[str, Any] = dict(extras.get("config", {}))
-        self.checkpoint_every = int(extras.get("checkpoint_every_steps", 50))
-        interval = extras.get("checkpoint_interval_seconds")
-        self.checkpoint_interval = float(interval) if interval else None
-        self.attempt = int(extras.get("attempt", 1))
-        self.telemetry_seconds = float(extras.get("telemetry_seconds", 1.0))
-        self.checkpoints = CheckpointStore(extras["checkpoint_uri"], warn=self.warning)
+            self.inputs = _standalone_inputs(self._argv)
+            self._pipes = _StandaloneReporter(self.inputs.to_extras())
+        if not self.inputs.checkpoint_uri:
+            raise SystemExit("This workload needs `checkpoint_uri` in its inputs: where its checkpoints live.")
+        self.config: dict[str, Any] = dict(self.inputs.config)
+        self.checkpoint_every = self.inputs.checkpoint_every_steps
+        self.checkpoint_interval = self.inputs.checkpoint_interval_seconds
+        self.attempt = self.inputs.attempt
+        self.telemetry_seconds = self.inputs.telemetry_seconds
+        self.checkpoints = CheckpointStore(self.inputs.checkpoint_uri, warn=self.warning, failpoint=self.inputs.failpoint)
         signal.signal(signal.SIGTERM, self._on_sigterm)
         return self
 
+    def config_as(self, model: type[C]) -> C:
+        """The workload's config as its model; exits with every bad field named otherwise."""
+        try:
+            return model.model_validate(self.config)
+        except ValidationError as exc:
+            problems = "; ".join(f"`{'.'.join(map(str, e['loc']))}`: {e['msg']}" for e in exc.errors())
+            self.log.error(f"{model.__name__}: {problems}")
+            raise WorkloadConfigError(f"this workload's config does not fit {model.__name__}: {problems}") from None
+
     def __exit__(self, exc_type, exc, tb) -> bool:
         if isinstance(exc, Preempted):
-            self.report({"event": "preempted", "step": self._last_saved_step})
+            self.report(Preemption(step=self._last_saved_step))
             self.info(f"preempted: checkpoint at step {self._last_saved_step} is safe; exiting {PREEMPTED_EXIT_CODE}")
             self._close()
             sys.exit(PREEMPTED_EXIT_CODE)
@@ -152,10 +171,11 @@ class WorkloadRun:
     def warning(self, msg: str) -> None:
         self.log.warning(msg)
 
-    def report(self, payload: Mapping[str, Any]) -> None:
-        """A structured event for the platform (checkpoints, progress, telemetry, preemption),
-        stamped with the wall-clock time (`at`, unix seconds) it happened."""
-        self._pipes.report_custom_message({**dict(payload), "at": round(time.time(), 4)})  # type: ignore[union-attr]
+    def report(self, message: _Message) -> None:
+        """A typed event for the platform (`runtime/messages.py`: checkpoints, progress,
+        telemetry, preemption), stamped with the wall-clock time (`at`, unix seconds)."""
+        stamped = message.model_copy(update={"at": round(time.time(), 4)})
+        self._pipes.report_custom_message(stamped.payload())  # type: ignore[union-attr]
 
     def _telemetry(self, step: int) -> None:
         """Report the mean time per step since the last report (the straggler detector reads it)."""
@@ -165,7 +185,7 @@ class WorkloadRun:
             return
         since, first = self._telemetry_mark
         if now - since >= self.telemetry_seconds and step > first:
-            self.report({"event": "telemetry", "step": step, "step_seconds": round((now - since) / (step - first), 6)})
+            self.report(Telemetry(step=step, step_seconds=round((now - since) / (step - first), 6)))
             self._telemetry_mark = (now, step)
 
     # Resume and checkpoint -------------------------------------------------------
@@ -177,7 +197,7 @@ class WorkloadRun:
         else:
             self.info(f"resuming from {checkpoint.uri} (step {checkpoint.step})")
             self._last_saved_step = checkpoint.step
-        self.report({"event": "resumed", "step": checkpoint.step if checkpoint else 0})
+        self.report(Resumed(step=checkpoint.step if checkpoint else 0))
         self._work_mark = time.monotonic()
         return checkpoint
 
@@ -191,23 +211,15 @@ class WorkloadRun:
     def save(self, step: int, files: Files, *, meta: Mapping[str, Any] | None = None, final: bool = False) -> str:
         committed = self._committed_seconds()  # work up to here; the write itself is not work
         began = time.monotonic()
-        where = self.checkpoints.save(
-            step, files, meta=meta, lineage=self.extras.get("lineage", {}), final=final
-        )
+        lineage = self.inputs.lineage.model_dump() if self.inputs.lineage else {}
+        where = self.checkpoints.save(step, files, meta=meta, lineage=lineage, final=final)
         written = time.monotonic() - began
         if self._work_mark is not None:
             self._work_mark = time.monotonic()
         self._last_saved_step = step
         self._last_save_at = time.monotonic()
         self.report(
-            {
-                "event": "checkpoint",
-                "step": step,
-                "uri": where,
-                "final": final,
-                "committed_seconds": round(committed, 3),
-                "checkpoint_seconds": round(written, 3),
-            }
+            CheckpointSaved(step=step, uri=where, final=final, committed_seconds=round(committed, 3), checkpoint_seconds=round(written, 3))
         )
         return where
 
@@ -215,14 +227,14 @@ class WorkloadRun:
         """Report work made durable by the workload itself (e.g. an episode file written
         atomically), for workloads whose progress is their output rather than a model."""
         self._last_saved_step = step
-        self.report({"event": "checkpoint", "step": step, "committed_seconds": round(self._committed_seconds(), 3), **info})
+        self.report(CheckpointSaved(step=step, committed_seconds=round(self._committed_seconds(), 3), **info))
         self._telemetry(step)
 
     def start_work(self, step: int = 0) -> None:
         """Start counting productive time (for workloads that do not call `resume`), from `step`
         units already done (e.g. episodes a previous attempt committed)."""
         self._work_mark = time.monotonic()
-        self.report({"event": "resumed", "step": step})
+        self.report(Resumed(step=step))
 
     def step_done(
         self,
@@ -244,7 +256,7 @@ class WorkloadRun:
             on_cadence = True
         if on_cadence or self.preempt_requested:
             self.save(step, files(), meta=meta() if meta else None)
-            self.report({"event": "progress", "step": step, **{k: float(v) for k, v in metrics.items()}})
+            self.report(Progress(step=step, **{k: float(v) for k, v in metrics.items()}))
         if self.preempt_requested:
             raise Preempted()
 

@@ -1,31 +1,31 @@
 """Backends launch one attempt of a step on a pool and report how it ended.
 
 `local` runs the workload as a subprocess here; `slurm`, `ray` and `kubernetes` hand it to
-that engine (imported only when a pool uses it, so a laptop needs none of their clients).
+that engine. Which class serves a kind is the registry in `shared_resources/catalog/backends.py`;
+a backend's module is imported only when a pool of its kind is used, so a laptop needs none
+of the engines' clients.
 """
 
 from __future__ import annotations
 
-from shared_resources.compute.backends.base import AttemptOutcome, AttemptResult, Refusal, StepBackend
-from shared_resources.compute.backends.local import LocalBackend
+import functools
+import importlib
 
-__all__ = ["AttemptOutcome", "AttemptResult", "Refusal", "StepBackend", "LocalBackend", "backend_for"]
+from shared_resources.catalog.backends import backend_kind
+from shared_resources.compute.backends.base import AttemptOutcome, AttemptResult, Backend, Refusal
+
+__all__ = ["AttemptOutcome", "AttemptResult", "Backend", "Refusal", "backend_for"]
 
 
-def backend_for(kind: str) -> StepBackend:
-    """The backend for a pool's `backend:` value."""
-    if kind == "local":
-        return LocalBackend()
-    if kind == "slurm":
-        from shared_resources.compute.backends.slurm import SlurmBackend
+@functools.cache
+def backend_class(kind: str) -> type[Backend]:
+    module, _, name = backend_kind(kind).implementation.partition(":")
+    cls = getattr(importlib.import_module(module), name)
+    if not (isinstance(cls, type) and issubclass(cls, Backend)):
+        raise TypeError(f"{module}:{name}, the backend registered for `{kind}`, is not a Backend subclass")
+    return cls
 
-        return SlurmBackend()
-    if kind == "ray":
-        from shared_resources.compute.backends.ray import RayBackend
 
-        return RayBackend()
-    if kind == "kubernetes":
-        from shared_resources.compute.backends.kubernetes import KubernetesBackend
-
-        return KubernetesBackend()
-    raise ValueError(f"unknown backend {kind!r}: expected local, slurm, ray or kubernetes")
+def backend_for(kind: str) -> Backend:
+    """A backend for a pool's `backend:` value."""
+    return backend_class(kind)()

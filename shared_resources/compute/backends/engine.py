@@ -23,64 +23,37 @@ whether a pool can take work before anything is submitted to it.
 from __future__ import annotations
 
 import abc
-import os
 import signal
 import sys
 import time
 import uuid
-from dataclasses import asdict, dataclass, field
-from enum import StrEnum
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import ClassVar
 
 import dagster as dg
 from dagster._core.pipes.utils import open_pipes_session
 
-from shared_resources.compute.backends.base import AttemptOutcome, AttemptResult, killed_by_lost_node, runtime_interpreter
-from shared_resources.compute.monitor import AttemptMonitor, Flag
+from shared_resources.compute.backends.base import (
+    STOP_GRACE_SECONDS,
+    AttemptOutcome,
+    AttemptResult,
+    Backend,
+    JobHandle,
+    JobState,
+    JobStatus,
+    ending_cause,
+    outcome_of,
+    runtime_interpreter,
+)
+from shared_resources.compute.inflight import attempt_owner, inflight_of
+from shared_resources.compute.monitor import AttemptMonitor
 from shared_resources.catalog.pools import Pool
 from shared_resources.catalog.step_spec import StepSpec
-from shared_resources.runtime.storage import REPO_ROOT, Storage, fs_for, glob_uris, read_json, write_bytes_atomic, write_json_atomic
-from shared_resources.runtime.workload import PREEMPTED_EXIT_CODE
-
-
-class JobState(StrEnum):
-    pending = "pending"  # accepted, waiting for capacity
-    running = "running"
-    succeeded = "succeeded"
-    failed = "failed"  # ended on its own with a non-zero exit
-    preempted = "preempted"  # the engine took the capacity back (requeue, spot reclaim, node lost)
-    cancelled = "cancelled"  # someone cancelled it
-    gone = "gone"  # the engine no longer knows the job
-
-    @property
-    def ended(self) -> bool:
-        return self not in (JobState.pending, JobState.running)
-
-
-@dataclass
-class JobStatus:
-    state: JobState
-    exit_code: int | None = None
-    reason: str = ""  # the engine's own words (e.g. Slurm's pending reason)
-
-
-@dataclass
-class JobHandle:
-    """Enough to find a job again from any process: written to `state/inflight/`."""
-
-    backend: str
-    pool: str
-    job_id: str
-    submitted_at: float
-    info: dict[str, Any] = field(default_factory=dict)  # backend-specific (log path, address...)
-
-    def to_json(self) -> dict[str, Any]:
-        return asdict(self)
-
-    @classmethod
-    def from_json(cls, data: dict[str, Any]) -> JobHandle:
-        return cls(**data)
+from shared_resources.runtime.inputs import WorkloadInputs
+from shared_resources.runtime.messages import parse_messages
+from shared_resources.runtime.storage import Storage, write_bytes_atomic
+from shared_resources.settings import REPO_ROOT
 
 
 @dataclass
@@ -94,10 +67,9 @@ class Launch:
     output_path: str  # the job's stdout+stderr, on the shared folder
 
 
-class EngineBackend(abc.ABC):
+class EngineBackend(Backend):
     """Base for backends that hand the workload to a batch engine."""
 
-    kind: ClassVar[str]
     poll_seconds: ClassVar[float] = 0.5
 
     # The five engine calls ---------------------------------------------------------
@@ -105,23 +77,10 @@ class EngineBackend(abc.ABC):
     def submit(self, pool: Pool, spec: StepSpec, launch: Launch) -> JobHandle: ...
 
     @abc.abstractmethod
-    def status(self, handle: JobHandle) -> JobStatus: ...
-
-    @abc.abstractmethod
-    def signal(self, handle: JobHandle, signum: int = signal.SIGTERM) -> None: ...
-
-    @abc.abstractmethod
-    def cancel(self, handle: JobHandle) -> None: ...
-
-    @abc.abstractmethod
     def collect(self, handle: JobHandle) -> bytes:
         """The job's own stdout/stderr (what `Launch.output_path` received, or the engine's logs)."""
 
     # Health --------------------------------------------------------------------------------
-    def qualify(self, pool: Pool) -> str | None:
-        """Can this pool take work now, from the engine's point of view? None: yes; else the problem."""
-        return None
-
     def node_problem(self, handle: JobHandle) -> str | None:
         """Is the node a running job sits on unhealthy? None: fine; else the problem, in words."""
         return None
@@ -136,13 +95,13 @@ class EngineBackend(abc.ABC):
         return [self.interpreter(pool, spec), "-m", spec.entry_point]
 
     # The attempt loop ------------------------------------------------------------------
-    def shared_dir(self, pool: Pool, extras: dict[str, Any]) -> Path:
+    def shared_dir(self, pool: Pool, inputs: WorkloadInputs) -> Path:
         """Where the Pipes files and the job output go: a folder the orchestrator and the
         pool's nodes both mount."""
         configured = pool.backend_settings.get("shared_dir")
         if configured:
             return Path(str(configured))
-        storage = Storage.at(str(extras["storage_root"]))
+        storage = Storage.at(str(inputs.storage_root))
         if storage.is_local:
             return Path(storage.root.removeprefix("file://")) / "state" / "pipes"
         root = storage.root
@@ -154,12 +113,12 @@ class EngineBackend(abc.ABC):
         )
 
     def run_attempt(
-        self, context: dg.AssetExecutionContext, pool: Pool, spec: StepSpec, extras: dict[str, Any]
+        self, context: dg.AssetExecutionContext, pool: Pool, spec: StepSpec, inputs: WorkloadInputs
     ) -> AttemptResult:
-        attempt_id = f"{spec.name}-a{extras.get('attempt', 1)}-{uuid.uuid4().hex[:8]}"
-        folder = self.shared_dir(pool, extras) / context.run_id / attempt_id
+        attempt_id = f"{spec.name}-a{inputs.attempt}-{uuid.uuid4().hex[:8]}"
+        folder = self.shared_dir(pool, inputs) / context.run_id / attempt_id
         folder.mkdir(parents=True, exist_ok=True)
-        inflight = InFlight(Storage.at(str(extras["storage_root"])))
+        inflight = inflight_of(inputs)
         launch_base = dict(name=attempt_id, command=self.command(pool, spec), workdir=str(REPO_ROOT), output_path=str(folder / "output.log"))
         status = JobStatus(JobState.gone)
         handle: JobHandle | None = None
@@ -168,11 +127,11 @@ class EngineBackend(abc.ABC):
             context=context,
             context_injector=dg.PipesFileContextInjector(str(folder / "context.json")),
             message_reader=dg.PipesFileMessageReader(str(folder / "messages.jsonl")),
-            extras=extras,
+            extras=inputs.to_extras(),
         ) as session:
             env = {**session.get_bootstrap_env_vars(), "SINEWGRID_POOL": pool.name}
             handle = self.submit(pool, spec, Launch(env=env, **launch_base))
-            inflight.add(handle, **attempt_owner(context, spec, extras))
+            inflight.add(handle, **attempt_owner(context, spec, inputs))
             context.log.info(f"{spec.name}: submitted to {pool.name} as {self.kind} job {handle.job_id}")
             monitor = AttemptMonitor(
                 pool, spec, messages=session.get_custom_messages, node_problem=lambda: self.node_problem(handle), log=context.log.warning
@@ -187,12 +146,12 @@ class EngineBackend(abc.ABC):
         ended_at = time.time()
         inflight.remove(handle)
         log = self.collect(handle)
-        log_uri = extras.get("log_uri")
+        log_uri = inputs.log_uri
         if log_uri:
             write_bytes_atomic(log_uri, log)
         tail = "\n".join(log.decode("utf-8", errors="replace").rstrip().splitlines()[-25:])
-        messages = [m for m in session.get_custom_messages() if isinstance(m, dict)]
-        outcome, metadata = self._outcome(status), {}
+        messages = parse_messages(session.get_custom_messages())
+        outcome, metadata = outcome_of(status), {}
         if outcome is AttemptOutcome.succeeded:
             for result in session.get_results():
                 metadata.update(getattr(result, "metadata", None) or {})
@@ -263,81 +222,3 @@ class EngineBackend(abc.ABC):
         finally:
             self.cancel(handle)
 
-    @staticmethod
-    def _outcome(status: JobStatus) -> AttemptOutcome:
-        if status.state is JobState.succeeded:
-            return AttemptOutcome.succeeded
-        if status.state is JobState.cancelled and status.exit_code is None:
-            return AttemptOutcome.refused  # never ran (pending deadline): capacity, not code
-        if status.state is JobState.preempted or status.exit_code == PREEMPTED_EXIT_CODE:
-            return AttemptOutcome.preempted
-        if status.state is JobState.gone and status.exit_code is None:
-            return AttemptOutcome.preempted  # the engine lost it (node gone): resume elsewhere
-        if killed_by_lost_node(status.exit_code):
-            return AttemptOutcome.preempted  # killed from outside without notice (node lost, spot reclaim)
-        return AttemptOutcome.failed
-
-
-# How long a workload asked to stop (straggler, unhealthy node) has to checkpoint and exit.
-STOP_GRACE_SECONDS = 120.0
-
-
-def ending_cause(outcome: AttemptOutcome, exit_code: int | None, acted: Flag | None) -> str:
-    """Why an attempt ended, for the ledger: the monitor's flag if it stopped the attempt;
-    `notice` (SIGTERM, checkpointed, exit 75), `lost-node` (killed without notice),
-    `reclaimed` (the engine took it back), `refused`, `failed`; "" on success (also when the
-    monitor acted but the workload finished before the stop reached it: nothing was lost)."""
-    if outcome is AttemptOutcome.succeeded:
-        return ""
-    if acted is not None:
-        return acted.cause
-    if outcome is AttemptOutcome.refused:
-        return "refused"
-    if outcome is AttemptOutcome.preempted:
-        if exit_code == PREEMPTED_EXIT_CODE:
-            return "notice"
-        return "lost-node" if killed_by_lost_node(exit_code) else "reclaimed"
-    return "failed"
-
-
-def attempt_owner(context: dg.AssetExecutionContext, spec: StepSpec, extras: dict[str, Any]) -> dict[str, Any]:
-    """Who an in-flight job belongs to: enough for the watcher to account for it alone."""
-    return {
-        "run_id": context.run_id,
-        "step": spec.name,
-        "asset": context.asset_key.to_user_string(),
-        "partition": context.partition_key if context.has_partition_key else None,
-        "attempt": int(extras.get("attempt", 1)),
-        "gpus": spec.gpus,
-    }
-
-
-class InFlight:
-    """Jobs submitted and not yet collected, one JSON file each under `state/inflight/`.
-
-    The attempt loop adds a job when it submits and removes it when it collects; what stays
-    behind belongs to an orchestrator process that died, and the watcher sensor looks at it.
-    """
-
-    def __init__(self, storage: Storage):
-        self.storage = storage
-
-    def _uri(self, handle: JobHandle) -> str:
-        return self.storage.uri("state", "inflight", f"{handle.backend}-{handle.pool}-{handle.job_id}.json".replace("/", "_"))
-
-    def add(self, handle: JobHandle, **owner: Any) -> None:
-        write_json_atomic(self._uri(handle), {"handle": handle.to_json(), "owner": owner, "pid": os.getpid()})
-
-    def remove(self, handle: JobHandle) -> None:
-        fs, path = fs_for(self._uri(handle))
-        if fs.exists(path):
-            fs.rm(path)
-
-    def records(self) -> list[dict[str, Any]]:
-        """Every in-flight record, each with its own `uri`."""
-        return [{**read_json(uri), "uri": uri} for uri in glob_uris(self.storage.uri("state", "inflight", "*.json"))]
-
-    def discard(self, record: dict[str, Any]) -> None:
-        fs, path = fs_for(record["uri"])
-        if fs.exists(path):
-            fs.rm(path)

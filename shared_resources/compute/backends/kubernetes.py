@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import re
 import signal
 import time
@@ -45,12 +44,15 @@ from dagster_pipes import PIPES_PROTOCOL_VERSION_FIELD
 from kubernetes.client import ApiException, CoreV1Api
 from urllib3.exceptions import HTTPError
 
-from shared_resources.catalog.backend_settings import KubernetesSettings, settings_for
-from shared_resources.compute.backends.base import AttemptOutcome, AttemptResult
-from shared_resources.compute.backends.engine import EngineBackend, InFlight, JobHandle, JobState, JobStatus, Launch, attempt_owner
+from shared_resources.catalog.backends import KubernetesSettings, settings_for
+from shared_resources.compute.backends.base import AttemptOutcome, AttemptResult, Backend, JobHandle, JobState, JobStatus, outcome_of
+from shared_resources.compute.inflight import attempt_owner, inflight_of
+from shared_resources.runtime.inputs import WorkloadInputs
+from shared_resources.runtime.messages import parse_messages
 from shared_resources.catalog.pools import Pool
 from shared_resources.catalog.step_spec import StepSpec
-from shared_resources.runtime.storage import Storage, write_bytes_atomic
+from shared_resources.runtime.storage import write_bytes_atomic
+from shared_resources.settings import settings
 
 CONTAINER = "workload"
 LABEL = "sinewgrid.io"
@@ -247,9 +249,9 @@ class SinewgridPipesK8sClient(PipesK8sClient):
         with super().consume_pod_logs(context=context, client=client, namespace=namespace, pod_name=pod_name, **kwargs):
             yield
 
-    def reported_messages(self) -> list[dict[str, Any]]:
+    def reported_messages(self) -> list[Any]:
         handler = self.message_reader.handler  # type: ignore[attr-defined]
-        return [m for m in (handler.get_custom_messages() if handler else []) if isinstance(m, dict)]
+        return list(handler.get_custom_messages()) if handler else []
 
 
 # The backend --------------------------------------------------------------------------------------
@@ -257,7 +259,7 @@ def core_api(info: dict[str, Any]) -> CoreV1Api:
     """A Kubernetes client for a pool's (or a job handle's) kubeconfig and context; in a
     cluster with neither, the in-cluster service account."""
     kubeconfig, context = info.get("kubeconfig"), info.get("context")
-    if kubeconfig or context or not os.getenv("KUBERNETES_SERVICE_HOST"):
+    if kubeconfig or context or not settings().in_kubernetes:
         return CoreV1Api(kubernetes.config.new_client_from_config(config_file=kubeconfig, context=context))
     configuration = kubernetes.client.Configuration()
     kubernetes.config.load_incluster_config(client_configuration=configuration)
@@ -278,7 +280,7 @@ def _without_pipes_messages(log: bytes) -> bytes:
     return b"".join(kept)
 
 
-class KubernetesBackend(EngineBackend):
+class KubernetesBackend(Backend):
     """Runs each attempt as a pod on the pool's cluster, through PipesK8sClient."""
 
     kind = "kubernetes"
@@ -290,17 +292,16 @@ class KubernetesBackend(EngineBackend):
         return JobHandle("kubernetes", pool.name, pod_name, time.time(), info)
 
     def run_attempt(
-        self, context: dg.AssetExecutionContext, pool: Pool, spec: StepSpec, extras: dict[str, Any]
+        self, context: dg.AssetExecutionContext, pool: Pool, spec: StepSpec, inputs: WorkloadInputs
     ) -> AttemptResult:
         settings: KubernetesSettings = settings_for(pool)
-        attempt = int(extras.get("attempt", 1))
-        pod = pod_spec_for(pool, spec, storage_root=str(extras["storage_root"]), run_id=context.run_id, attempt=attempt)
-        inflight = InFlight(Storage.at(str(extras["storage_root"])))
+        pod = pod_spec_for(pool, spec, storage_root=str(inputs.storage_root), run_id=context.run_id, attempt=inputs.attempt)
+        inflight = inflight_of(inputs)
         handles: list[JobHandle] = []
 
         def created(pod_name: str) -> None:
             handles.append(self.handle_for(pool, pod_name))
-            inflight.add(handles[0], **attempt_owner(context, spec, extras))
+            inflight.add(handles[0], **attempt_owner(context, spec, inputs))
             context.log.info(f"{spec.name}: pod {settings.namespace}/{pod_name} created on {pool.name}")
 
         client = SinewgridPipesK8sClient(settings, pool.pending_deadline_seconds, created)
@@ -308,7 +309,7 @@ class KubernetesBackend(EngineBackend):
         try:
             invocation = client.run(
                 context=context,
-                extras=extras,
+                extras=inputs.to_extras(),
                 namespace=settings.namespace,
                 base_pod_meta=pod["metadata"],
                 base_pod_spec=pod["spec"],
@@ -339,11 +340,11 @@ class KubernetesBackend(EngineBackend):
         log = _without_pipes_messages(self.collect(handle))
         self.cancel(handle)
         inflight.remove(handle)
-        log_uri = extras.get("log_uri")
+        log_uri = inputs.log_uri
         if log_uri:
             write_bytes_atomic(log_uri, log)
-        messages = [m for m in invocation.get_custom_messages() if isinstance(m, dict)] if invocation else client.reported_messages()
-        outcome, metadata = self._outcome(status), {}
+        messages = parse_messages(invocation.get_custom_messages() if invocation else client.reported_messages())
+        outcome, metadata = outcome_of(status), {}
         if invocation is not None:
             for result in invocation.get_results():
                 metadata.update(getattr(result, "metadata", None) or {})
@@ -371,16 +372,7 @@ class KubernetesBackend(EngineBackend):
             )
         ) from error
 
-    # The engine calls, for in-flight records -------------------------------------------------
-    def command(self, pool: Pool, spec: StepSpec) -> list[str]:
-        return ["python", "-m", spec.entry_point]  # the image's Python
-
-    def submit(self, pool: Pool, spec: StepSpec, launch: Launch) -> JobHandle:
-        raise NotImplementedError(
-            "KubernetesBackend launches attempts through PipesK8sClient in `run_attempt` (Pipes over the pod log); "
-            "it has no file-based `submit`."
-        )
-
+    # Finding, stopping and reading a pod again (the watcher, and the end of an attempt) ------------
     def status(self, handle: JobHandle) -> JobStatus:
         try:
             pod = core_api(handle.info).read_namespaced_pod(handle.job_id, handle.info["namespace"])

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import signal
 import sys
 import tempfile
@@ -15,14 +14,28 @@ import dagster as dg
 import psutil
 from dagster._core.pipes.utils import open_pipes_session
 
-from shared_resources.compute.backends.base import AttemptOutcome, AttemptResult, killed_by_lost_node, runtime_interpreter
-from shared_resources.compute.backends.engine import STOP_GRACE_SECONDS, InFlight, JobHandle, JobState, JobStatus, attempt_owner, ending_cause
+from shared_resources.compute.backends.base import (
+    STOP_GRACE_SECONDS,
+    AttemptOutcome,
+    AttemptResult,
+    Backend,
+    JobHandle,
+    JobState,
+    JobStatus,
+    ending_cause,
+    killed_by_lost_node,
+    runtime_interpreter,
+)
+from shared_resources.compute.inflight import attempt_owner, inflight_of
 from shared_resources.compute.cooldowns import pool_slot
 from shared_resources.compute.health import run_health_check
 from shared_resources.compute.monitor import AttemptMonitor
 from shared_resources.catalog.pools import Pool
 from shared_resources.catalog.step_spec import StepSpec
-from shared_resources.runtime.storage import REPO_ROOT, Storage, write_bytes_atomic
+from shared_resources.runtime.inputs import WorkloadInputs
+from shared_resources.runtime.messages import parse_messages
+from shared_resources.runtime.storage import write_bytes_atomic
+from shared_resources.settings import REPO_ROOT, child_env
 from shared_resources.runtime.workload import PREEMPTED_EXIT_CODE
 
 class PreemptiblePipesSubprocessClient(dg.PipesSubprocessClient):
@@ -62,7 +75,7 @@ class PreemptiblePipesSubprocessClient(dg.PipesSubprocessClient):
             process = Popen(
                 command,
                 cwd=cwd or self.cwd,
-                env={**os.environ, **self.env, **(env or {}), **session.get_bootstrap_env_vars()},
+                env=child_env({**self.env, **(env or {}), **session.get_bootstrap_env_vars()}),
                 stdout=output,
                 stderr=STDOUT if output is not None else None,
             )
@@ -87,7 +100,7 @@ class PreemptiblePipesSubprocessClient(dg.PipesSubprocessClient):
         return process.returncode, dg.PipesClientCompletedInvocation(session)
 
 
-class LocalBackend:
+class LocalBackend(Backend):
     """Runs the workload with this interpreter on this machine.
 
     While it runs, the process is recorded in flight (pid and start time, so a reused pid
@@ -120,7 +133,7 @@ class LocalBackend:
         context: dg.AssetExecutionContext,
         pool: Pool,
         spec: StepSpec,
-        extras: dict[str, Any],
+        inputs: WorkloadInputs,
     ) -> AttemptResult:
         command = [self.interpreter(pool, spec), "-m", spec.entry_point]
         with pool_slot(pool) as slot:
@@ -130,13 +143,13 @@ class LocalBackend:
                 )
             # The process's own output (library banners, warnings) goes to a log file per attempt,
             # kept in the object store beside the run; what the workload reports comes through Pipes.
-            inflight = InFlight(Storage.at(str(extras["storage_root"]))) if extras.get("storage_root") else None
+            inflight = inflight_of(inputs) if inputs.storage_root else None
             handles: list[JobHandle] = []
 
             def started(process: Popen) -> None:
                 handles.append(self.handle_for(pool, process.pid))
                 if inflight:
-                    inflight.add(handles[0], **attempt_owner(context, spec, extras))
+                    inflight.add(handles[0], **attempt_owner(context, spec, inputs))
 
             times: dict[str, float] = {}
             monitor: list[AttemptMonitor] = []
@@ -165,15 +178,15 @@ class LocalBackend:
             started_at = time.time()
             with tempfile.TemporaryFile() as output:
                 exit_code, invocation = self.client.launch(
-                    context=context, command=command, extras=extras, output=output, on_started=started, on_ended=ended, on_poll=poll
+                    context=context, command=command, extras=inputs.to_extras(), output=output, on_started=started, on_ended=ended, on_poll=poll
                 )
                 output.seek(0)
                 log = output.read()
-        log_uri = extras.get("log_uri")
+        log_uri = inputs.log_uri
         if log_uri:
             write_bytes_atomic(log_uri, log)
         tail = "\n".join(log.decode("utf-8", errors="replace").rstrip().splitlines()[-25:])
-        messages = [m for m in invocation.get_custom_messages() if isinstance(m, dict)]
+        messages = parse_messages(invocation.get_custom_messages())
         metadata: dict[str, Any] = {}
         if exit_code == 0:
             outcome = AttemptOutcome.succeeded

@@ -43,12 +43,13 @@ from typing import Any
 
 import dagster as dg
 
-from shared_resources.catalog.backend_settings import RaySettings, settings_for
+from shared_resources.catalog.backends import RaySettings, settings_for
 from shared_resources.compute.backends.base import runtime_interpreter
-from shared_resources.compute.backends.engine import EngineBackend, JobHandle, JobState, JobStatus, Launch
+from shared_resources.compute.backends.base import JobHandle, JobState, JobStatus
+from shared_resources.compute.backends.engine import EngineBackend, Launch
 from shared_resources.catalog.pools import Pool
 from shared_resources.catalog.step_spec import StepSpec
-from shared_resources.runtime.storage import REPO_ROOT
+from shared_resources.settings import REPO_ROOT
 
 # How long the Jobs API may stay unreachable before a job counts as lost with its cluster.
 UNREACHABLE_GRACE_SECONDS = 120.0

@@ -27,7 +27,6 @@ Slurm's `Reason=` for the node and the `scontrol` line that returns it to servic
 
 from __future__ import annotations
 
-import os
 import re
 import shlex
 import signal as signals
@@ -40,12 +39,14 @@ from typing import Any
 
 import dagster as dg
 
-from shared_resources.catalog.backend_settings import SlurmSettings, settings_for
+from shared_resources.catalog.backends import SlurmSettings, settings_for
 from shared_resources.compute.backends.base import Refusal
-from shared_resources.compute.backends.engine import EngineBackend, JobHandle, JobState, JobStatus, Launch
+from shared_resources.compute.backends.base import JobHandle, JobState, JobStatus
+from shared_resources.compute.backends.engine import EngineBackend, Launch
 from shared_resources.catalog.pools import Pool
 from shared_resources.catalog.step_spec import StepSpec
-from shared_resources.runtime.storage import REPO_ROOT
+from shared_resources.settings import REPO_ROOT, child_env
+from shared_resources.settings import settings as platform_settings
 
 BATCH_TEMPLATE = REPO_ROOT / "deploy" / "slurm" / "step.sbatch"
 
@@ -187,7 +188,7 @@ class SlurmBackend(EngineBackend):
     def _slurm(self, settings: SlurmSettings, args: list[str], pool: str) -> subprocess.CompletedProcess:
         try:
             return subprocess.run(
-                args, env={**os.environ, **settings.env}, capture_output=True, text=True, timeout=60
+                args, env=child_env(settings.env), capture_output=True, text=True, timeout=60
             )
         except FileNotFoundError:
             raise dg.Failure(
@@ -363,7 +364,7 @@ class SlurmBackend(EngineBackend):
 
     @staticmethod
     def _conf_hint(settings: SlurmSettings) -> str:
-        conf = settings.env.get("SLURM_CONF") or os.environ.get("SLURM_CONF")
+        conf = settings.env.get("SLURM_CONF") or platform_settings().slurm_conf
         return f" (SLURM_CONF={conf})" if conf else ""
 
     # Reading Slurm's view of a job ---------------------------------------------------------

@@ -1,17 +1,27 @@
-"""What a pool's `backend_settings` may say, per backend: typed, so a catalog with a typo
-fails when it is loaded (naming the file, pool and field), not when a step is submitted.
+"""The backend kinds a pool may name: what each one's `backend_settings` may say, and where
+its code lives.
 
-Each backend reads its own model with `settings_for(pool)`.
+`BACKENDS` is the registry: kind -> settings model + the backend class, by import path, loaded
+the first time a pool of that kind runs a step (so a laptop needs none of the engines'
+clients, and the catalog imports no backend code). Adding a backend is one module under
+`shared_resources/compute/backends/` and one entry here (docs/backends.md, "Adding a backend").
+
+The settings are typed, so a catalog with a typo fails when it is loaded (naming the file,
+pool and field), not when a step is submitted. Each backend reads its own model with
+`settings_for(pool)`.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
 
-class _Settings(BaseModel):
+class BackendSettings(BaseModel):
+    """What every backend's settings may say."""
+
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     shared_dir: str | None = Field(
@@ -21,11 +31,11 @@ class _Settings(BaseModel):
     )
 
 
-class LocalSettings(_Settings):
+class LocalSettings(BackendSettings):
     pass
 
 
-class SlurmSettings(_Settings):
+class SlurmSettings(BackendSettings):
     partition: str = Field(description="The Slurm partition this pool is.")
     account: str | None = None
     qos: str | None = None
@@ -43,7 +53,7 @@ class SlurmSettings(_Settings):
     env: dict[str, str] = Field(default_factory=dict)
 
 
-class RaySettings(_Settings):
+class RaySettings(BackendSettings):
     address: str = Field(description="The Ray dashboard / Jobs API address, e.g. `http://127.0.0.1:8265`.")
     resources: dict[str, float] = Field(
         default_factory=dict, description="Ray custom resources that pin jobs to this pool's nodes, e.g. `{pool_spot: 1}`."
@@ -56,7 +66,7 @@ class RaySettings(_Settings):
     )
 
 
-class KubernetesSettings(_Settings):
+class KubernetesSettings(BackendSettings):
     namespace: str = "default"
     node_selector: dict[str, str] = Field(default_factory=dict)
     tolerations: list[dict[str, Any]] = Field(default_factory=list)
@@ -70,14 +80,32 @@ class KubernetesSettings(_Settings):
     poll_seconds: float = Field(default=5.0, gt=0, description="How often to ask the API server about a running pod.")
 
 
-SETTINGS_BY_BACKEND: dict[str, type[_Settings]] = {
-    "local": LocalSettings,
-    "slurm": SlurmSettings,
-    "ray": RaySettings,
-    "kubernetes": KubernetesSettings,
+@dataclass(frozen=True)
+class BackendKind:
+    """One kind of backend: the settings a pool of it may give, and its class (`module:Class`)."""
+
+    settings: type[BackendSettings]
+    implementation: str
+
+
+BACKENDS: dict[str, BackendKind] = {
+    "local": BackendKind(LocalSettings, "shared_resources.compute.backends.local:LocalBackend"),
+    "slurm": BackendKind(SlurmSettings, "shared_resources.compute.backends.slurm:SlurmBackend"),
+    "ray": BackendKind(RaySettings, "shared_resources.compute.backends.ray:RayBackend"),
+    "kubernetes": BackendKind(KubernetesSettings, "shared_resources.compute.backends.kubernetes:KubernetesBackend"),
 }
+
+
+def backend_kind(kind: str) -> BackendKind:
+    try:
+        return BACKENDS[kind]
+    except KeyError:
+        raise ValueError(
+            f"unknown backend `{kind}`; known: {', '.join(BACKENDS)} (a new backend is a module under "
+            "shared_resources/compute/backends/ and an entry in BACKENDS, shared_resources/catalog/backends.py)"
+        ) from None
 
 
 def settings_for(pool: Any) -> Any:
     """The pool's `backend_settings`, parsed into its backend's model."""
-    return SETTINGS_BY_BACKEND[str(pool.backend.value)](**pool.backend_settings)
+    return backend_kind(pool.backend).settings(**pool.backend_settings)

@@ -1,0 +1,98 @@
+"""The one place the platform reads its environment.
+
+Every `SINEWGRID_*` variable (and the few of other tools the platform honours) is a typed
+field of `PlatformSettings`, read by pydantic-settings when `settings()` is called, so a
+test or a command that changes a variable sees the change at the next call. Workloads do
+not read this module: what they need travels in their Pipes extras
+(`shared_resources.runtime.inputs`), and the workload runtime reads its own few variables.
+
+| variable | field | default |
+|---|---|---|
+| `SINEWGRID_HOME` | `home` | `.sinewgrid/` in the checkout |
+| `SINEWGRID_POOLS` | `pools` | the packaged catalog (`shared_resources/catalog/pools.yaml`) |
+| `SINEWGRID_LEDGER_URL` | `ledger_url` | SQLite under a local storage root |
+| `SINEWGRID_REGISTRY_GIT` | `registry_git` | a git repository under the storage root |
+| `SINEWGRID_STORAGE_REGION` / `_PROVIDER` | `storage_region` / `storage_provider` | read off the storage root |
+| `SINEWGRID_CODE_VERSION` | `code_version` | `git rev-parse HEAD` of the checkout |
+| `SINEWGRID_LOG_LEVEL` | `log_level` | `ERROR` for runs started from the command line |
+| `SINEWGRID_SLOTS_DIR` | `slots_dir` | `sinewgrid-slots/` in the temporary folder |
+| `SINEWGRID_DRILL_DIR` | `drill_dir` | `drills/` under a local storage root |
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from collections.abc import Mapping
+from pathlib import Path
+
+from pydantic import AliasChoices, Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+# The checkout (or installed tree) the code runs from: workloads start here, `deploy/` is here.
+REPO_ROOT = Path(__file__).resolve().parent.parent
+
+
+class PlatformSettings(BaseSettings):
+    """The platform's environment, typed. Empty strings mean "not set"."""
+
+    model_config = SettingsConfigDict(env_prefix="SINEWGRID_", extra="ignore", frozen=True)
+
+    home: str = Field("", description="The storage root: a folder or `s3://bucket/prefix`.")
+    pools: str = Field("", description="The pool catalog (a YAML file or a folder of them).")
+    ledger_url: str = Field("", description="The attempt ledger's database URL (SQLAlchemy).")
+    registry_git: str = Field("", description="The data registry's git repository (any git URL).")
+    storage_region: str = Field("", description="The region datasets record for data gravity.")
+    storage_provider: str = Field("", description="The provider datasets record.")
+    code_version: str = Field("", description="The code version lineage records carry.")
+    log_level: str = Field("", description="Dagster log level for runs started from the command line.")
+    slots_dir: str = Field("", description="Where local pools keep their slot locks.")
+    drill_dir: str = Field("", description="A local folder for the failure drills' files.")
+    dagster_home: str = Field("", validation_alias="DAGSTER_HOME")
+    aws_region: str = Field("", validation_alias=AliasChoices("AWS_DEFAULT_REGION", "AWS_REGION"))
+    cache_home: str = Field("", validation_alias="XDG_CACHE_HOME")
+    slurm_conf: str = Field("", validation_alias="SLURM_CONF")
+    kubernetes_service_host: str = Field("", validation_alias="KUBERNETES_SERVICE_HOST")
+
+    @property
+    def storage_root(self) -> str:
+        return self.home or str(REPO_ROOT / ".sinewgrid")
+
+    @property
+    def user_cache(self) -> Path:
+        """This user's cache folder (`$XDG_CACHE_HOME` or `~/.cache`)."""
+        return Path(self.cache_home) if self.cache_home else Path.home() / ".cache"
+
+    @property
+    def slots_folder(self) -> Path:
+        return Path(self.slots_dir) if self.slots_dir else Path(tempfile.gettempdir()) / "sinewgrid-slots"
+
+    @property
+    def in_kubernetes(self) -> bool:
+        """Running inside a Kubernetes pod (the API server's address is injected)."""
+        return bool(self.kubernetes_service_host)
+
+
+def settings() -> PlatformSettings:
+    """The environment as it is now."""
+    return PlatformSettings()
+
+
+def storage_root() -> str:
+    """The storage root: `$SINEWGRID_HOME`, else `.sinewgrid/` in the checkout."""
+    return settings().storage_root
+
+
+def child_env(extra: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The environment for a child process: this one's, with `extra` on top."""
+    return {**os.environ, **(extra or {})}
+
+
+def use_dagster_home(path: Path) -> None:
+    """Point this process (and the processes it starts) at a Dagster instance folder."""
+    os.environ["DAGSTER_HOME"] = str(path)
+
+
+def quiet_dagster() -> None:
+    """No usage telemetry from command-line runs (the machine may be offline)."""
+    os.environ.setdefault("DAGSTER_DISABLE_TELEMETRY", "1")
