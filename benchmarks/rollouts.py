@@ -37,7 +37,7 @@ from robotics_lane.episodes.shards import write_episode_file
 from robotics_lane.sim.base import TaskSpec, make_simulator, run_episode
 from robotics_lane.sim.controllers import BalancingController
 from robotics_lane.sim.mujoco_backend import ENV_ID
-from robotics_lane.workloads.rollouts import episodes_folder, trial_uri
+from robotics_lane.workloads.rollout_output import episodes_folder, trial_uri
 from shared_resources.runtime.storage import write_bytes_atomic
 
 MAX_STEPS = 200

@@ -25,7 +25,7 @@ import yaml
 from dagster_k8s.pipes import build_pod_body
 from kubernetes.client import ApiClient
 
-from shared_resources.compute.backends.base import AttemptOutcome
+from shared_resources.compute.backends.base import AttemptOutcome, outcome_of
 from shared_resources.compute.backends.base import JobHandle, JobState
 from shared_resources.compute.inflight import InFlight
 from shared_resources.compute.backends.kubernetes import KubernetesBackend, core_api, job_status, pod_spec_for

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 from ray.job_submission import JobSubmissionClient
 
-from shared_resources.compute.backends.base import AttemptOutcome
+from shared_resources.compute.backends.base import AttemptOutcome, outcome_of
 from shared_resources.compute.backends.base import JobState
 from shared_resources.compute.backends.engine import Launch
 from shared_resources.compute.backends.ray import RayBackend

@@ -15,7 +15,7 @@ import pandas as pd
 import pytest
 
 from robotics_lane.episodes.shards import read_episode_file
-from robotics_lane.workloads.rollouts import committed_seeds
+from robotics_lane.workloads.rollout_output import committed_seeds
 from shared_resources.runtime.workload import PREEMPTED_EXIT_CODE
 
 REPO = Path(__file__).resolve().parent.parent

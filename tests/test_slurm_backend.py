@@ -16,7 +16,7 @@ import pytest
 import yaml
 
 from shared_resources.catalog.backends import SlurmSettings
-from shared_resources.compute.backends.base import AttemptOutcome
+from shared_resources.compute.backends.base import AttemptOutcome, outcome_of
 from shared_resources.compute.backends.base import JobState
 from shared_resources.compute.backends.engine import Launch
 from shared_resources.compute.backends.slurm import SlurmBackend, render_batch_script

@@ -5,8 +5,10 @@ import hashlib
 import json
 
 import dagster as dg
+from pydantic import Field
 
 from cell_lane.assets.dataset import OMICS_DATASET, latest_dataset
+from cell_lane.workloads.config import FinetuneConfig, FinetuneSettings, PretrainConfig, PretrainSettings
 from shared_resources.compute.resource import ComputeResource
 from shared_resources.catalog.pools import Capacity
 from shared_resources.data.provenance import dataset_ref, find_version, record_result, track_run, trained_on
@@ -22,26 +24,16 @@ def _short_hash(payload: dict) -> str:
     return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()[:10]
 
 
-class PretrainSettings(dg.Config):
+class PretrainLaunchpad(dg.Config, PretrainSettings):
     """Masked-expression pretraining settings (change them in the launchpad)."""
 
-    steps: int = 400
-    batch_size: int = 64
-    mask_fraction: float = 0.15
-    embedding_dim: int = 32
-    learning_rate: float = 2e-3
-    seed: int = 0
-    checkpoint_every_steps: int = 50
+    checkpoint_every_steps: int = Field(50, ge=1, description="Save a checkpoint every this many steps (and on preemption).")
 
 
-class FinetuneSettings(dg.Config):
+class FinetuneLaunchpad(dg.Config, FinetuneSettings):
     """Fine-tune settings: K-fold effect heads on the foundation's gene embeddings."""
 
-    folds: int = 5
-    steps_per_fold: int = 300
-    learning_rate: float = 3e-3
-    seed: int = 0
-    checkpoint_every_steps: int = 100
+    checkpoint_every_steps: int = Field(100, ge=1, description="Save a checkpoint every this many steps (and on preemption).")
 
 
 def pointer_uri(storage: StorageResource, asset: str) -> str:
@@ -50,7 +42,7 @@ def pointer_uri(storage: StorageResource, asset: str) -> str:
 
 @dg.asset(key=FOUNDATION_MODEL, deps=[OMICS_DATASET], group_name="cell_training", kinds={"pytorch", "safetensors"})
 def foundation_model(
-    context: dg.AssetExecutionContext, config: PretrainSettings, storage: StorageResource, compute: ComputeResource
+    context: dg.AssetExecutionContext, config: PretrainLaunchpad, storage: StorageResource, compute: ComputeResource
 ) -> dg.MaterializeResult:
     """A model of how genes co-vary across cells, learnt by hiding part of each cell's expression
     and predicting it back. Its gene embeddings are the starting point of every fine-tune.
@@ -61,16 +53,9 @@ def foundation_model(
     """
     store = storage.get()
     dataset = latest_dataset(store.curated("omics"))
-    workload_config = {
-        "dataset_uri": dataset["uri"],
-        "steps": config.steps,
-        "batch_size": config.batch_size,
-        "mask_fraction": config.mask_fraction,
-        "dim": config.embedding_dim,
-        "lr": config.learning_rate,
-        "seed": config.seed,
-    }
-    lineage = f"cell/foundation_model/{dataset['matrix_version']}-{_short_hash({k: v for k, v in workload_config.items() if k != 'dataset_uri'})}"
+    job = PretrainConfig.of(config, dataset_uri=dataset["uri"])
+    settings = job.model_dump(include=set(PretrainSettings.model_fields))
+    lineage = f"cell/foundation_model/{dataset['matrix_version']}-{_short_hash(settings)}"
     spec = StepSpec(
         name="cell.foundation_model",
         entry_point="cell_lane.workloads.pretrain",
@@ -80,7 +65,7 @@ def foundation_model(
         checkpoint_every_steps=config.checkpoint_every_steps,
         expected_hours=0.5,
         datasets=[dataset_ref(find_version(store, dataset["ref"]))],
-        config=workload_config,
+        config=job,
     )
     step = compute.run(context, spec, lineage=lineage)
     write_json_atomic(pointer_uri(storage, "foundation_model"), {"checkpoint_uri": step.checkpoint_uri, "lineage": lineage})
@@ -90,13 +75,13 @@ def foundation_model(
         inputs=trained_on(step.final_checkpoint), uri=step.final_checkpoint,
         facts={"final_loss": final.get("final_loss"), "pool": step.pool.name},
     )
-    tracked = track_run(store, lineage, step.final_checkpoint, step.result, config=workload_config, pool=step.pool.name, cost_usd=step.cost_usd, dagster_run_id=context.run_id)
+    tracked = track_run(store, lineage, step.final_checkpoint, step.result, config=settings, pool=step.pool.name, cost_usd=step.cost_usd, dagster_run_id=context.run_id)
     return dg.MaterializeResult(metadata={**final, **provenance, **tracked, "run": lineage, "dataset_version": dataset["version"]})
 
 
 @dg.asset(key=FINETUNED_MODEL, deps=[FOUNDATION_MODEL, OMICS_DATASET], group_name="cell_training", kinds={"pytorch", "parquet"})
 def finetuned_model(
-    context: dg.AssetExecutionContext, config: FinetuneSettings, storage: StorageResource, compute: ComputeResource
+    context: dg.AssetExecutionContext, config: FinetuneLaunchpad, storage: StorageResource, compute: ComputeResource
 ) -> dg.MaterializeResult:
     """Predicts how strongly knocking down each gene changes the assay readout, with an
     uncertainty, from the foundation's gene embeddings and all assay results so far.
@@ -108,8 +93,14 @@ def finetuned_model(
     store = storage.get()
     dataset = latest_dataset(store.curated("omics"))
     foundation = read_json(pointer_uri(storage, "foundation_model"))
-    settings = {"folds": config.folds, "steps_per_fold": config.steps_per_fold, "lr": config.learning_rate, "seed": config.seed}
+    settings = config.model_dump(include=set(FinetuneSettings.model_fields))
     run_id = f"{dataset['version']}-{_short_hash({**settings, 'foundation': foundation['lineage']})}"
+    job = FinetuneConfig.of(
+        config,
+        dataset_uri=dataset["uri"],
+        foundation_checkpoint_uri=foundation["checkpoint_uri"],
+        predictions_uri=store.artifacts("cell", "finetuned_model", run_id, "predictions.parquet"),
+    )
     spec = StepSpec(
         name="cell.finetuned_model",
         entry_point="cell_lane.workloads.finetune",
@@ -119,18 +110,13 @@ def finetuned_model(
         checkpoint_every_steps=config.checkpoint_every_steps,
         expected_hours=0.1,
         datasets=[dataset_ref(find_version(store, dataset["ref"]))],
-        config={
-            **settings,
-            "dataset_uri": dataset["uri"],
-            "foundation_checkpoint_uri": foundation["checkpoint_uri"],
-            "predictions_uri": store.artifacts("cell", "finetuned_model", run_id, "predictions.parquet"),
-        },
+        config=job,
     )
     run = f"cell/finetuned_model/{run_id}"
     step = compute.run(context, spec, lineage=run)
     write_json_atomic(
         pointer_uri(storage, "finetuned_model"),
-        {"run_id": run_id, "run": run, "predictions_uri": spec.config["predictions_uri"], "dataset_version": dataset["version"]},
+        {"run_id": run_id, "run": run, "predictions_uri": job.predictions_uri, "dataset_version": dataset["version"]},
     )
     final = step.metadata()
     provenance = record_result(

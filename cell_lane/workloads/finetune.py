@@ -8,7 +8,6 @@ spread on genes never assayed gives the uncertainty the next-plate proposal uses
 from __future__ import annotations
 
 import io
-from dataclasses import asdict, dataclass
 
 import numpy as np
 import pandas as pd
@@ -16,25 +15,12 @@ import torch
 from torch import nn
 
 from cell_lane.omics import read_dataset
+from cell_lane.workloads.config import FinetuneConfig
 from cell_lane.workloads.models import EffectHead
 from shared_resources.runtime.checkpoints import CheckpointStore
 from shared_resources.runtime.storage import write_bytes_atomic
 from shared_resources.runtime.torch_state import load_optimizer_tensors, optimizer_tensors
 from shared_resources.runtime.workload import WorkloadRun
-
-
-@dataclass(frozen=True)
-class FinetuneConfig:
-    dataset_uri: str
-    foundation_checkpoint_uri: str
-    predictions_uri: str
-    folds: int = 5
-    steps_per_fold: int = 300
-    lr: float = 3e-3
-    embedding_lr: float = 3e-4
-    hidden: int = 32
-    seed: int = 0
-    threads: int = 1
 
 
 def _fold_of(n: int, folds: int, seed: int) -> np.ndarray:
@@ -52,7 +38,7 @@ def _spearman(a: np.ndarray, b: np.ndarray) -> float:
 
 def main() -> None:
     with WorkloadRun() as run:
-        cfg = FinetuneConfig(**run.config)
+        cfg = run.config_as(FinetuneConfig)
         torch.set_num_threads(cfg.threads)
         checkpoint = run.resume()
         if checkpoint is not None and checkpoint.final:
@@ -91,7 +77,7 @@ def main() -> None:
             torch.manual_seed(cfg.seed * 1000 + fold)
             model = EffectHead(embeddings, cfg.hidden)
             opt = torch.optim.Adam(
-                [{"params": model.mlp.parameters(), "lr": cfg.lr}, {"params": [model.embedding], "lr": cfg.embedding_lr}]
+                [{"params": model.mlp.parameters(), "lr": cfg.learning_rate}, {"params": [model.embedding], "lr": cfg.embedding_learning_rate}]
             )
             return model, opt
 
@@ -148,7 +134,7 @@ def main() -> None:
         run.finish(
             total,
             {"predictions": {"out_of_fold": out_of_fold, "all_genes": all_predictions}},
-            meta={"config": asdict(cfg)},
+            meta={"config": cfg.model_dump()},
             metadata={
                 "held_out_rmse": round(rmse, 5),
                 "baseline_rmse": round(baseline_rmse, 5),

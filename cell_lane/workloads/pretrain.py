@@ -5,35 +5,20 @@ Run by the platform through Dagster Pipes; by hand: `python -m cell_lane.workloa
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
-
 import numpy as np
 import torch
 from torch import nn
 
 from cell_lane.omics import read_dataset
+from cell_lane.workloads.config import PretrainConfig
 from cell_lane.workloads.models import MaskedExpressionModel
 from shared_resources.runtime.torch_state import pick_device, restore_training, training_files
 from shared_resources.runtime.workload import WorkloadRun
 
 
-@dataclass(frozen=True)
-class PretrainConfig:
-    dataset_uri: str
-    steps: int = 400
-    batch_size: int = 64
-    mask_fraction: float = 0.15
-    dim: int = 32
-    hidden: int = 128
-    lr: float = 2e-3
-    seed: int = 0
-    threads: int = 1  # one thread keeps CPU runs bit-for-bit reproducible across resumes
-    device: str = "auto"
-
-
 def main() -> None:
     with WorkloadRun() as run:
-        cfg = PretrainConfig(**run.config)
+        cfg = run.config_as(PretrainConfig)
         torch.set_num_threads(cfg.threads)
         torch.manual_seed(cfg.seed)
         device = pick_device(cfg.device)
@@ -46,8 +31,8 @@ def main() -> None:
         adata = read_dataset(cfg.dataset_uri)
         expression = torch.from_numpy(np.asarray(adata.X, dtype=np.float32)).to(device)
         n_cells, n_genes = expression.shape
-        model = MaskedExpressionModel(n_genes, cfg.dim, cfg.hidden).to(device)
-        optimizer = torch.optim.Adam(model.parameters(), lr=cfg.lr)
+        model = MaskedExpressionModel(n_genes, cfg.embedding_dim, cfg.hidden).to(device)
+        optimizer = torch.optim.Adam(model.parameters(), lr=cfg.learning_rate)
         generator = torch.Generator().manual_seed(cfg.seed)
         losses: list[float] = []
         start = 0
@@ -78,14 +63,14 @@ def main() -> None:
         run.finish(
             cfg.steps,
             state(),
-            meta={"losses": losses, "config": asdict(cfg)},
+            meta={"losses": losses, "config": cfg.model_dump()},
             metadata={
                 "final_loss": round(float(np.mean(losses[-20:])), 5),
                 "first_loss": round(float(np.mean(losses[:20])), 5),
                 "steps": cfg.steps,
                 "n_cells": int(n_cells),
                 "n_genes": int(n_genes),
-                "embedding_dim": cfg.dim,
+                "embedding_dim": cfg.embedding_dim,
                 "device": str(device),
                 "loss_curve": {
                     "type": "md",

@@ -6,12 +6,14 @@ import json
 import posixpath
 
 import dagster as dg
+from pydantic import Field
 import pandas as pd
 
 from robotics_lane.assets.rollouts import SIM_ROLLOUTS, rollouts_version
 from robotics_lane.assets.teleop import TELEOP_EPISODES
 from robotics_lane.stats import wilson_interval
-from robotics_lane.workloads.rollouts import trial_uri
+from robotics_lane.workloads.config import PolicySettings, RolloutConfig, TrainPolicyConfig
+from robotics_lane.workloads.rollout_output import trial_uri
 from shared_resources.compute.resource import ComputeResource
 from shared_resources.catalog.pools import Capacity
 from shared_resources.data.provenance import dataset_ref, find_version, record_result, track_evaluation, track_run, trained_on
@@ -39,14 +41,10 @@ def training_datasets(store: Storage) -> dict[str, str]:
     return {**teleop, **rollouts}
 
 
-class PolicySettings(dg.Config):
-    """Behaviour-cloning settings."""
+class PolicyLaunchpad(dg.Config, PolicySettings):
+    """Behaviour-cloning settings (change them in the launchpad)."""
 
-    steps: int = 1500
-    hidden: int = 64
-    learning_rate: float = 3e-3
-    seed: int = 0
-    checkpoint_every_steps: int = 250
+    checkpoint_every_steps: int = Field(250, ge=1, description="Save a checkpoint every this many steps (and on preemption).")
 
 
 class SimEvalSettings(dg.Config):
@@ -57,7 +55,7 @@ class SimEvalSettings(dg.Config):
 
 
 @dg.asset(key=POLICY, deps=[TELEOP_EPISODES, SIM_ROLLOUTS], group_name="robotics_policy", kinds={"pytorch", "safetensors"})
-def policy(context: dg.AssetExecutionContext, config: PolicySettings, storage: StorageResource, compute: ComputeResource) -> dg.MaterializeResult:
+def policy(context: dg.AssetExecutionContext, config: PolicyLaunchpad, storage: StorageResource, compute: ComputeResource) -> dg.MaterializeResult:
     """The robot's policy: a network that maps the cart-pole state to a force, learnt by
     imitating every validated teleop demonstration and every successful simulated rollout.
 
@@ -69,7 +67,7 @@ def policy(context: dg.AssetExecutionContext, config: PolicySettings, storage: S
     datasets = training_datasets(store)
     if not datasets:
         raise dg.Failure("No demonstrations yet: drop a teleop session (see docs/teleop-protocol.md) or run a nightly sweep.")
-    settings = {"steps": config.steps, "hidden": config.hidden, "lr": config.learning_rate, "seed": config.seed}
+    settings = config.model_dump(include=set(PolicySettings.model_fields))
     version = hashlib.sha256(json.dumps({"datasets": list(datasets.values()), **settings}, sort_keys=True).encode()).hexdigest()[:12]
     spec = StepSpec(
         name="robotics.policy",
@@ -80,7 +78,7 @@ def policy(context: dg.AssetExecutionContext, config: PolicySettings, storage: S
         checkpoint_every_steps=config.checkpoint_every_steps,
         expected_hours=0.2,
         datasets=[dataset_ref(find_version(store, ref)) for ref in datasets],
-        config={**settings, "datasets": list(datasets.values())},
+        config=TrainPolicyConfig.of(config, datasets=list(datasets.values())),
     )
     run = f"robotics/policy/{version}"
     step = compute.run(context, spec, lineage=run)
@@ -110,7 +108,7 @@ def evaluation_spec(name: str, capacity: Capacity, backend: str, runtime: str, s
         capacity=capacity,
         checkpoint_seconds=0.5,
         expected_hours=0.05,
-        config={"backend": backend, "seeds": seeds, "output_uri": output_uri, "task": task, "policy": {"kind": "checkpoint", "uri": policy_uri}},
+        config=RolloutConfig(backend=backend, seeds=seeds, output_uri=output_uri, task=task, policy={"kind": "checkpoint", "uri": policy_uri}),
     )
 
 

@@ -12,7 +12,8 @@ from robotics_lane.episodes.shards import assemble_dataset
 from robotics_lane.partitions import nightly_sweeps
 from robotics_lane.sim.base import ACTION_NAMES, STATE_NAMES
 from robotics_lane.sweeps import SWEEPS, SweepConfig
-from robotics_lane.workloads.rollouts import trial_uri
+from robotics_lane.workloads.config import RolloutConfig
+from robotics_lane.workloads.rollout_output import trial_uri
 from shared_resources.compute.resource import ComputeResource
 from shared_resources.compute.step_run import StepRun
 from shared_resources.catalog.pools import Capacity
@@ -46,14 +47,14 @@ def sweep_spec(sweep: SweepConfig, seeds: list[int], output_uri: str) -> StepSpe
         checkpoint_seconds=0.5,
         expected_hours=0.05,
         max_preemptions=5,
-        config={
-            "backend": sweep.backend,
-            "seeds": seeds,
-            "output_uri": output_uri,
-            "task": sweep.task(),
-            "policy": {"kind": "scripted", "operator_noise": sweep.operator_noise},
-            "task_label": TASK_LABEL,
-        },
+        config=RolloutConfig(
+            backend=sweep.backend,
+            seeds=seeds,
+            output_uri=output_uri,
+            task=sweep.task(),
+            policy={"kind": "scripted", "operator_noise": sweep.operator_noise},
+            task_label=TASK_LABEL,
+        ),
     )
 
 

@@ -14,11 +14,8 @@ Output under `output_uri`:
 from __future__ import annotations
 
 import json
-import posixpath
 import time
 from collections import Counter
-from dataclasses import dataclass, field
-from typing import Any
 
 import numpy as np
 
@@ -26,38 +23,15 @@ from robotics_lane.episodes.lerobot_v3 import Episode as LeRobotEpisode
 from robotics_lane.episodes.shards import write_episode_file
 from robotics_lane.policies import load_policy
 from robotics_lane.sim.base import TaskSpec, make_simulator, run_episode
-from shared_resources.runtime.storage import fs_for, read_json, write_bytes_atomic
+from robotics_lane.workloads.config import RolloutConfig
+from robotics_lane.workloads.rollout_output import committed_seeds, episodes_folder, trial_uri
+from shared_resources.runtime.storage import read_json, write_bytes_atomic
 from shared_resources.runtime.workload import Preempted, WorkloadRun
-
-
-@dataclass(frozen=True)
-class RolloutConfig:
-    backend: str
-    seeds: list[int]
-    output_uri: str
-    task: dict[str, Any] = field(default_factory=dict)
-    policy: dict[str, Any] = field(default_factory=lambda: {"kind": "scripted"})
-    task_label: str = "balance the pole"
-
-
-def trial_uri(output_uri: str, seed: int) -> str:
-    return posixpath.join(output_uri, "trials", f"seed-{seed:06d}.json")
-
-
-def episodes_folder(output_uri: str) -> str:
-    return posixpath.join(output_uri, "episodes")
-
-
-def committed_seeds(output_uri: str) -> set[int]:
-    fs, path = fs_for(posixpath.join(output_uri, "trials"))
-    if not fs.exists(path):
-        return set()
-    return {int(posixpath.basename(p)[5:11]) for p in fs.glob(posixpath.join(path, "seed-*.json"))}
 
 
 def main() -> None:
     with WorkloadRun() as run:
-        cfg = RolloutConfig(**run.config)
+        cfg = run.config_as(RolloutConfig)
         task = TaskSpec(**cfg.task)
         done = committed_seeds(cfg.output_uri)
         todo = [s for s in cfg.seeds if s not in done]

@@ -6,28 +6,15 @@ MLP from state to action, checkpoints on cadence and on SIGTERM, resumes exactly
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
-
 import numpy as np
 import torch
 from torch import nn
 
 from robotics_lane.episodes.lerobot_v3 import read_dataset
 from robotics_lane.policies import MLPPolicy
+from robotics_lane.workloads.config import TrainPolicyConfig
 from shared_resources.runtime.torch_state import restore_training, training_files
 from shared_resources.runtime.workload import WorkloadRun
-
-
-@dataclass(frozen=True)
-class TrainConfig:
-    datasets: list[str]
-    steps: int = 1500
-    batch_size: int = 256
-    hidden: int = 64
-    lr: float = 3e-3
-    seed: int = 0
-    successful_only: bool = True
-    threads: int = 1
 
 
 def load_demonstrations(uris: list[str], successful_only: bool) -> tuple[np.ndarray, np.ndarray, int]:
@@ -47,7 +34,7 @@ def load_demonstrations(uris: list[str], successful_only: bool) -> tuple[np.ndar
 
 def main() -> None:
     with WorkloadRun() as run:
-        cfg = TrainConfig(**run.config)
+        cfg = run.config_as(TrainPolicyConfig)
         torch.set_num_threads(cfg.threads)
         torch.manual_seed(cfg.seed)
         checkpoint = run.resume()
@@ -57,7 +44,7 @@ def main() -> None:
         states, actions, n_episodes = load_demonstrations(cfg.datasets, cfg.successful_only)
         x, y = torch.from_numpy(states), torch.from_numpy(actions)
         model = MLPPolicy(cfg.hidden)
-        optimizer = torch.optim.Adam(model.parameters(), lr=cfg.lr)
+        optimizer = torch.optim.Adam(model.parameters(), lr=cfg.learning_rate)
         generator = torch.Generator().manual_seed(cfg.seed)
         losses: list[float] = []
         start = 0
@@ -82,7 +69,7 @@ def main() -> None:
         run.finish(
             cfg.steps,
             state(),
-            meta={"losses": losses, "hidden": cfg.hidden, "config": asdict(cfg)},
+            meta={"losses": losses, "hidden": cfg.hidden, "config": cfg.model_dump()},
             metadata={
                 "final_loss": round(float(np.mean(losses[-50:])), 6),
                 "first_loss": round(float(np.mean(losses[:50])), 6),

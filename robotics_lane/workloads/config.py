@@ -1,0 +1,52 @@
+"""The Robotics workloads' configs: one model each, read by the workload and shown in the launchpad.
+
+`PolicySettings` is what a robotics engineer may change for behaviour cloning (the policy
+asset's launchpad config is built on it); `TrainPolicyConfig` adds the datasets the asset
+chose. `RolloutConfig` is one shard of a sweep or an evaluation, built by the assets. No
+Dagster here: workloads import this module, in the main runtime and in Isaac Lab's.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+Positive = Annotated[int, Field(ge=1)]
+
+
+class PolicySettings(BaseModel):
+    """Behaviour cloning of the policy."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    steps: Positive = Field(1500, description="Optimiser steps.")
+    hidden: Positive = Field(64, description="Width of the policy network's hidden layers.")
+    learning_rate: Annotated[float, Field(gt=0)] = Field(3e-3, description="Adam learning rate.")
+    seed: int = Field(0, description="Seeds the batches: the same seed gives the same policy.")
+
+
+class TrainPolicyConfig(PolicySettings):
+    """What the training workload runs: the settings and the LeRobot v3 datasets to learn from."""
+
+    datasets: list[str] = Field(min_length=1, description="LeRobot v3 dataset folders (teleop sessions, rollouts, relabelled failures).")
+    batch_size: Positive = 256
+    successful_only: bool = Field(True, description="Learn only from episodes that reached their goal.")
+    threads: Positive = 1
+
+    @classmethod
+    def of(cls, settings: PolicySettings, **decided: object) -> TrainPolicyConfig:
+        return cls(**settings.model_dump(include=set(PolicySettings.model_fields)), **decided)
+
+
+class RolloutConfig(BaseModel):
+    """One shard of rollouts: a policy run in simulation for a list of seeds."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    backend: str = Field(description="The simulator: `mujoco` or `isaaclab`.")
+    seeds: list[int] = Field(min_length=1)
+    output_uri: str = Field(description="Where episodes and trial records are committed (see rollout_output.py).")
+    task: dict[str, Any] = Field(default_factory=dict, description="The task (`TaskSpec` fields).")
+    policy: dict[str, Any] = Field(default_factory=lambda: {"kind": "scripted"}, description="`scripted` (with `operator_noise`) or `checkpoint` (with `uri`).")
+    task_label: str = "balance the pole"
