@@ -41,7 +41,7 @@ demo: $(STAMP) isaaclab-runtime
 	$(VENV)/bin/sinewgrid demo
 
 # The suite runs Slurm, Ray and PostgreSQL for real: it starts and stops a single-node Slurm
-# cluster, a Ray head and a PostgreSQL server itself (tests/engines/); `slurm-packages` and
+# cluster, a Ray head and a PostgreSQL server itself (testbed/); `slurm-packages` and
 # `postgres-packages` install their Debian packages if missing.
 test: $(STAMP) isaaclab-runtime slurm-packages postgres-packages
 	$(PY) -m pytest

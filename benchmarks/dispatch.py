@@ -15,7 +15,7 @@ For each backend:
   job (runtime, storage, GPUs, health check) runs before it — the cost of a pool's first step
   in each `qualify_ttl_seconds`; the steady-state platform figure excludes it.
 
-The Slurm cluster and Ray head are the tests' own (`tests/engines/`), started here and stopped
+The Slurm cluster and Ray head are the tests' own (`testbed/`), started here and stopped
 after. A backend whose engine cannot start here is reported as skipped, with the reason.
 """
 
@@ -96,7 +96,7 @@ def _measure(
 
     from shared_resources.compute.health import Qualifications
     from shared_resources.runtime.storage import Storage
-    from tests.engines.steps import counting_spec, materialize_counting
+    from testbed.counting_step import counting_spec, materialize_counting
 
     result = DispatchResult(backend, baselines={label: [] for label in baselines})
     with tempfile.TemporaryDirectory(prefix=f"bench-dispatch-{backend}-") as tmp:
@@ -141,7 +141,7 @@ def _workload_alone(tmp: Path) -> Callable[[], None]:
         extras = tmp / "extras.json"
         lineage = tmp / f"alone-{time.perf_counter_ns()}"
         extras.write_text(json.dumps({"config": {"steps": 0}, "checkpoint_uri": str(lineage), "checkpoint_every_steps": 5}))
-        _command([sys.executable, "-m", "tests.engines.counting_workload", "--extras", str(extras)])()
+        _command([sys.executable, "-m", "testbed.counting_workload", "--extras", str(extras)])()
 
     return call
 
@@ -181,7 +181,7 @@ def run(repeats: int = 3) -> list[DispatchResult]:
         ]
 
     try:
-        from tests.engines.slurm_cluster import SlurmCluster
+        from testbed.slurm_cluster import SlurmCluster
 
         cluster = SlurmCluster().start()
     except Exception as exc:  # noqa: BLE001 - reported as skipped, with the reason
@@ -196,7 +196,7 @@ def run(repeats: int = 3) -> list[DispatchResult]:
             cluster.stop()
 
     try:
-        from tests.engines.ray_head import start_ray_head
+        from testbed.ray_head import start_ray_head
 
         head = start_ray_head({"pool_bench": 4})
     except Exception as exc:  # noqa: BLE001

@@ -1,6 +1,6 @@
 """Figure 4: episode ingest throughput (frames per second).
 
-What the teleop asset (``robotics_lane/assets/teleop.py``) does with each session's dataset,
+What the teleop asset (``robotics_lane/defs/assets/teleop.py``) does with each session's dataset,
 ``robotics_lane.episodes.validation.validate_dataset(uri)``, plus reading it back into episodes
 with ``robotics_lane.episodes.lerobot_v3.read_dataset(uri)``, is timed against a plain
 ``pyarrow.parquet.read_table`` of the same dataset's parquet files: its data file

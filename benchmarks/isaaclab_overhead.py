@@ -140,7 +140,8 @@ def run(repeats: int = REPEATS) -> IsaacLabResult:
 def _child(repeats: int) -> dict[str, Any]:
     import importlib.metadata
 
-    from robotics_lane.sim.base import BackendUnavailableError, TaskSpec, make_simulator, run_episode
+    from robotics_lane.sim.base import BackendUnavailableError, TaskSpec, run_episode
+    from robotics_lane.sim.factory import make_simulator
     from robotics_lane.sim.controllers import BalancingController
 
     seeds = list(range(EPISODES))

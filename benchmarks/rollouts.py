@@ -34,7 +34,8 @@ import numpy as np
 from benchmarks import REPEATS, Timing, time_group
 from robotics_lane.episodes.lerobot_v3 import Episode as LeRobotEpisode
 from robotics_lane.episodes.shards import write_episode_file
-from robotics_lane.sim.base import TaskSpec, make_simulator, run_episode
+from robotics_lane.sim.base import TaskSpec, run_episode
+from robotics_lane.sim.factory import make_simulator
 from robotics_lane.sim.controllers import BalancingController
 from robotics_lane.sim.mujoco_backend import ENV_ID
 from robotics_lane.workloads.rollout_output import episodes_folder, trial_uri

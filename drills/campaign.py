@@ -3,7 +3,7 @@
 Every scenario × backend × workload that applies is one partition of `platform/failure_drill`,
 materialized on the same Dagster instance the UI shows; the preemption trace is
 `platform/preemption_trace`. A Slurm backend gets a throwaway single-node cluster
-(`drills.slurm_cluster`) for the length of the campaign.
+(`testbed.slurm_cluster`) for the length of the campaign.
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ import platform
 import shutil
 import subprocess
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from contextlib import contextmanager, nullcontext
 from pathlib import Path
 
@@ -40,7 +41,7 @@ def matrix(backends: list[str], scenarios: list[str], workloads: list[str]) -> l
 @contextmanager
 def slurm_cluster() -> Iterator[object]:
     """A single-node Slurm cluster for the campaign, registered for the drill asset."""
-    from drills.slurm_cluster import SlurmCluster
+    from testbed.slurm_cluster import SlurmCluster
 
     missing = [d for d in ("munged", "slurmctld", "slurmd") if not shutil.which(d) and not Path(f"/usr/sbin/{d}").exists()]
     if missing:
@@ -68,8 +69,19 @@ def environment() -> str:
     return f"{platform.node()}: {os.cpu_count()} cores, {gpu}, Python {platform.python_version()}, torch {torch.__version__}, {slurm or 'Slurm not running'}"
 
 
+@dataclass(frozen=True)
+class DrillAssets:
+    """The platform location's drill assets and the folder they keep their files in. The caller
+    passes them in: drills/ imports no code location."""
+
+    failure_drill: dg.AssetsDefinition
+    preemption_trace: dg.AssetsDefinition
+    root: Path
+
+
 def run_campaign(
     *,
+    assets: DrillAssets,
     instance: dg.DagsterInstance,
     storage_root: str,
     backends: list[str],
@@ -83,12 +95,11 @@ def run_campaign(
     command: str,
     say: Callable[[str], None] = print,
 ) -> tuple[list[DrillResult], list[TraceResult], dict]:
-    from platform_location.assets.drills import drill_root, failure_drill, preemption_trace
-    from shared_resources.resources import StorageResource, platform_resources
+    from shared_resources.resources import platform_resources
 
     plan = matrix(backends, scenarios, workloads)
     resources = platform_resources(root=storage_root)
-    root = drill_root(StorageResource(root=storage_root))
+    failure_drill, preemption_trace, root = assets.failure_drill, assets.preemption_trace, assets.root
     results: list[DrillResult] = []
     traces: list[TraceResult] = []
     machine = environment()

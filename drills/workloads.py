@@ -127,7 +127,7 @@ def make_omics(uri: str, cells: int = 400, genes: int = 200, seed: int = 11) -> 
 
 def assemble_episodes(output_uri: str, dataset_uri: str) -> str:
     """The episodes of a finished rollout sweep as one LeRobot v3 dataset (for policy training)."""
-    from robotics_lane.assets.rollouts import TASK_LABEL
+    from robotics_lane.defs.assets.rollouts import TASK_LABEL
     from robotics_lane.episodes.shards import assemble_dataset
     from robotics_lane.sim.base import ACTION_NAMES, STATE_NAMES
 

@@ -1,5 +1,5 @@
 # Engines the tests run for real. The Slurm tests (tests/test_slurm_backend.py) start their own
-# single-node cluster from the Debian packages below (tests/engines/slurm_cluster.py); nothing
+# single-node cluster from the Debian packages below (testbed/slurm_cluster.py); nothing
 # is configured system-wide. Usable on its own: `make -f mk/engines.mk slurm-packages`.
 
 SLURM_PACKAGES ?= slurmctld slurmd slurm-client munge
@@ -19,7 +19,7 @@ slurm-packages:
 	apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $(SLURM_PACKAGES) >/dev/null
 
 # The ledger's PostgreSQL tests (tests/test_ledger.py) start their own throwaway server in a
-# temporary folder (tests/engines/postgres_server.py) from the server binaries of this package.
+# temporary folder (testbed/postgres_server.py) from the server binaries of this package.
 POSTGRES_PACKAGES ?= postgresql
 
 .PHONY: postgres-packages

@@ -21,7 +21,9 @@ not read this module: what they need travels in their Pipes extras
 
 from __future__ import annotations
 
+import functools
 import os
+import subprocess
 import tempfile
 from collections.abc import Mapping
 from pathlib import Path
@@ -96,3 +98,19 @@ def use_dagster_home(path: Path) -> None:
 def quiet_dagster() -> None:
     """No usage telemetry from command-line runs (the machine may be offline)."""
     os.environ.setdefault("DAGSTER_DISABLE_TELEMETRY", "1")
+
+
+@functools.lru_cache(maxsize=1)
+def code_version() -> str:
+    """The git revision of the code that runs now (`+dirty` when it has uncommitted changes).
+
+    Container images carry no `.git`: they set `SINEWGRID_CODE_VERSION` at build time.
+    """
+    if configured := settings().code_version:
+        return configured
+    try:
+        rev = subprocess.run(["git", "-C", str(REPO_ROOT), "rev-parse", "HEAD"], capture_output=True, text=True, timeout=10, check=True).stdout.strip()
+        dirty = subprocess.run(["git", "-C", str(REPO_ROOT), "status", "--porcelain", "--untracked-files=no"], capture_output=True, text=True, timeout=10).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return "unknown (no git checkout; set SINEWGRID_CODE_VERSION)"
+    return rev + ("+dirty" if dirty else "")

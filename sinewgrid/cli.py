@@ -19,7 +19,7 @@ from shared_resources.settings import quiet_dagster, settings, storage_root
 from sinewgrid.instance import ensure_instance_home, get_instance
 
 app = typer.Typer(help="Sinewgrid: the control plane for ML work on rented GPUs.", no_args_is_help=True, add_completion=False, pretty_exceptions_show_locals=False)
-lab_app = typer.Typer(help="The lab stand-in (LabSimulator) used by the demo.", no_args_is_help=True)
+lab_app = typer.Typer(help="The lab stand-in (LabStandIn) used by the demo.", no_args_is_help=True)
 app.add_typer(lab_app, name="lab")
 app.add_typer(data_app, name="data")
 app.add_typer(checkpoints_app, name="checkpoints", help="Checkpoints by model, run, step and dataset; retention.")
@@ -58,11 +58,11 @@ def seed(
     bad: bool = typer.Option(True, help="Also drop one deliberately bad export, to see quarantine at work."),
 ) -> None:
     """Put sample lab drops (first-round plates) into the landing zone."""
-    from cell_lane.lab_simulator import LabSimulator
+    from cell_lane.standins.lab import LabStandIn
 
     storage = _storage()
     with console.status("writing sample drops…"):
-        drops = LabSimulator(storage).seed_drops(plates=plates, include_bad=bad)
+        drops = LabStandIn(storage).seed_drops(plates=plates, include_bad=bad)
     for drop in drops:
         console.print(f"  dropped [cyan]{storage.landing('assays', drop)}[/]")
 
@@ -115,10 +115,10 @@ def tick() -> None:
 @lab_app.command("answer")
 def lab_answer() -> None:
     """Let the lab stand-in run every worklist in the outbox; results land as new drops."""
-    from cell_lane.lab_simulator import LabSimulator
+    from cell_lane.standins.lab import LabStandIn
 
     with console.status("the lab stand-in is running plates…"):
-        drops = LabSimulator(_storage()).answer_outbox()
+        drops = LabStandIn(_storage()).answer_outbox()
     console.print(f"new drops: {', '.join(drops) or 'none (no unanswered worklists)'}")
 
 
@@ -209,7 +209,7 @@ def _print_summary(truth=None, robotics_rows: bool = True) -> None:
         table.add_row(*cells)
     console.print(table)
     if truth is not None:
-        console.print("  * on genes never assayed, against the LabSimulator's hidden truth (only the simulator can know it)")
+        console.print("  * on genes never assayed, against the LabStandIn's hidden truth (only the simulator can know it)")
 
     bad = quarantined(storage)
     if bad:
@@ -319,9 +319,11 @@ def drill(
 
     Each scenario runs an uninterrupted baseline and a faulted run of a lane workload through the real compute resource, as Dagster runs on this instance (the UI shows them under platform/failure_drill). It measures the time to detect, contain, replace and resume, the work redone against the checkpoint cadence's bound, goodput against the Young/Daly optimum, and whether the end state matches the uninterrupted run.
     """
-    from drills.campaign import run_campaign
+    from drills.campaign import DrillAssets, run_campaign
     from drills.runner import SCENARIOS
     from drills.workloads import SIZES, WORKLOADS
+    from platform_location.defs.assets.drills import drill_root, failure_drill, preemption_trace
+    from shared_resources.resources import StorageResource
 
     _quiet()
     if size not in SIZES:
@@ -332,8 +334,9 @@ def drill(
     command = "sinewgrid drill " + " ".join(sys.argv[2:])
     with get_instance() as instance:
         try:
+            assets = DrillAssets(failure_drill, preemption_trace, drill_root(StorageResource(root=storage.root)))
             results, traces, written = run_campaign(
-                instance=instance, storage_root=storage.root, backends=backend, scenarios=scenario or list(SCENARIOS),
+                assets=assets, instance=instance, storage_root=storage.root, backends=backend, scenarios=scenario or list(SCENARIOS),
                 workloads=workload or list(WORKLOADS), size=size, trace_rate=None if trace == "none" else trace, trace_seeds=trace_seed,
                 out_dir=out, docs_path=docs, command=command, say=lambda line: console.print(escape(line)),
             )
@@ -395,12 +398,12 @@ def demo(
     console.rule("[bold]Sinewgrid demo: " + {"cell": "the Cell loop", "robotics": "the Robotics loop", "all": "the Cell and Robotics loops"}[lane] + " on this machine")
     console.print(f"storage root {storage.root}")
     if cell:
-        from cell_lane.lab_simulator import LabSimulator
+        from cell_lane.standins.lab import LabStandIn
 
-        lab = LabSimulator(storage)
+        lab = LabStandIn(storage)
     if robotics:
-        from robotics_lane.robot_cell import RobotCellStandIn
-        from robotics_lane.teleop_operator import TeleopOperatorStandIn
+        from robotics_lane.standins.robot_cell import RobotCellStandIn
+        from robotics_lane.standins.teleop_operator import TeleopOperatorStandIn
 
         operator, robot_cell = TeleopOperatorStandIn(storage), RobotCellStandIn(storage)
 

@@ -38,7 +38,7 @@ ROOT_KINDS = ("local", "s3")
 @pytest.fixture(scope="session")
 def s3_endpoint():
     """A real S3 API server (moto) on loopback for the whole session; its endpoint URL."""
-    from tests.engines.s3_server import s3_server
+    from testbed.s3_server import s3_server
 
     with s3_server() as endpoint:
         yield endpoint

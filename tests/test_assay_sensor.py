@@ -7,7 +7,8 @@ import os
 
 import dagster as dg
 
-from cell_lane.definitions import assay_drop_sensor, defs
+from cell_lane.definitions import defs
+from cell_lane.defs.sensors import assay_drop_sensor
 from sensors.landing_drops import LOOKBACK_SECONDS, DropCursor
 from shared_resources.resources import StorageResource
 from tests.helpers import drop_plate

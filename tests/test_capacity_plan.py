@@ -7,7 +7,7 @@ import json
 
 import dagster as dg
 
-from platform_location.assets.capacity_plan import capacity_plan
+from platform_location.defs.assets.capacity_plan import capacity_plan
 from shared_resources.catalog.pools import load_catalog
 from shared_resources.resources import platform_resources
 from shared_resources.settings import REPO_ROOT

@@ -16,21 +16,23 @@ import pandas as pd
 import pytest
 from typer.testing import CliRunner
 
-from cell_lane.assets.dataset import omics_dataset
-from cell_lane.assets.design import next_plate_proposal
-from cell_lane.assets.ingest import raw_assay, validated_assay
-from cell_lane.assets.training import finetuned_model, foundation_model
-from cell_lane.definitions import assay_drop_sensor, defs
-from cell_lane.lab_simulator import LabSimulator
+from cell_lane.defs.assets.dataset import omics_dataset
+from cell_lane.defs.assets.design import next_plate_proposal
+from cell_lane.defs.assets.ingest import raw_assay, validated_assay
+from cell_lane.defs.assets.training import finetuned_model, foundation_model
+from cell_lane.definitions import defs
+from cell_lane.defs.sensors import assay_drop_sensor
+from cell_lane.standins.lab import LabStandIn
 from cell_lane.omics import read_dataset
 from cell_lane.plate_validation import OPTIONAL_COLUMNS, REQUIRED_COLUMNS, check_plate_file
-from platform_location.assets.data_layer import checkpoint_retention
+from platform_location.defs.assets.data_layer import checkpoint_retention
 from shared_resources.data.checkpoint_registry import CheckpointRegistry
 from shared_resources.runtime.checkpoints import CheckpointStore
 from shared_resources.data.registry import DataRegistry
 from shared_resources.data.experiments import load_run
 from shared_resources.accounting.ledger import read_ledger
-from shared_resources.data.lineage import LineageStore, code_version
+from shared_resources.data.lineage import LineageStore
+from shared_resources.settings import code_version
 from shared_resources.resources import StorageResource
 from shared_resources.runtime.storage import glob_uris, read_bytes, write_bytes_atomic
 from sinewgrid.cli import app
@@ -63,7 +65,7 @@ def _md(result, key: str) -> dict:
 
 @pytest.mark.parametrize("root", ROOT_KINDS, indirect=True)
 def test_cell_loop_end_to_end(instance, resources, root, storage, tmp_path):
-    lab = LabSimulator(storage)
+    lab = LabStandIn(storage)
     drops = lab.seed_drops(plates=2, include_bad=True)
     # A drop still being written (no manifest yet) is not complete: the sensor leaves it be.
     write_bytes_atomic(posixpath.join(storage.landing("assays", "half-written"), "plates", "P9.csv"), b"plate_barcode,well\n")
@@ -181,7 +183,7 @@ def _children_running(module: str) -> list[int]:
 
 
 def test_compute_resource_resumes_a_preempted_step(instance, resources, home, storage):
-    lab = LabSimulator(storage)
+    lab = LabStandIn(storage)
     _ingest_all(instance, resources, lab.seed_drops(plates=2, include_bad=False))
     dg.materialize([omics_dataset], instance=instance, resources=resources)
 

@@ -14,9 +14,9 @@ import yaml
 
 from shared_resources.accounting.ledger import read_ledger
 from shared_resources.runtime.storage import Storage
-from tests.engines.ray_head import start_ray_head
-from tests.engines.slurm_cluster import SlurmCluster
-from tests.engines.steps import counting_spec, materialize_counting, result_metadata
+from testbed.ray_head import start_ray_head
+from testbed.slurm_cluster import SlurmCluster
+from testbed.counting_step import counting_spec, materialize_counting, result_metadata
 
 SLOW = {"steps": 20, "seed": 11, "step_seconds": 0.4}
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import dagster as dg
 import torch
 
-from platform_location.assets.data_layer import checkpoint_retention, dataset_catalog, training_runs
+from platform_location.defs.assets.data_layer import checkpoint_retention, dataset_catalog, training_runs
 from shared_resources.data.checkpoint_registry import CheckpointRegistry
 from shared_resources.runtime.checkpoints import CheckpointStore
 from shared_resources.resources import StorageResource

@@ -23,7 +23,7 @@ from shared_resources.data.registry import (
     parse_ref,
     storage_location,
 )
-from tests.engines.ports import free_port
+from testbed.ports import free_port
 
 VENV_BIN = Path(sys.executable).parent
 

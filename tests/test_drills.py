@@ -41,7 +41,7 @@ def drill_home(tmp_path_factory: pytest.TempPathFactory):
 
 def drill(home: Path, scenario: str, target: str, **config) -> DrillResult:
     from drills.campaign import load_result
-    from platform_location.assets.drills import failure_drill
+    from platform_location.defs.assets.drills import failure_drill
 
     result = dg.materialize(
         [failure_drill],
@@ -129,7 +129,7 @@ def test_policy_training_survives_a_torn_checkpoint(drill_home):
 
 
 def test_a_scenario_that_does_not_apply_is_refused_clearly(drill_home):
-    from platform_location.assets.drills import failure_drill
+    from platform_location.defs.assets.drills import failure_drill
 
     result = dg.materialize(
         [failure_drill],
@@ -144,7 +144,7 @@ def test_a_scenario_that_does_not_apply_is_refused_clearly(drill_home):
 
 def test_preemption_trace_compares_three_cadences_to_the_same_end_state(drill_home):
     from drills.goodput import young_daly_interval
-    from platform_location.assets.drills import preemption_trace
+    from platform_location.defs.assets.drills import preemption_trace
 
     dg.materialize([preemption_trace], resources=platform_resources(root=str(drill_home)), run_config={"ops": {"platform__preemption_trace": {"config": {"size": "small", "seed": 3}}}})
     trace = json.loads((drill_home / "drills" / "results" / "trace-seed3.json").read_text())

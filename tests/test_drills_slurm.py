@@ -12,7 +12,7 @@ import os
 import pytest
 
 from drills import runner
-from tests.engines.slurm_cluster import SlurmCluster
+from testbed.slurm_cluster import SlurmCluster
 from tests.test_drills import assert_recovered, drill, outcomes
 
 

@@ -13,9 +13,9 @@ import dagster as dg
 import pytest
 import torch
 
-from cell_lane.assets.dataset import omics_dataset
-from cell_lane.assets.training import foundation_model
-from cell_lane.lab_simulator import LabSimulator
+from cell_lane.defs.assets.dataset import omics_dataset
+from cell_lane.defs.assets.training import foundation_model
+from cell_lane.standins.lab import LabStandIn
 from shared_resources.compute.cooldowns import SLOTS_ENV, Cooldowns, pool_slot
 from shared_resources.runtime.checkpoints import CheckpointStore
 from shared_resources.accounting.ledger import read_ledger
@@ -64,7 +64,7 @@ def catalog(tmp_path, monkeypatch) -> Path:
 def _prepare(instance, home: Path, catalog: Path) -> dict:
     resources = platform_resources(root=str(home), pools_file=str(catalog))
     storage = Storage.at(str(home))
-    LabSimulator(storage).seed_drops(plates=1, include_bad=False)
+    LabStandIn(storage).seed_drops(plates=1, include_bad=False)
     dg.materialize([omics_dataset], instance=instance, resources=resources)
     return resources
 

@@ -19,7 +19,7 @@ from shared_resources.compute.monitor import AttemptMonitor, straggling
 from shared_resources.catalog.pools import load_pools
 from shared_resources.catalog.step_spec import StepSpec
 from shared_resources.runtime.storage import Storage
-from tests.engines.steps import counting_spec, materialize_counting, result_metadata
+from testbed.counting_step import counting_spec, materialize_counting, result_metadata
 
 
 def _catalog(tmp_path: Path, **first: object) -> Path:

@@ -39,7 +39,7 @@ pools:
 ORCHESTRATOR = textwrap.dedent(
     """
     import dagster as dg
-    from tests.engines.steps import counting_spec, materialize_counting
+    from testbed.counting_step import counting_spec, materialize_counting
     from pathlib import Path
     import sys
     home, pools = Path(sys.argv[1]), Path(sys.argv[2])

@@ -10,7 +10,7 @@ import dagster as dg
 import pandas as pd
 import pytest
 
-from cell_lane.assets.ingest import raw_assay, validated_assay
+from cell_lane.defs.assets.ingest import raw_assay, validated_assay
 from tests.helpers import drop_plate, good_plate
 
 ASSETS = [raw_assay, validated_assay]

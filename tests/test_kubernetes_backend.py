@@ -35,7 +35,7 @@ from shared_resources.catalog.pools import load_pools
 from shared_resources.runtime.storage import Storage
 from shared_resources.settings import REPO_ROOT
 from tests.engines.fake_kube_api import FakeKubeAPI, FakeNode
-from tests.engines.steps import counting_spec, materialize_counting, result_metadata
+from testbed.counting_step import counting_spec, materialize_counting, result_metadata
 
 pytestmark = pytest.mark.timeout(120)  # a wait the backend fails to end fails the test, not the suite
 

@@ -23,7 +23,7 @@ from shared_resources.accounting.ledger import (
 )
 from shared_resources.catalog.pools import load_pools
 from shared_resources.runtime.storage import Storage
-from tests.engines.postgres_server import PostgresServer
+from testbed.postgres_server import PostgresServer
 from tests.synthetic_ledger import DAY1, DAY2, synthetic_records
 
 T0 = dt.datetime(2025, 3, 1, 12, 0, tzinfo=dt.UTC)

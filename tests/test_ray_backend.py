@@ -24,8 +24,8 @@ from shared_resources.accounting.ledger import read_ledger
 from shared_resources.catalog.pools import load_pools
 from shared_resources.runtime.storage import Storage
 from shared_resources.settings import REPO_ROOT
-from tests.engines.ray_head import RayHead, start_ray_head
-from tests.engines.steps import counting_spec, materialize_counting, result_metadata
+from testbed.ray_head import RayHead, start_ray_head
+from testbed.counting_step import counting_spec, materialize_counting, result_metadata
 
 STEPS, SEED = 30, 7
 
@@ -103,7 +103,7 @@ def test_counting_runs_end_to_end_as_a_ray_job(home, pools_file, ray_head, unint
     assert (md["pool"], md["backend"], md["attempts"], md["resumed_from"]) == ("ray-spot", "ray", 1, 0)
     (job,) = _jobs_of(JobSubmissionClient(ray_head.address), spec.name)
     assert job.status == "SUCCEEDED"
-    assert "tests.engines.counting_workload" in job.entrypoint
+    assert "testbed.counting_workload" in job.entrypoint
 
 
 def test_a_stopped_ray_job_resumes_from_its_checkpoint_with_the_same_digest(home, pools_file, ray_head, uninterrupted_digest):

@@ -148,7 +148,7 @@ def test_the_platform_location_loads():
 
 
 def test_the_ledger_summary_asset_materializes_with_tables_and_plots(home, booked, instance):
-    from platform_location.assets.ledger_reports import ledger_summary
+    from platform_location.defs.assets.ledger_reports import ledger_summary
 
     result = dg.materialize([ledger_summary], resources=platform_resources(root=str(home)), instance=instance)
     assert result.success

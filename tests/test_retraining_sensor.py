@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import dagster as dg
 
-from cell_lane.assets.dataset import omics_dataset
-from cell_lane.assets.ingest import raw_assay, validated_assay
-from cell_lane.definitions import defs, training_round_sensor
+from cell_lane.defs.assets.dataset import omics_dataset
+from cell_lane.defs.assets.ingest import raw_assay, validated_assay
+from cell_lane.definitions import defs
+from cell_lane.defs.sensors import training_round_sensor
 from tests.helpers import drop_plate, good_plate
 
 

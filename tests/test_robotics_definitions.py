@@ -6,7 +6,8 @@ import datetime as dt
 
 import dagster as dg
 
-from robotics_lane.definitions import defs, nightly_sweep_schedule
+from robotics_lane.definitions import defs
+from robotics_lane.defs.sensors import nightly_sweep_schedule
 from robotics_lane.stats import wilson_interval
 from robotics_lane.sweeps import SWEEPS
 

@@ -8,18 +8,20 @@ import posixpath
 import dagster as dg
 import pytest
 
-from robotics_lane.assets.policy import policy, sim_evaluation
-from robotics_lane.assets.real_robot import real_robot_eval_request, real_robot_evaluation
-from robotics_lane.assets.rollouts import sim_rollouts
-from robotics_lane.assets.teleop import teleop_episodes
-from robotics_lane.definitions import defs, robot_eval_sensor, teleop_session_sensor
+from robotics_lane.defs.assets.policy import policy, sim_evaluation
+from robotics_lane.defs.assets.real_robot import real_robot_eval_request, real_robot_evaluation
+from robotics_lane.defs.assets.rollouts import sim_rollouts
+from robotics_lane.defs.assets.teleop import teleop_episodes
+from robotics_lane.definitions import defs
+from robotics_lane.defs.sensors import robot_eval_sensor, teleop_session_sensor
 from robotics_lane.episodes.lerobot_v3 import read_dataset
-from robotics_lane.robot_cell import RobotCellStandIn
-from robotics_lane.teleop_operator import TeleopOperatorStandIn
+from robotics_lane.standins.robot_cell import RobotCellStandIn
+from robotics_lane.standins.teleop_operator import TeleopOperatorStandIn
 from shared_resources.data.registry import DataRegistry
 from shared_resources.data.experiments import load_run
 from shared_resources.accounting.ledger import read_ledger
-from shared_resources.data.lineage import LineageStore, code_version
+from shared_resources.data.lineage import LineageStore
+from shared_resources.settings import code_version
 from shared_resources.runtime.storage import exists, read_json, write_bytes_atomic
 from tests.conftest import ROOT_KINDS
 from tests.helpers import sensor_ingest

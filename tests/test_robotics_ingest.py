@@ -13,10 +13,11 @@ import dagster as dg
 import numpy as np
 import torch
 
-from robotics_lane.definitions import defs, teleop_session_sensor
+from robotics_lane.definitions import defs
+from robotics_lane.defs.sensors import teleop_session_sensor
 from robotics_lane.episodes.lerobot_v3 import Episode, write_dataset
 from robotics_lane.sim.base import ACTION_NAMES, STATE_NAMES
-from robotics_lane.teleop_operator import TeleopOperatorStandIn
+from robotics_lane.standins.teleop_operator import TeleopOperatorStandIn
 from shared_resources.runtime.checkpoints import CheckpointStore
 from shared_resources.resources import StorageResource
 
@@ -90,7 +91,7 @@ def test_killed_policy_training_resumes_to_the_same_weights(tmp_path):
 
 
 def test_robot_cell_results_with_a_broken_trial_line_are_quarantined(instance, resources, home, storage):
-    from robotics_lane.assets.real_robot import real_robot_evaluation
+    from robotics_lane.defs.assets.real_robot import real_robot_evaluation
     from shared_resources.intake.landing import seal_drop
 
     folder = home / "landing" / "robot_eval" / "eval-broken"

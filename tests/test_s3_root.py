@@ -1,7 +1,7 @@
 """The storage root on an object store: the same code paths against a real S3 API server.
 
 `moto_server` serves the S3 API on loopback (no real S3 can run here; see
-tests/engines/s3_server.py); s3fs talks to it through AWS_ENDPOINT_URL exactly as it would
+testbed/s3_server.py); s3fs talks to it through AWS_ENDPOINT_URL exactly as it would
 to AWS. The `s3_root` fixture (tests/conftest.py) gives each test a fresh prefix.
 """
 
@@ -11,7 +11,7 @@ import dagster as dg
 import pandas as pd
 import torch
 
-from cell_lane.assets.ingest import raw_assay, validated_assay
+from cell_lane.defs.assets.ingest import raw_assay, validated_assay
 from cell_lane.omics import join_labels, publish_dataset, read_dataset
 from shared_resources.runtime.checkpoints import CheckpointStore
 from shared_resources.intake.landing import list_complete_drops

@@ -25,8 +25,8 @@ from shared_resources.catalog.pools import Pool, load_pools
 from shared_resources.runtime.storage import Storage
 from shared_resources.settings import REPO_ROOT
 from shared_resources.runtime.workload import EXTRAS_ENV, PREEMPTED_EXIT_CODE
-from tests.engines.slurm_cluster import SlurmCluster
-from tests.engines.steps import counting_spec, materialize_counting, result_metadata
+from testbed.slurm_cluster import SlurmCluster
+from testbed.counting_step import counting_spec, materialize_counting, result_metadata
 
 # Steps slow enough (20 x 0.4 s) that a requeue lands mid-run; the digest ignores the pace.
 SLOW = {"steps": 20, "seed": 7, "step_seconds": 0.4}
@@ -165,7 +165,7 @@ def test_batch_script_carries_the_pool_and_spec(tmp_path):
     )
     launch = Launch(
         name="test.counting-a1-0123abcd",
-        command=["/opt/venv/bin/python", "-m", "tests.engines.counting_workload"],
+        command=["/opt/venv/bin/python", "-m", "testbed.counting_workload"],
         env={"DAGSTER_PIPES_CONTEXT": "eyJwYXRoIjog", "SINEWGRID_POOL": "hpc-a100", "ODD": "it's $HOME, a;b"},
         workdir="/srv/sinewgrid",
         output_path="/shared/pipes/run/attempt/output.log",
@@ -187,12 +187,12 @@ def test_batch_script_carries_the_pool_and_spec(tmp_path):
         "--requeue",
         "--signal=B:TERM@600",
     ]
-    assert script.rstrip().splitlines()[-1] == "exec /opt/venv/bin/python -m tests.engines.counting_workload"
+    assert script.rstrip().splitlines()[-1] == "exec /opt/venv/bin/python -m testbed.counting_workload"
     gres = render_batch_script(pool.model_copy(update={"backend_settings": {"partition": "a100"}}), counting_spec(gpus=2), launch)
     assert "#SBATCH --gres=gpu:2" in gres and "--gpus=" not in gres and "--account" not in gres
     # The exported variables reach the workload unchanged, whatever they hold.
     script_path = tmp_path / "step.sbatch"
-    script_path.write_text(script.replace("exec /opt/venv/bin/python -m tests.engines.counting_workload", 'printf "%s\\n" "$ODD" "$SINEWGRID_POOL"'))
+    script_path.write_text(script.replace("exec /opt/venv/bin/python -m testbed.counting_workload", 'printf "%s\\n" "$ODD" "$SINEWGRID_POOL"'))
     shown = subprocess.run(["bash", str(script_path)], capture_output=True, text=True, check=True).stdout.splitlines()
     assert shown == ["it's $HOME, a;b", "hpc-a100"]
 

@@ -14,13 +14,13 @@ from pathlib import Path
 import pytest
 import yaml
 
-from drills.slurm_cluster import NODE, PARTITIONS, SlurmCluster, free_port
+from testbed.slurm_cluster import NODE, PARTITIONS, SlurmCluster, free_port
 from shared_resources.compute.backends.base import JobHandle, JobState
 from shared_resources.compute.backends.engine import Launch
 from shared_resources.compute.backends.slurm import SlurmBackend, parse_nodes
 from shared_resources.catalog.pools import Pool, load_pools
 from shared_resources.settings import REPO_ROOT
-from tests.engines.steps import counting_spec
+from testbed.counting_step import counting_spec
 
 # What NHC writes as the reason when it drains a node with a GPU gone.
 NHC_REASON = "NHC: check_hw_gpu: GPU 0 fell off the bus (Xid 79)"

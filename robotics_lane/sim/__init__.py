@@ -16,10 +16,10 @@ from robotics_lane.sim.base import (
     Simulator,
     StepResult,
     TaskSpec,
-    make_simulator,
     run_episode,
 )
 from robotics_lane.sim.controllers import BalancingController, NoisyOperator, zero_policy
+from robotics_lane.sim.factory import make_simulator
 
 __all__ = [
     "ACTION_NAMES",

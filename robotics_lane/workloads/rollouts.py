@@ -22,7 +22,8 @@ import numpy as np
 from robotics_lane.episodes.lerobot_v3 import Episode as LeRobotEpisode
 from robotics_lane.episodes.shards import write_episode_file
 from robotics_lane.policies import load_policy
-from robotics_lane.sim.base import TaskSpec, make_simulator, run_episode
+from robotics_lane.sim.base import TaskSpec, run_episode
+from robotics_lane.sim.factory import make_simulator
 from robotics_lane.workloads.config import RolloutConfig
 from robotics_lane.workloads.rollout_output import committed_seeds, episodes_folder, trial_uri
 from shared_resources.runtime.storage import read_json, write_bytes_atomic

@@ -16,7 +16,7 @@ from shared_resources.compute.backends import backend_for
 from shared_resources.compute.backends.base import AttemptOutcome, AttemptResult, Refusal
 from shared_resources.compute.causes import Cause
 from shared_resources.compute.health import Qualifications, probe_spec
-from shared_resources.data.lineage import code_version
+from shared_resources.settings import code_version
 from shared_resources.placement.ranking import PlacementPlan
 from shared_resources.runtime.inputs import LineageStamp, WorkloadInputs
 from shared_resources.runtime.messages import Qualified, of_kind

@@ -19,34 +19,16 @@ Records are plain JSON in the storage root, so they travel with the data to any 
 from __future__ import annotations
 
 import datetime as dt
-import functools
 import posixpath
-import subprocess
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from shared_resources.settings import code_version
 from shared_resources.runtime.storage import fs_for, glob_uris, read_json, write_json_atomic
-from shared_resources.settings import REPO_ROOT, settings
 
 
 class LineageNotFound(LookupError):
     """No lineage record matches what was asked for."""
-
-
-@functools.lru_cache(maxsize=1)
-def code_version() -> str:
-    """The git revision of the code that runs now (`+dirty` when it has uncommitted changes).
-
-    Container images carry no `.git`: they set `SINEWGRID_CODE_VERSION` at build time.
-    """
-    if configured := settings().code_version:
-        return configured
-    try:
-        rev = subprocess.run(["git", "-C", str(REPO_ROOT), "rev-parse", "HEAD"], capture_output=True, text=True, timeout=10, check=True).stdout.strip()
-        dirty = subprocess.run(["git", "-C", str(REPO_ROOT), "status", "--porcelain", "--untracked-files=no"], capture_output=True, text=True, timeout=10).stdout.strip()
-    except (OSError, subprocess.SubprocessError):
-        return "unknown (no git checkout; set SINEWGRID_CODE_VERSION)"
-    return rev + ("+dirty" if dirty else "")
 
 
 @dataclass(frozen=True)

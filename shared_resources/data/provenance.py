@@ -18,7 +18,8 @@ import dagster as dg
 
 from shared_resources.data.registry import DataRegistry, DatasetVersion, parse_ref
 from shared_resources.data.experiments import RunNotFound, compare, curve_png, image_markdown, list_runs, numeric_figures, record_evaluation, record_run
-from shared_resources.data.lineage import LineageStore, Node, code_version
+from shared_resources.data.lineage import LineageStore, Node
+from shared_resources.settings import code_version
 from shared_resources.catalog.step_spec import DatasetRef
 from shared_resources.runtime.storage import Storage, exists, read_json
 

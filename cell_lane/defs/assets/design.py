@@ -7,7 +7,7 @@ import posixpath
 import dagster as dg
 import pandas as pd
 
-from cell_lane.assets.training import FINETUNED_MODEL, pointer_uri
+from cell_lane.defs.assets.training import FINETUNED_MODEL, pointer_uri
 from cell_lane.plate_layout import GENES_PER_PLATE, plate_layout
 from shared_resources.data.provenance import record_result
 from shared_resources.resources import StorageResource

@@ -3,9 +3,9 @@
 
 import dagster as dg
 
-from robotics_lane.checks import EPISODES_VALID_CHECK, SESSION_MANIFEST_CHECK
+from robotics_lane.defs.checks import EPISODES_VALID_CHECK, SESSION_MANIFEST_CHECK
 from robotics_lane.episodes.validation import validate_dataset
-from robotics_lane.partitions import teleop_sessions
+from robotics_lane.defs.partitions import teleop_sessions
 from shared_resources.intake.landing import read_drop, write_raw
 from shared_resources.data.provenance import drop_id, publish_version, record_drop
 from shared_resources.intake.quarantine import quarantined

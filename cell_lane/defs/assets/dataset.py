@@ -7,7 +7,7 @@ import posixpath
 import dagster as dg
 import pandas as pd
 
-from cell_lane.assets.ingest import KIND, VALIDATED_ASSAY
+from cell_lane.defs.assets.ingest import KIND, VALIDATED_ASSAY
 from cell_lane.omics import gene_labels, join_labels, load_reference_expression, publish_dataset
 from shared_resources.data.provenance import publish_version
 from shared_resources.resources import StorageResource

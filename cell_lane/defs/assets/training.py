@@ -7,7 +7,7 @@ import json
 import dagster as dg
 from pydantic import Field
 
-from cell_lane.assets.dataset import OMICS_DATASET, latest_dataset
+from cell_lane.defs.assets.dataset import OMICS_DATASET, latest_dataset
 from cell_lane.workloads.config import FinetuneConfig, FinetuneSettings, PretrainConfig, PretrainSettings
 from shared_resources.compute.resource import ComputeResource
 from shared_resources.catalog.pools import Capacity

@@ -9,8 +9,8 @@ import dagster as dg
 from pydantic import Field
 import pandas as pd
 
-from robotics_lane.assets.rollouts import SIM_ROLLOUTS, rollouts_version
-from robotics_lane.assets.teleop import TELEOP_EPISODES
+from robotics_lane.defs.assets.rollouts import SIM_ROLLOUTS, rollouts_version
+from robotics_lane.defs.assets.teleop import TELEOP_EPISODES
 from robotics_lane.stats import wilson_interval
 from robotics_lane.workloads.config import PolicySettings, RolloutConfig, TrainPolicyConfig
 from robotics_lane.workloads.rollout_output import trial_uri

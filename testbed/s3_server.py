@@ -3,7 +3,7 @@
 No real S3 can be reached from the test machines; moto serves the same HTTP API, and s3fs,
 boto3 and every subprocess a test starts talk to it through `AWS_ENDPOINT_URL` exactly as
 they would to AWS. `s3_server()` starts one on a free port, waits until it answers and
-stops it on exit. Run by hand: `python -m tests.engines.s3_server` starts one, prints its
+stops it on exit. Run by hand: `python -m testbed.s3_server` starts one, prints its
 endpoint and stops it on Enter.
 """
 
@@ -17,7 +17,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-from tests.engines.ports import free_port
+from testbed.ports import free_port
 
 START_TIMEOUT_S = 60.0
 

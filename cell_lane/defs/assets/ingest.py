@@ -7,8 +7,8 @@ import posixpath
 import dagster as dg
 import pandas as pd
 
-from cell_lane.checks import DROP_MANIFEST_CHECK, LAYOUT_RULES, PLATE_LAYOUT_CHECK, PLATE_SCHEMA_CHECK, Z_PRIME_CHECK
-from cell_lane.partitions import assay_drops
+from cell_lane.defs.checks import DROP_MANIFEST_CHECK, LAYOUT_RULES, PLATE_LAYOUT_CHECK, PLATE_SCHEMA_CHECK, Z_PRIME_CHECK
+from cell_lane.defs.partitions import assay_drops
 from cell_lane.plate_validation import Z_PRIME_THRESHOLD, Violation, check_plate_file, normalised_effects
 from shared_resources.intake.landing import MANIFEST_NAME, DropIssue, read_drop, write_raw
 from shared_resources.data.provenance import drop_id as drop_lineage_id

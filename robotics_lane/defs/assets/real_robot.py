@@ -7,10 +7,10 @@ import posixpath
 import dagster as dg
 import pandas as pd
 
-from robotics_lane.assets.policy import POLICY, SIM_EVALUATION, rate_metadata
-from robotics_lane.checks import EPISODES_VALID_CHECK, RESULTS_MANIFEST_CHECK
+from robotics_lane.defs.assets.policy import POLICY, SIM_EVALUATION, rate_metadata
+from robotics_lane.defs.checks import EPISODES_VALID_CHECK, RESULTS_MANIFEST_CHECK
 from robotics_lane.episodes.validation import validate_dataset
-from robotics_lane.partitions import robot_evals
+from robotics_lane.defs.partitions import robot_evals
 from robotics_lane.stats import wilson_interval
 from shared_resources.intake.landing import DropIssue, read_drop, write_raw
 from shared_resources.data.provenance import drop_id, record_drop, record_result, track_evaluation

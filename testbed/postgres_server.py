@@ -8,7 +8,7 @@ server and removes the folder. Trust authentication on loopback only: a test ser
 PostgreSQL refuses to run as root, so under root the server runs as the `postgres` system
 user (the Debian package creates it). Needs PostgreSQL's server binaries
 (`make -f mk/engines.mk postgres-packages`); `POSTGRES_BIN` points at another `bin/` folder.
-Run by hand: `python -m tests.engines.postgres_server` starts one, prints its URL and stops
+Run by hand: `python -m testbed.postgres_server` starts one, prints its URL and stops
 it on Enter.
 """
 
@@ -22,7 +22,7 @@ import subprocess
 import tempfile
 from pathlib import Path
 
-from tests.engines.ports import free_port
+from testbed.ports import free_port
 
 DATABASE = "sinewgrid_test"
 

@@ -9,7 +9,7 @@ import dagster as dg
 import pandas as pd
 
 from robotics_lane.episodes.shards import assemble_dataset
-from robotics_lane.partitions import nightly_sweeps
+from robotics_lane.defs.partitions import nightly_sweeps
 from robotics_lane.sim.base import ACTION_NAMES, STATE_NAMES
 from robotics_lane.sweeps import SWEEPS, SweepConfig
 from robotics_lane.workloads.config import RolloutConfig

@@ -1,4 +1,4 @@
-"""LabSimulator — a stand-in for the wet lab, for demos and tests only.
+"""LabStandIn — a stand-in for the wet lab, for demos and tests only.
 
 It answers a plate worklist from the outbox with a new drop in landing, exactly as a
 lab system would, with readouts drawn from a hidden ground truth plus noise. The truth
@@ -28,7 +28,7 @@ POS_CONTROL_MEAN, POS_CONTROL_SD = 250.0, 30.0
 
 
 @dataclass
-class LabSimulator:
+class LabStandIn:
     storage: Storage
     seed: int = 7
     noise_sd: float = 0.08  # per well, in effect units (1 = a full positive-control effect)
@@ -68,7 +68,7 @@ class LabSimulator:
         files = {name: table.to_csv(index=False).encode() for name, table in tables.items()}
         return write_drop(
             self.storage, ASSAY_KIND, drop_id, files,
-            assay="CRISPRi viability (simulated)", instrument="LabSimulator plate reader", project="sinewgrid-demo", note=note, **fields,
+            assay="CRISPRi viability (simulated)", instrument="LabStandIn plate reader", project="sinewgrid-demo", note=note, **fields,
         )
 
     def seed_drops(self, plates: int = 2, include_bad: bool = True) -> list[str]:

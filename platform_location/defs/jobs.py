@@ -2,8 +2,8 @@
 
 import dagster as dg
 
-from platform_location.assets.capacity_plan import CAPACITY_PLAN
-from platform_location.assets.ledger_reports import LEDGER_SUMMARY
+from platform_location.defs.assets.capacity_plan import CAPACITY_PLAN
+from platform_location.defs.assets.ledger_reports import LEDGER_SUMMARY
 
 ledger_report_job = dg.define_asset_job(
     "ledger_report_job",

@@ -17,7 +17,7 @@ sick node: running jobs go on, nothing new starts there; `resume_node` undoes it
 and `job_pids` to signal a job's workload process directly.
 
 Needs root and the Debian packages `slurmctld slurmd slurm-client munge`
-(`make slurm-packages`). Run by hand: `python -m drills.slurm_cluster` starts one,
+(`make slurm-packages`). Run by hand: `python -m testbed.slurm_cluster` starts one,
 prints its SLURM_CONF and stops it on Enter.
 """
 
@@ -36,6 +36,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from shared_resources.settings import child_env
+from testbed.ports import free_port
 
 
 NODE = "sgnode"
@@ -45,7 +46,7 @@ PARTITIONS = ("gpu", "spot")
 DAEMONS = ("munged", "slurmctld", "slurmd")
 
 SLURM_CONF = """\
-# Written by drills/slurm_cluster.py: a throwaway single-node cluster, nothing shared.
+# Written by testbed/slurm_cluster.py: a throwaway single-node cluster, nothing shared.
 ClusterName=sinewgrid-test
 SlurmctldHost={host}(127.0.0.1)
 SlurmctldPort={ctld_port}
@@ -96,13 +97,6 @@ PartitionName=spot Nodes={node} MaxTime=INFINITE State=UP PriorityTier=1 Preempt
 
 class SlurmClusterError(RuntimeError):
     """The cluster did not start, or a command against it failed; the message says which."""
-
-
-def free_port() -> int:
-    """A free TCP port on loopback, for the cluster's daemons."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 class SlurmCluster:

@@ -2,11 +2,11 @@
 
 import dagster as dg
 
-from robotics_lane.assets.policy import POLICY, SIM_EVALUATION
-from robotics_lane.assets.real_robot import EVAL_REQUEST, REAL_EVALUATION
-from robotics_lane.assets.rollouts import SIM_ROLLOUTS
-from robotics_lane.assets.teleop import TELEOP_EPISODES
-from robotics_lane.partitions import nightly_sweeps, robot_evals, teleop_sessions
+from robotics_lane.defs.assets.policy import POLICY, SIM_EVALUATION
+from robotics_lane.defs.assets.real_robot import EVAL_REQUEST, REAL_EVALUATION
+from robotics_lane.defs.assets.rollouts import SIM_ROLLOUTS
+from robotics_lane.defs.assets.teleop import TELEOP_EPISODES
+from robotics_lane.defs.partitions import nightly_sweeps, robot_evals, teleop_sessions
 
 teleop_ingest_job = dg.define_asset_job(
     "teleop_ingest",

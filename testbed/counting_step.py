@@ -17,7 +17,7 @@ def counting_spec(name: str = "test.counting", **overrides: Any) -> StepSpec:
     config = {"steps": 20, "seed": 7, "step_seconds": 0.0, **overrides.pop("config", {})}
     fields = {
         "name": name,
-        "entry_point": "tests.engines.counting_workload",
+        "entry_point": "testbed.counting_workload",
         "tenant": "test",
         "gpus": 1,
         "checkpoint_every_steps": 5,

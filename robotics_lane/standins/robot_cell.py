@@ -15,7 +15,8 @@ from dataclasses import dataclass
 
 from robotics_lane.episodes.lerobot_v3 import Episode, write_dataset
 from robotics_lane.policies import load_policy
-from robotics_lane.sim.base import ACTION_NAMES, STATE_NAMES, TaskSpec, make_simulator, run_episode
+from robotics_lane.sim.base import ACTION_NAMES, STATE_NAMES, TaskSpec, run_episode
+from robotics_lane.sim.factory import make_simulator
 from shared_resources.intake.landing import MANIFEST_NAME, seal_drop
 from shared_resources.runtime.storage import Storage, exists, glob_uris, read_json, write_bytes_atomic
 

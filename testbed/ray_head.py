@@ -26,7 +26,7 @@ from pathlib import Path
 
 import psutil
 
-from tests.engines.ports import free_ports
+from testbed.ports import free_ports
 
 RAY_CLI = str(Path(sys.executable).with_name("ray"))
 START_TIMEOUT_SECONDS = 120.0

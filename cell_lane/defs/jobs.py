@@ -2,11 +2,11 @@
 
 import dagster as dg
 
-from cell_lane.assets.dataset import OMICS_DATASET
-from cell_lane.assets.design import NEXT_PLATE_PROPOSAL
-from cell_lane.assets.ingest import RAW_ASSAY, VALIDATED_ASSAY
-from cell_lane.assets.training import FINETUNED_MODEL, FOUNDATION_MODEL
-from cell_lane.partitions import assay_drops
+from cell_lane.defs.assets.dataset import OMICS_DATASET
+from cell_lane.defs.assets.design import NEXT_PLATE_PROPOSAL
+from cell_lane.defs.assets.ingest import RAW_ASSAY, VALIDATED_ASSAY
+from cell_lane.defs.assets.training import FINETUNED_MODEL, FOUNDATION_MODEL
+from cell_lane.defs.partitions import assay_drops
 
 assay_ingest_job = dg.define_asset_job(
     "assay_ingest",

@@ -1,0 +1,1 @@
+"""Everything this code location defines, found by `dg.components.load_defs` (see ../definitions.py)."""

@@ -1,0 +1,1 @@
+"""Stand-ins for the systems outside the platform, for demos and tests only: the wet lab."""
