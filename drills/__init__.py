@@ -1,7 +1,9 @@
 """Failure drills: inject real faults into real runs and measure how the platform recovers.
 
-`sinewgrid drill` runs the scenarios in `scenarios.py` (preemption with and without notice,
-a torn checkpoint, the loss of a pool, a straggler, an unhealthy node) against the lanes'
-own workloads on the local pool and on a Slurm cluster, and a preemption trace over a longer
-run; `report.py` publishes what happened (docs/drills.md, JSON, plots).
+`sinewgrid drill` (`campaign.py`) runs the scenarios of `runner.py` (preemption with and
+without notice, a torn checkpoint, the loss of a pool, a straggler, an unhealthy node) against
+the lanes' own workloads (`workloads.py`) on the local pool and on a Slurm cluster
+(`testbed/slurm_cluster.py`), and a preemption trace over a longer run (`replay.py`);
+`report.py` publishes what happened (docs/drills.md and JSON), with `report_markdown.py` and
+`report_plots.py`.
 """

@@ -26,7 +26,8 @@ from shared_resources.compute.backends import backend_for
 from shared_resources.compute.backends.base import JobHandle
 from shared_resources.compute.inflight import InFlight
 from shared_resources.compute.resource import ComputeResource
-from shared_resources.accounting.ledger import AttemptRecord, record_attempt
+from shared_resources.accounting.ledger import record_attempt
+from shared_resources.accounting.records import AttemptRecord
 from shared_resources.catalog.pools import Pool
 from shared_resources.resources import StorageResource
 

@@ -55,6 +55,7 @@ class PlatformSettings(BaseSettings):
     cache_home: str = Field("", validation_alias="XDG_CACHE_HOME")
     slurm_conf: str = Field("", validation_alias="SLURM_CONF")
     kubernetes_service_host: str = Field("", validation_alias="KUBERNETES_SERVICE_HOST")
+    postgres_bin: str = Field("", validation_alias="POSTGRES_BIN", description="PostgreSQL's server binaries, for the test engines.")
 
     @property
     def storage_root(self) -> str:

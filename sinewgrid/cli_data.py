@@ -33,7 +33,8 @@ ROOT = typer.Option(None, "--root", help="The storage root (default: $SINEWGRID_
 @data_app.command("list")
 def data_list(dataset: str = typer.Argument(None, help="Only this dataset, e.g. cell/omics."), root: str = ROOT) -> None:
     """Every registered dataset version: its DVC hash, registry revision, size and region."""
-    from shared_resources.data.registry import DataRegistry, RegistryError
+    from shared_resources.data.registry.names import RegistryError
+    from shared_resources.data.registry.registry import DataRegistry
 
     try:
         registry = DataRegistry.for_root(_root(root))
@@ -62,7 +63,8 @@ def data_get(
     root: str = ROOT,
 ) -> None:
     """Get one dataset version back, exactly as registered (every file checked against its hash)."""
-    from shared_resources.data.registry import DataRegistry, RegistryError
+    from shared_resources.data.registry.names import RegistryError
+    from shared_resources.data.registry.registry import DataRegistry
 
     try:
         got = DataRegistry.for_root(_root(root)).get(dataset, version, dest)

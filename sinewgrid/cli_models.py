@@ -110,13 +110,14 @@ def checkpoints_prune(
     checkpoint and every checkpoint a `latest.json` pointer names. Run folders' run.json and
     metrics.parquet are never removed.
     """
-    from shared_resources.data.checkpoint_registry import CheckpointRegistry, apply_retention, human_bytes, pointer_protections
+    from shared_resources.data.checkpoint_registry import CheckpointRegistry, human_bytes
+    from shared_resources.data.checkpoint_retention import apply_retention, plan_retention, pointer_protections
 
     with _clear_errors():
         where = _root(root)
         registry = CheckpointRegistry(where)
-        plan = registry.plan_retention(
-            keep_latest=keep_latest, keep_best=keep_best, metric=metric, mode=mode, model=model, run=run,
+        plan = plan_retention(
+            registry, keep_latest=keep_latest, keep_best=keep_best, metric=metric, mode=mode, model=model, run=run,
             protect=pointer_protections(where) | set(protect), include_torn=include_torn,
         )
     rows = plan.rows()
@@ -198,7 +199,8 @@ def runs_show(
     root: str = typer.Option(None, help=ROOT_HELP),
 ) -> None:
     """One run: its figures, evaluations, curves, config, data, code and files."""
-    from shared_resources.data.experiments import flatten_config, load_run
+    from shared_resources.data.experiments import load_run
+    from shared_resources.data.run_comparison import flatten_config
 
     with _clear_errors():
         run = load_run(_root(root), lineage)
@@ -237,7 +239,8 @@ def runs_compare(
     root: str = typer.Option(None, help=ROOT_HELP),
 ) -> None:
     """Two runs side by side: figures and their difference, config that differs, datasets, code."""
-    from shared_resources.data.experiments import compare, load_run
+    from shared_resources.data.experiments import load_run
+    from shared_resources.data.run_comparison import compare
 
     with _clear_errors():
         where = _root(root)

@@ -9,21 +9,29 @@ so a test can interrupt it mid-run; `fail_at_step` makes it crash (a user-code f
 from __future__ import annotations
 
 import hashlib
-import os
 import time
 
 import torch
+from pydantic import BaseModel, ConfigDict, Field
 
 from shared_resources.runtime.workload import WorkloadRun
 
 
+class CountingConfig(BaseModel):
+    """The counting workload's config."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    steps: int = Field(20, ge=0)
+    seed: int = 0
+    step_seconds: float = Field(0.0, ge=0, description="Sleep this long in each step, so a test can interrupt a run mid-way.")
+    fail_at_step: int | None = Field(None, description="Crash (a user-code failure) when this step starts.")
+
+
 def main() -> None:
     with WorkloadRun() as run:
-        cfg = run.config
-        steps = int(cfg.get("steps", 20))
-        seed = int(cfg.get("seed", 0))
-        step_seconds = float(cfg.get("step_seconds", 0.0))
-        fail_at = cfg.get("fail_at_step")
+        cfg = run.config_as(CountingConfig)
+        steps, seed, step_seconds, fail_at = cfg.steps, cfg.seed, cfg.step_seconds, cfg.fail_at_step
         state = run.resume()
         if state is not None and state.final:
             run.report_already_complete(state)
@@ -32,7 +40,7 @@ def main() -> None:
             start, value = 0, torch.tensor([float(seed)], dtype=torch.float64)
         else:
             start, value = state.step, state.tensors["state"]["value"]
-        run.info(f"counting from step {start} to {steps} on pool {os.environ.get('SINEWGRID_POOL', '?')}")
+        run.info(f"counting from step {start} to {steps} on pool {run.inputs.pool or '?'}")
         for step in range(start, steps):
             if fail_at is not None and step == int(fail_at):
                 raise RuntimeError(f"counting_workload: told to fail at step {step}")
@@ -43,7 +51,7 @@ def main() -> None:
         run.finish(
             steps,
             {"state": {"value": value}},
-            metadata={"digest": digest, "resumed_from": start, "hostname_pool": os.environ.get("SINEWGRID_POOL", "")},
+            metadata={"digest": digest, "resumed_from": start, "hostname_pool": run.inputs.pool},
         )
 
 

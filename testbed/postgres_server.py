@@ -22,6 +22,7 @@ import subprocess
 import tempfile
 from pathlib import Path
 
+from shared_resources.settings import settings
 from testbed.ports import free_port
 
 DATABASE = "sinewgrid_test"
@@ -29,8 +30,8 @@ DATABASE = "sinewgrid_test"
 
 def postgres_bin() -> Path:
     """The newest PostgreSQL server `bin/` folder on this machine."""
-    if os.environ.get("POSTGRES_BIN"):
-        return Path(os.environ["POSTGRES_BIN"])
+    if configured := settings().postgres_bin:
+        return Path(configured)
     found = sorted(glob.glob("/usr/lib/postgresql/*/bin/initdb"), key=lambda p: int(Path(p).parts[-3]))
     if found:
         return Path(found[-1]).parent

@@ -26,6 +26,7 @@ from pathlib import Path
 
 import psutil
 
+from shared_resources.settings import child_env
 from testbed.ports import free_ports
 
 RAY_CLI = str(Path(sys.executable).with_name("ray"))
@@ -130,7 +131,7 @@ def start_ray_head(resources: dict[str, float] | None = None, *, num_cpus: int =
         "--disable-usage-stats",
         "--include-dashboard=true",
     ]  # fmt: skip
-    env = {**os.environ, "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0", "RAY_USAGE_STATS_ENABLED": "0"}
+    env = child_env({"RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0", "RAY_USAGE_STATS_ENABLED": "0"})
     env.pop("RAY_ADDRESS", None)
     with output.open("wb") as out:
         process = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True)

@@ -116,3 +116,15 @@ def test_no_import_cycles():
 def test_no_module_is_a_warehouse():
     long = {m: n for m, p in graph.modules().items() if (n := len(p.read_text().splitlines())) > 420}
     assert not long, f"modules over ~400 lines (split them by what they hold): {long}"
+
+
+def test_the_environment_is_read_in_settings_and_the_workload_runtime_only():
+    """`shared_resources/settings.py` reads the platform's environment; the workload runtime reads
+    the node's own few variables. Nothing else looks at `os.environ`."""
+    allowed = ("shared_resources.settings", "shared_resources.runtime.")
+    readers = sorted(
+        module
+        for module, path in graph.modules().items()
+        if not module.startswith(("benchmarks", *allowed)) and ("os.environ" in path.read_text() or "os.getenv" in path.read_text())
+    )
+    assert readers == [], f"read the environment through shared_resources.settings instead: {readers}"

@@ -28,7 +28,7 @@ from cell_lane.plate_validation import OPTIONAL_COLUMNS, REQUIRED_COLUMNS, check
 from platform_location.defs.assets.data_layer import checkpoint_retention
 from shared_resources.data.checkpoint_registry import CheckpointRegistry
 from shared_resources.runtime.checkpoints import CheckpointStore
-from shared_resources.data.registry import DataRegistry
+from shared_resources.data.registry.registry import DataRegistry
 from shared_resources.data.experiments import load_run
 from shared_resources.accounting.ledger import read_ledger
 from shared_resources.data.lineage import LineageStore

@@ -9,7 +9,8 @@ import pytest
 import torch
 from typer.testing import CliRunner
 
-from shared_resources.data.checkpoint_registry import CheckpointRegistry, apply_retention, pointer_protections
+from shared_resources.data.checkpoint_registry import CheckpointRegistry
+from shared_resources.data.checkpoint_retention import apply_retention, plan_retention, pointer_protections
 from shared_resources.runtime.checkpoints import CheckpointStore
 from shared_resources.data.experiments import record_run
 from shared_resources.runtime.storage import Storage, fs_for, write_json_atomic
@@ -117,7 +118,7 @@ def test_retention_keeps_latest_best_final_and_protected(root: str) -> None:
 
     protect = pointer_protections(root)
     assert protect == {storage.checkpoints(POLICY)}
-    plan = CheckpointRegistry(root).plan_retention(keep_latest=1, keep_best=1, protect=protect | {x.step_uri(30)})
+    plan = plan_retention(CheckpointRegistry(root), keep_latest=1, keep_best=1, protect=protect | {x.step_uri(30)})
     kept = {(e.lineage, e.step): why for e, why in plan.keep}
     removed = {(e.lineage, e.step) for e, _ in plan.remove}
     assert set(kept) == {(FOUNDATION_A, 50), (FOUNDATION_A, 20), (FOUNDATION_A, 30), (FOUNDATION_B, 40), (FOUNDATION_B, 30), (POLICY, 3)}
@@ -133,7 +134,7 @@ def test_retention_keeps_latest_best_final_and_protected(root: str) -> None:
     assert not any(Path(uri).exists() for uri in removed_uris)
     assert outside.read_text() == "not a checkpoint"
     assert Path(storage.checkpoints(FOUNDATION_A), "run.json").exists() and Path(storage.checkpoints(FOUNDATION_A), "metrics.parquet").exists()
-    again = CheckpointRegistry(root).plan_retention(keep_latest=1, keep_best=1, protect=protect | {x.step_uri(30)})
+    again = plan_retention(CheckpointRegistry(root), keep_latest=1, keep_best=1, protect=protect | {x.step_uri(30)})
     assert again.remove == [] and again.bytes_freed == 0 and len(again.keep) == 6
     assert x.latest_valid().step == 50 and y.latest_valid().final and z.latest_valid().step == 3
     assert CheckpointRegistry(root).torn() == []
@@ -141,7 +142,7 @@ def test_retention_keeps_latest_best_final_and_protected(root: str) -> None:
 
 def test_a_checkpoint_caught_half_removed_reads_as_torn(root: str, monkeypatch: pytest.MonkeyPatch) -> None:
     store = _train(root, FOUNDATION_A, {10: 0.9, 20: 0.8}, datasets=[])
-    plan = CheckpointRegistry(root).plan_retention()
+    plan = plan_retention(CheckpointRegistry(root))
     assert [e.step for e, _ in plan.remove] == [10]
 
     real_rm = fsspec.implementations.local.LocalFileSystem.rm
@@ -168,8 +169,8 @@ def test_torn_folders_go_only_when_asked_and_only_behind_a_valid_one(root: str) 
     Path(store.step_uri(20), "manifest.json").unlink()
     Path(store.step_uri(40), "manifest.json").unlink()  # newer than the newest valid: maybe still being written
     registry = CheckpointRegistry(root)
-    assert registry.plan_retention().remove_torn == []
-    plan = registry.plan_retention(include_torn=True)
+    assert plan_retention(registry).remove_torn == []
+    plan = plan_retention(registry, include_torn=True)
     assert [t.step for t, _ in plan.remove_torn] == [20] and [e.step for e, _ in plan.remove] == [10]
     apply_retention(plan)
     assert store.steps() == [30, 40] and store.latest_valid().step == 30
@@ -178,9 +179,9 @@ def test_torn_folders_go_only_when_asked_and_only_behind_a_valid_one(root: str) 
 def test_bad_retention_settings_are_refused(root: str) -> None:
     registry = CheckpointRegistry(root)
     with pytest.raises(ValueError, match="keep_latest must be at least 1"):
-        registry.plan_retention(keep_latest=0)
+        plan_retention(registry, keep_latest=0)
     with pytest.raises(ValueError, match="mode must be 'min' or 'max'"):
-        registry.plan_retention(mode="median")
+        plan_retention(registry, mode="median")
 
 
 @pytest.mark.parametrize("root", ["s3"], indirect=True)
@@ -191,10 +192,10 @@ def test_registry_and_retention_on_s3(root: str) -> None:
     registry = CheckpointRegistry(root)
     assert [e.step for e in registry.entries(dataset="v1")] == [10, 20, 30]
     assert registry.entries()[0].uri.startswith("s3://") and [t.step for t in registry.torn()] == [40]
-    plan = registry.plan_retention(include_torn=False)
+    plan = plan_retention(registry, include_torn=False)
     assert {e.step for e, _ in plan.keep} == {20, 30} and [e.step for e, _ in plan.remove] == [10]
     assert apply_retention(plan) == [store.step_uri(10)]
-    assert CheckpointRegistry(root).plan_retention().remove == []
+    assert plan_retention(CheckpointRegistry(root)).remove == []
     assert store.steps() == [20, 30, 40] and store.latest_valid().step == 30
 
 

@@ -14,8 +14,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from shared_resources.data.registry import (
-    DataRegistry,
+from shared_resources.data.registry.names import (
     DatasetChanged,
     RegistryError,
     RegistryUnreachable,
@@ -23,6 +22,7 @@ from shared_resources.data.registry import (
     parse_ref,
     storage_location,
 )
+from shared_resources.data.registry.registry import DataRegistry
 from testbed.ports import free_port
 
 VENV_BIN = Path(sys.executable).parent

@@ -14,10 +14,12 @@ from pathlib import Path
 
 import dagster as dg
 import pytest
+from pydantic import ValidationError
 from typer.testing import CliRunner
 
 from drills.model import DrillResult
 from shared_resources.runtime.checkpoints import CheckpointStore
+from shared_resources.runtime.inputs import Failpoint
 from shared_resources.accounting.ledger import read_ledger
 from shared_resources.resources import platform_resources
 from shared_resources.runtime.storage import Storage
@@ -197,18 +199,38 @@ def test_unknown_matrix_entries_are_named():
     assert ("straggler", "local", "rollouts") not in matrix(["local"], ["straggler"], ["pretrain", "rollouts"])
 
 
-def test_checkpoint_store_ignores_the_failpoint_unless_armed(tmp_path, monkeypatch):
+def test_checkpoint_store_ignores_the_failpoint_unless_armed(tmp_path):
     import torch
 
-    monkeypatch.delenv("SINEWGRID_FAILPOINT", raising=False)
     store = CheckpointStore(str(tmp_path / "ck"))
     store.save(5, {"model": {"w": torch.zeros(2)}})
     assert store.latest_valid().step == 5
 
 
-def test_a_malformed_failpoint_says_what_it_expects(tmp_path, monkeypatch):
-    import torch
+def test_an_armed_failpoint_tears_the_checkpoint_once(tmp_path):
+    """In a child process (it kills itself): the checkpoint at the armed step has its tensors and
+    no manifest; the marker says when it fired; the next run saves normally."""
+    import subprocess
+    import sys
 
-    monkeypatch.setenv("SINEWGRID_FAILPOINT", "torn-checkpoint:soon")
-    with pytest.raises(ValueError, match="expected torn-checkpoint:STEP:MARKER"):
-        CheckpointStore(str(tmp_path / "ck")).save(5, {"model": {"w": torch.zeros(2)}})
+    script = (
+        "import sys, torch\n"
+        "from shared_resources.runtime.checkpoints import CheckpointStore\n"
+        "from shared_resources.runtime.inputs import Failpoint\n"
+        "fp = Failpoint(kind='torn-checkpoint', at_step=10, marker=sys.argv[2])\n"
+        "store = CheckpointStore(sys.argv[1], failpoint=fp)\n"
+        "for step in (5, 10, 15):\n"
+        "    store.save(step, {'model': {'w': torch.full((2,), float(step))}})\n"
+    )
+    ck, marker = tmp_path / "ck", tmp_path / "fired.json"
+    first = subprocess.run([sys.executable, "-c", script, str(ck), str(marker)], capture_output=True, timeout=120)
+    assert first.returncode == -9 and marker.exists()
+    assert CheckpointStore(str(ck)).latest_valid().step == 5 and (ck / "step-00000010" / "model.safetensors").exists()
+    again = subprocess.run([sys.executable, "-c", script, str(ck), str(marker)], capture_output=True, timeout=120)
+    assert again.returncode == 0 and CheckpointStore(str(ck)).latest_valid().step == 15
+
+
+def test_a_malformed_failpoint_says_what_it_expects():
+    with pytest.raises(ValidationError, match="at_step"):
+        Failpoint(kind="torn-checkpoint", at_step="soon", marker="m")
+

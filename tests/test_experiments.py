@@ -14,15 +14,13 @@ from typer.testing import CliRunner
 
 from shared_resources.data.experiments import (
     RunNotFound,
-    compare,
-    curve_png,
-    image_markdown,
     list_runs,
     load_run,
     numeric_figures,
     record_evaluation,
     record_run,
 )
+from shared_resources.data.run_comparison import compare, curve_png, image_markdown
 from shared_resources.runtime.storage import Storage
 from sinewgrid.cli_models import runs_app
 

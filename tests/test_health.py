@@ -125,7 +125,7 @@ def test_an_old_ledger_gets_the_cause_column_in_place(tmp_path):
 
 
 def test_a_booked_attempt_keeps_its_cause(tmp_path):
-    from shared_resources.accounting.ledger import AttemptRecord
+    from shared_resources.accounting.records import AttemptRecord
 
     ledger = Ledger(f"sqlite:///{tmp_path / 'l.db'}")
     now = dt.datetime.now(dt.UTC)
@@ -140,7 +140,7 @@ def test_a_booked_attempt_keeps_its_cause(tmp_path):
 
 
 def test_report_by_cause_names_every_cause(tmp_path):
-    from shared_resources.accounting.ledger import AttemptRecord
+    from shared_resources.accounting.records import AttemptRecord
     from shared_resources.accounting.reports import summary
 
     ledger = Ledger(f"sqlite:///{tmp_path / 'l.db'}")

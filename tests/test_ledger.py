@@ -13,12 +13,14 @@ import sqlalchemy as sa
 from shared_resources.accounting import ledger as ledger_module
 from shared_resources.accounting.ledger import (
     LEDGER_URL_ENV,
-    AttemptRecord,
     Ledger,
     LedgerConfigError,
-    ledger_markdown,
     read_ledger,
     record_attempt,
+)
+from shared_resources.accounting.records import (
+    AttemptRecord,
+    ledger_markdown,
     split_time,
 )
 from shared_resources.catalog.pools import load_pools

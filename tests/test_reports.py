@@ -18,7 +18,8 @@ import pandas as pd
 import pytest
 
 from shared_resources.accounting import reports
-from shared_resources.accounting.ledger import LEDGER_URL_ENV, AttemptRecord, Ledger
+from shared_resources.accounting.ledger import LEDGER_URL_ENV, Ledger
+from shared_resources.accounting.records import AttemptRecord
 from shared_resources.resources import platform_resources
 from shared_resources.runtime.storage import Storage
 from tests.synthetic_ledger import (

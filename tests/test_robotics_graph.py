@@ -17,7 +17,7 @@ from robotics_lane.defs.sensors import robot_eval_sensor, teleop_session_sensor
 from robotics_lane.episodes.lerobot_v3 import read_dataset
 from robotics_lane.standins.robot_cell import RobotCellStandIn
 from robotics_lane.standins.teleop_operator import TeleopOperatorStandIn
-from shared_resources.data.registry import DataRegistry
+from shared_resources.data.registry.registry import DataRegistry
 from shared_resources.data.experiments import load_run
 from shared_resources.accounting.ledger import read_ledger
 from shared_resources.data.lineage import LineageStore

@@ -17,7 +17,8 @@ import yaml
 from testbed.slurm_cluster import NODE, PARTITIONS, SlurmCluster, free_port
 from shared_resources.compute.backends.base import JobHandle, JobState
 from shared_resources.compute.backends.engine import Launch
-from shared_resources.compute.backends.slurm import SlurmBackend, parse_nodes
+from shared_resources.compute.backends.slurm import SlurmBackend
+from shared_resources.compute.backends.slurm_nodes import parse_nodes
 from shared_resources.catalog.pools import Pool, load_pools
 from shared_resources.settings import REPO_ROOT
 from testbed.counting_step import counting_spec

@@ -8,7 +8,8 @@ It loads in Isaac Lab once its ``defaultPrim`` reads ``"cartpole"`` (the prim's 
 
 ``cartpole_usd_path`` writes that copy into the user cache (``~/.cache/sinewgrid/isaaclab/``,
 or ``$SINEWGRID_ASSET_CACHE``) at run time, with the masses scaled when a task asks for it;
-it is never committed. Imports only the standard library, so it runs in either venv.
+it is never committed. Imports only the standard library (and the runtime's stdlib-only
+``node`` module), so it runs in either venv.
 """
 
 from __future__ import annotations
@@ -19,6 +20,8 @@ import os
 import re
 from pathlib import Path
 
+from shared_resources.runtime.node import cache_dir
+
 NEWTON_ASSET = ("examples", "assets", "cartpole_single_pendulum.usda")
 # (prim that owns the mass, task parameter that scales it)
 MASS_PRIMS = {"cart": "cart_mass_scale", "pole": "pole_mass_scale"}
@@ -26,11 +29,7 @@ MASS_PRIMS = {"cart": "cart_mass_scale", "pole": "pole_mass_scale"}
 
 def asset_cache_dir() -> Path:
     """Where generated assets live: ``$SINEWGRID_ASSET_CACHE`` or ``~/.cache/sinewgrid/isaaclab``."""
-    override = os.environ.get("SINEWGRID_ASSET_CACHE")
-    if override:
-        return Path(override)
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(base) / "sinewgrid" / "isaaclab"
+    return cache_dir("isaaclab", override_env="SINEWGRID_ASSET_CACHE")
 
 
 def newton_cartpole_source() -> Path:

@@ -17,7 +17,7 @@ import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
 
-from shared_resources.accounting.ledger import LOST_REASONS
+from shared_resources.accounting.records import LOST_REASONS
 
 GROUPINGS = {"run": "run_id", "project": "project", "provider": "provider", "lane": "lane", "cause": "cause"}
 _PURCHASING_ORDER = ["reserved", "block", "on_demand", "spot"]

@@ -7,7 +7,8 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from shared_resources.catalog.pools import Capacity, check_accelerator
+from shared_resources.catalog.accelerators import check_accelerator
+from shared_resources.catalog.pools import Capacity
 from shared_resources.runtime.inputs import DEFAULT_CHECKPOINT_EVERY_STEPS, DEFAULT_TELEMETRY_SECONDS, Failpoint
 
 

@@ -9,7 +9,8 @@ from dataclasses import dataclass
 
 import dagster as dg
 
-from shared_resources.accounting.ledger import AttemptRecord, record_attempt
+from shared_resources.accounting.ledger import record_attempt
+from shared_resources.accounting.records import AttemptRecord
 from shared_resources.catalog.pools import Pool
 from shared_resources.catalog.step_spec import StepSpec
 from shared_resources.compute.backends import backend_for

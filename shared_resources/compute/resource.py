@@ -13,7 +13,7 @@ import time
 
 import dagster as dg
 
-from shared_resources.accounting.ledger import ledger_markdown
+from shared_resources.accounting.records import ledger_markdown
 from shared_resources.catalog.pools import Pool, load_pools
 from shared_resources.catalog.step_spec import StepSpec
 from shared_resources.compute import attempts

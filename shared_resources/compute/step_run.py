@@ -7,7 +7,7 @@ from typing import Any
 
 import dagster as dg
 
-from shared_resources.accounting.ledger import AttemptRecord, ledger_markdown
+from shared_resources.accounting.records import AttemptRecord, ledger_markdown
 from shared_resources.catalog.pools import Pool
 from shared_resources.catalog.step_spec import StepSpec
 from shared_resources.compute.backends.base import AttemptOutcome, AttemptResult

@@ -1,4 +1,4 @@
-"""Every checkpoint under a storage root, searchable, and a retention policy that prunes them.
+"""Every checkpoint under a storage root, searchable: valid ones, torn step folders, and runs.
 
 Checkpoints live at `<root>/checkpoints/<lineage>/step-NNNNNNNN/` (see `checkpoints.py`); the
 lineage names the model and the run, e.g. `cell/foundation_model/3fa2b1-9c0d1e2f3a`:
@@ -7,8 +7,6 @@ the model is its first two segments (`cell/foundation_model`), the run is the re
     registry = CheckpointRegistry(root)
     registry.entries(model="cell/foundation_model", dataset="cell/omics@3fa2b1")
     registry.best("cell/foundation_model/3fa2b1-9c0d1e2f3a", metric="loss")
-    plan = registry.plan_retention(keep_latest=1, keep_best=1, protect=pointer_protections(root))
-    print(plan.markdown()); apply_retention(plan)
 
 The registry reads the whole tree with one listing and fetches every manifest in one
 concurrent batch, so it costs a few round trips on S3 however many checkpoints there are.
@@ -16,8 +14,7 @@ A step folder with no manifest, an unreadable one, or files missing or of the wr
 is *torn*: it is listed apart (`torn()`), never as a checkpoint. (`CheckpointStore.latest_valid()`
 also checks each file's sha256 when it loads one; a listing only compares sizes.)
 
-Retention works run by run and never touches anything but step folders under
-`<root>/checkpoints/`: a run's `run.json` and `metrics.parquet` (see `experiments.py`) stay.
+What retention keeps and removes is in `checkpoint_retention.py`.
 """
 
 from __future__ import annotations
@@ -30,16 +27,14 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from fsspec.implementations.local import LocalFileSystem
-
 from shared_resources.runtime.checkpoints import MANIFEST
 from shared_resources.runtime.storage import Storage, fs_for
 
 _STEP_PREFIX = "step-"
-POINTER_NAME = "latest.json"
 
 
-def _is_step_dir(name: str) -> bool:
+def is_step_dir(name: str) -> bool:
+    """True for a step folder's name, `step-NNNNNNNN`."""
     return name.startswith(_STEP_PREFIX) and len(name) == 13 and name[5:].isdigit()
 
 
@@ -154,7 +149,8 @@ class RunSummary:
     torn: int
 
 
-def _better(mode: str):
+def ranking(mode: str):
+    """A sort key `(entry, metric)` that puts the best checkpoint first: lowest for "min", highest for "max"."""
     if mode not in ("min", "max"):
         raise ValueError(f"mode must be 'min' or 'max' (lower is better, or higher is better), not {mode!r}")
     # Ties go to the newer checkpoint.
@@ -181,7 +177,7 @@ class CheckpointRegistry:
         for path, info in listing.items():
             rel = path.rstrip("/")[len(base) + 1 :] if path.startswith(base + "/") else ""
             parts = rel.split("/") if rel else []
-            index = next((i for i, part in enumerate(parts) if i >= 1 and _is_step_dir(part)), None)
+            index = next((i for i, part in enumerate(parts) if i >= 1 and is_step_dir(part)), None)
             if index is None:
                 continue  # run.json, metrics.parquet, lineage folders
             key = ("/".join(parts[:index]), int(parts[index][len(_STEP_PREFIX) :]))
@@ -226,6 +222,10 @@ class CheckpointRegistry:
         self._entries, self._torn = entries, torn
         return self
 
+    def step_files(self, path: str) -> list[str]:
+        """The paths of the files of the step folder at `path` (a filesystem path), as the last listing saw them."""
+        return self._files.get(path, [])
+
     def _all(self) -> list[CheckpointEntry]:
         if self._entries is None:
             self.refresh()
@@ -264,7 +264,7 @@ class CheckpointRegistry:
 
     def runs(self, model: str | None = None, metric: str = "loss", mode: str = "min") -> list[RunSummary]:
         """One summary per run: checkpoints, newest step, bytes, and its best `metric`."""
-        better = _better(mode)
+        better = ranking(mode)
         torn_by_lineage: dict[str, int] = defaultdict(int)
         for t in self.torn(model):
             torn_by_lineage[t.lineage] += 1
@@ -306,87 +306,9 @@ class CheckpointRegistry:
 
     def best(self, lineage: str, metric: str = "loss", mode: str = "min") -> CheckpointEntry | None:
         """The run's checkpoint with the lowest (`mode="min"`) or highest `metric`; None if none has it."""
-        better = _better(mode)
+        better = ranking(mode)
         scored = [e for e in self._of(lineage) if metric in e.metrics]
         return min(scored, key=lambda e: better(e, metric)) if scored else None
-
-    # Retention ----------------------------------------------------------------------------
-    def plan_retention(
-        self,
-        keep_latest: int = 1,
-        keep_best: int = 1,
-        metric: str = "loss",
-        mode: str = "min",
-        model: str | None = None,
-        run: str | None = None,
-        protect: Iterable[str] = (),
-        include_torn: bool = False,
-    ) -> RetentionPlan:
-        """What to keep and what to remove, run by run (nothing is removed here).
-
-        Keeps, per run: the newest `keep_latest` checkpoints (at least 1: a resumed run starts
-        from the newest), the `keep_best` best by `metric` (a run whose checkpoints carry no
-        such metric keeps only the newest), every final checkpoint, and every checkpoint named
-        in `protect` (a step folder's URI; a run folder's URI, as the `latest.json` pointers
-        hold, protects that run's newest checkpoint, the one a reader of it loads). With
-        `include_torn`, torn step folders older than their run's newest valid checkpoint are
-        removed too (a newer torn one may still be being written).
-        """
-        if keep_latest < 1:
-            raise ValueError(
-                f"keep_latest must be at least 1, not {keep_latest}: a run's newest checkpoint is the one it resumes from"
-            )
-        if keep_best < 0:
-            raise ValueError(f"keep_best must be 0 or more, not {keep_best}")
-        better = _better(mode)
-        protected = {p.rstrip("/") for p in protect}
-        by_lineage: dict[str, list[CheckpointEntry]] = defaultdict(list)
-        for entry in self.entries(model=model, run=run):
-            by_lineage[entry.lineage].append(entry)
-        keep: list[tuple[CheckpointEntry, str]] = []
-        remove: list[tuple[CheckpointEntry, str]] = []
-        newest_step: dict[str, int] = {}
-        for lineage, entries in sorted(by_lineage.items()):
-            newest_first = sorted(entries, key=lambda e: -e.step)
-            newest_step[lineage] = newest_first[0].step
-            reasons: dict[str, list[str]] = defaultdict(list)
-            for rank, entry in enumerate(newest_first[:keep_latest], start=1):
-                reasons[entry.uri].append("latest" if rank == 1 else f"latest #{rank}")
-            scored = sorted((e for e in entries if metric in e.metrics), key=lambda e: better(e, metric))
-            for rank, entry in enumerate(scored[:keep_best], start=1):
-                label = "best" if rank == 1 else f"best #{rank}"
-                reasons[entry.uri].append(f"{label} {metric} ({entry.metrics[metric]:.6g})")
-            for entry in entries:
-                if entry.final:
-                    reasons[entry.uri].append("final")
-                if entry.uri in protected:
-                    reasons[entry.uri].append("protected (named by a pointer)")
-            if newest_first[0].lineage_uri in protected:
-                reasons[newest_first[0].uri].append("protected (its run folder is named by a pointer)")
-            why_not = f"not among the newest {keep_latest}" + (
-                f" or the best {keep_best} by {metric}" if scored and keep_best else f" (no {metric} recorded)" if keep_best else ""
-            )
-            for entry in sorted(entries, key=lambda e: e.step):
-                if reasons.get(entry.uri):
-                    keep.append((entry, ", ".join(reasons[entry.uri])))
-                else:
-                    remove.append((entry, why_not))
-        remove_torn: list[tuple[TornCheckpoint, str]] = []
-        if include_torn:
-            for torn in self.torn(model, run):
-                newest = newest_step.get(torn.lineage)
-                if newest is not None and torn.step < newest:
-                    remove_torn.append((torn, f"torn ({torn.reason}), older than the newest valid step {newest}"))
-        return RetentionPlan(
-            root=self.root,
-            keep=keep,
-            remove=remove,
-            remove_torn=remove_torn,
-            metric=metric,
-            mode=mode,
-            keep_latest=keep_latest,
-            keep_best=keep_best,
-        )
 
 
 def _parse_manifest(data: Any, files: Mapping[str, int]) -> tuple[dict | None, str]:
@@ -408,124 +330,3 @@ def _parse_manifest(data: Any, files: Mapping[str, int]) -> tuple[dict | None, s
         if want is not None and files[name] != want:
             return None, f"{name} has {files[name]} bytes, its manifest says {want}"
     return manifest, ""
-
-
-@dataclass
-class RetentionPlan:
-    """What retention keeps and removes, each with its reason; nothing is removed until `apply_retention`."""
-
-    root: str
-    keep: list[tuple[CheckpointEntry, str]]
-    remove: list[tuple[CheckpointEntry, str]]
-    remove_torn: list[tuple[TornCheckpoint, str]] = field(default_factory=list)
-    metric: str = "loss"
-    mode: str = "min"
-    keep_latest: int = 1
-    keep_best: int = 1
-
-    @property
-    def bytes_freed(self) -> int:
-        return sum(e.bytes for e, _ in self.remove) + sum(t.bytes for t, _ in self.remove_torn)
-
-    @property
-    def bytes_kept(self) -> int:
-        return sum(e.bytes for e, _ in self.keep)
-
-    @property
-    def empty(self) -> bool:
-        return not self.remove and not self.remove_torn
-
-    def rows(self) -> list[dict[str, Any]]:
-        """One row per checkpoint: action (keep/remove), lineage, step, final, the metric, bytes, reason."""
-        rows = [
-            {
-                "action": action,
-                "lineage": entry.lineage,
-                "step": entry.step,
-                "final": entry.final,
-                self.metric: entry.metrics.get(self.metric),
-                "bytes": entry.bytes,
-                "reason": reason,
-                "uri": entry.uri,
-            }
-            for action, items in (("keep", self.keep), ("remove", self.remove))
-            for entry, reason in items
-        ]
-        rows += [
-            {"action": "remove", "lineage": t.lineage, "step": t.step, "final": False, self.metric: None, "bytes": t.bytes, "reason": reason, "uri": t.uri}
-            for t, reason in self.remove_torn
-        ]
-        return sorted(rows, key=lambda r: (r["lineage"], r["step"]))
-
-    def summary(self) -> str:
-        n = len(self.remove) + len(self.remove_torn)
-        return (
-            f"keeps {len(self.keep)} checkpoint(s) ({human_bytes(self.bytes_kept)}), "
-            f"removes {n} ({human_bytes(self.bytes_freed)} freed)"
-        )
-
-    def markdown(self) -> str:
-        header = f"| action | lineage | step | final | {self.metric} | size | reason |\n|---|---|---|---|---|---|---|"
-        lines = [
-            f"| {r['action']} | {r['lineage']} | {r['step']} | {'yes' if r['final'] else ''} | "
-            f"{'' if r[self.metric] is None else f'{r[self.metric]:.6g}'} | {human_bytes(r['bytes'])} | {r['reason']} |"
-            for r in self.rows()
-        ]
-        body = "\n".join([header, *lines]) if lines else header + "\n| | no checkpoints | | | | | |"
-        return f"{body}\n\nRetention {self.summary()}."
-
-
-def apply_retention(plan: RetentionPlan) -> list[str]:
-    """Remove what `plan` removes; return the step-folder URIs removed.
-
-    Every planned folder loses its manifest first (one batched delete on an object store),
-    and only then its other files, so a folder caught half removed reads as torn, never as
-    another valid checkpoint. The tree is read again first: a checkpoint rewritten since the
-    plan was made (another `created_at`), or a torn folder that has since been published, is
-    left alone. Only `step-NNNNNNNN` folders under `<root>/checkpoints/` are ever removed.
-    """
-    current = CheckpointRegistry(plan.root).refresh()
-    live = {(e.uri, e.created_at) for e in current.entries()}
-    still_torn = {t.uri for t in current.torn()}
-    targets = [e.uri for e, _ in plan.remove if (e.uri, e.created_at) in live]
-    targets += [t.uri for t, _ in plan.remove_torn if t.uri in still_torn]
-    fs, base = fs_for(current.checkpoints_uri)
-    folders = []
-    for uri in targets:
-        path = fs_for(uri)[1].rstrip("/")
-        if not path.startswith(base.rstrip("/") + "/") or not _is_step_dir(posixpath.basename(path)):
-            raise ValueError(f"refusing to remove {uri}: retention only removes step-NNNNNNNN folders under {current.checkpoints_uri}")
-        folders.append(path)
-    if not folders:
-        return []
-    files = [f for path in folders for f in current._files.get(path, [])]
-    manifests = [f for f in files if posixpath.basename(f) == MANIFEST]
-    if manifests:
-        fs.rm(manifests)
-    if isinstance(fs, LocalFileSystem):
-        for path in folders:
-            fs.rm(path, recursive=True)
-    else:  # an object store has no folders: the last file gone, the folder is gone
-        rest = [f for f in files if posixpath.basename(f) != MANIFEST]
-        if rest:
-            fs.rm(rest)
-    return targets
-
-
-def pointer_protections(root: str) -> set[str]:
-    """Every `checkpoint_uri` a `latest.json` pointer under `<root>/artifacts/` names:
-    the checkpoints the platform's other assets read, which retention must keep."""
-    storage = Storage.at(root)
-    fs, base = fs_for(storage.uri("artifacts"))
-    paths = [p for p in fs.find(base) if posixpath.basename(p) == POINTER_NAME]
-    found: set[str] = set()
-    for data in (fs.cat(paths, on_error="return") if paths else {}).values():
-        if isinstance(data, BaseException):
-            continue
-        try:
-            pointer = json.loads(data)
-        except (json.JSONDecodeError, UnicodeDecodeError):
-            continue
-        if isinstance(pointer, Mapping):
-            found |= {str(v).rstrip("/") for k, v in pointer.items() if k.endswith("checkpoint_uri") and isinstance(v, str)}
-    return found

@@ -16,8 +16,11 @@ from typing import Any
 
 import dagster as dg
 
-from shared_resources.data.registry import DataRegistry, DatasetVersion, parse_ref
-from shared_resources.data.experiments import RunNotFound, compare, curve_png, image_markdown, list_runs, numeric_figures, record_evaluation, record_run
+from shared_resources.data.registry.dataset_version import DatasetVersion
+from shared_resources.data.registry.names import parse_ref
+from shared_resources.data.registry.registry import DataRegistry
+from shared_resources.data.experiments import RunNotFound, list_runs, numeric_figures, record_evaluation, record_run
+from shared_resources.data.run_comparison import compare, curve_png, image_markdown
 from shared_resources.data.lineage import LineageStore, Node
 from shared_resources.settings import code_version
 from shared_resources.catalog.step_spec import DatasetRef

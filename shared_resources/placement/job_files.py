@@ -13,7 +13,8 @@ from typing import Annotated
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from shared_resources.catalog.pools import Capacity, Catalog, TenantLimits, check_accelerator, read_yaml_mapping
+from shared_resources.catalog.accelerators import check_accelerator
+from shared_resources.catalog.pools import Capacity, Catalog, TenantLimits, read_yaml_mapping
 from shared_resources.catalog.step_spec import DatasetRef, StepSpec
 
 

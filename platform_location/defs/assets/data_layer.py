@@ -4,9 +4,11 @@ import pandas as pd
 
 import dagster as dg
 
-from shared_resources.data.checkpoint_registry import CheckpointRegistry, apply_retention, human_bytes, pointer_protections
-from shared_resources.data.registry import DataRegistry
-from shared_resources.data.experiments import curve_png, image_markdown, list_runs
+from shared_resources.data.checkpoint_registry import CheckpointRegistry, human_bytes
+from shared_resources.data.checkpoint_retention import apply_retention, plan_retention, pointer_protections
+from shared_resources.data.registry.registry import DataRegistry
+from shared_resources.data.experiments import list_runs
+from shared_resources.data.run_comparison import curve_png, image_markdown
 from shared_resources.resources import StorageResource
 
 GROUP = "platform_data"
@@ -91,8 +93,9 @@ def checkpoint_retention(context: dg.AssetExecutionContext, config: RetentionSet
     Run metrics (`run.json`, `metrics.parquet`) are never removed.
     """
     root = storage.get().root
-    plan = CheckpointRegistry(root).plan_retention(
-        keep_latest=config.keep_latest, keep_best=config.keep_best, metric=config.metric, mode=config.mode, protect=pointer_protections(root)
+    plan = plan_retention(
+        CheckpointRegistry(root),
+        keep_latest=config.keep_latest, keep_best=config.keep_best, metric=config.metric, mode=config.mode, protect=pointer_protections(root),
     )
     removed = [] if config.dry_run else apply_retention(plan)
     context.log.info(("would remove" if config.dry_run else "removed") + f" {len(plan.remove)} checkpoint(s): {plan.summary()}")

@@ -22,7 +22,8 @@ or whose every node is drained, down, failing or not responding, does not qualif
 step goes to the next pool; a running job whose node is drained (what a health check such
 as NHC, Slurm's `HealthCheckProgram`, does to a sick node: running jobs go on, nothing new
 starts) or lost is reported, and the attempt loop moves the step. The problem texts carry
-Slurm's `Reason=` for the node and the `scontrol` line that returns it to service.
+Slurm's `Reason=` for the node and the `scontrol` line that returns it to service. Reading
+the node states is `shared_resources.compute.backends.slurm_nodes`.
 """
 
 from __future__ import annotations
@@ -33,7 +34,6 @@ import signal as signals
 import subprocess
 import time
 import uuid
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -43,6 +43,7 @@ from shared_resources.catalog.backends import SlurmSettings, settings_for
 from shared_resources.compute.backends.base import Refusal
 from shared_resources.compute.backends.base import JobHandle, JobState, JobStatus
 from shared_resources.compute.backends.engine import EngineBackend, Launch
+from shared_resources.compute.backends.slurm_nodes import job_nodes_problem, partition_problem
 from shared_resources.catalog.pools import Pool
 from shared_resources.catalog.step_spec import StepSpec
 from shared_resources.settings import REPO_ROOT, child_env
@@ -60,11 +61,6 @@ _RUNNING = {"RUNNING", "CONFIGURING", "COMPLETING", "STAGE_OUT", "SIGNALING", "S
 _NEVER_RAN = {"BOOT_FAIL", "DEADLINE"}  # Slurm gave up before the workload started
 # Job states in which the job holds its nodes and its workload may be running there.
 _ON_NODES = _RUNNING - {"COMPLETING", "STAGE_OUT"}
-# Node state words (`scontrol show node`'s `State=IDLE+DRAIN`, sinfo's long names) that
-# mean the node takes no new work, or is sick under the work it has.
-_UNHEALTHY = {"DRAIN", "DRAINING", "DRAINED", "DOWN", "FAIL", "FAILING", "NOT_RESPONDING", "INVALID_REG", "FUTURE"}
-# How many unhealthy nodes a problem text spells out (a big partition has thousands).
-_NODES_SHOWN = 8
 # What `scontrol` says when it cannot reach slurmctld.
 _UNREACHABLE = ("Unable to contact slurm controller", "Socket timed out", "Zero Bytes were transmitted", "Connection refused")
 
@@ -132,46 +128,6 @@ def _exit_code(text: str) -> int | None:
     if sig.isdigit() and int(sig):
         return -int(sig)
     return int(code)
-
-
-@dataclass(frozen=True)
-class NodeHealth:
-    """One node as `scontrol show node` describes it."""
-
-    name: str
-    state: str  # Slurm's words, e.g. `MIXED+DRAIN`
-    reason: str = ""  # Slurm's `Reason=` (a health check's message), without the `[user@time]` stamp
-    reason_by: str = ""  # the `user@time` stamp Slurm adds to the reason
-
-    @property
-    def problems(self) -> set[str]:
-        """The state words that make this node unfit for work (empty: healthy)."""
-        return set(self.state.upper().split("+")) & _UNHEALTHY
-
-    def describe(self) -> str:
-        """`sgnode MIXED+DRAIN (NHC: GPU 0 lost; set by root@2026-11-30T11:39:07)`."""
-        stamp = f"; set by {self.reason_by}" if self.reason_by else ""
-        return f"{self.name} {self.state}" + (f" ({self.reason}{stamp})" if self.reason else "")
-
-
-def parse_nodes(text: str) -> list[NodeHealth]:
-    """`scontrol show node --oneliner` output, one node per line, as `NodeHealth` records
-    (each node once, in the order shown)."""
-    nodes: dict[str, NodeHealth] = {}
-    for line in text.splitlines():
-        name = re.match(r"NodeName=(\S+)", line.strip())
-        if not name or name.group(1) in nodes:
-            continue
-        state = re.search(r"(?:^|\s)State=(\S+)", line)
-        reason, by = "", ""
-        found = re.search(r"(?:^|\s)Reason=(.*)$", line.rstrip())
-        if found:
-            # `Reason=TEXT [user@time]` comes last; the text may hold spaces and `=` signs.
-            stamped = re.match(r"(.*?)\s*\[([^\[\]\s]+@[^\[\]\s]+)\](.*)$", found.group(1))
-            reason, by = (stamped.group(1), stamped.group(2)) if stamped else (found.group(1), "")
-            reason = "" if reason.strip() in ("", "None", "(null)") else reason.strip()
-        nodes[name.group(1)] = NodeHealth(name.group(1), state.group(1) if state else "UNKNOWN", reason, by)
-    return list(nodes.values())
 
 
 def _one_line(result: subprocess.CompletedProcess) -> str:
@@ -309,22 +265,7 @@ class SlurmBackend(EngineBackend):
             return Refusal(f"{where}: the Slurm controller did not answer ({exc}); check slurmctld (`scontrol ping`){self._conf_hint(settings)}")
         if listed.returncode != 0:
             return f"{where}: `scontrol show node {members}` failed ({_one_line(listed)}); check slurmctld (`scontrol ping`)"
-        nodes = parse_nodes(listed.stdout)
-        if members == "ALL":
-            nodes = [n for n in nodes if self._in_partition(listed.stdout, n.name, partition)]
-        if any(not node.problems for node in nodes):
-            return None
-        if not nodes:
-            return f"{where}: `scontrol show node {members}` listed no nodes"
-        sick = sorted(nodes, key=lambda n: n.name)
-        shown_nodes = "; ".join(n.describe() for n in sick[:_NODES_SHOWN])
-        if len(sick) > _NODES_SHOWN:
-            shown_nodes += f"; and {len(sick) - _NODES_SHOWN} more (`sinfo -R -p {partition}` lists every reason)"
-        names = members if members != "ALL" else ",".join(n.name for n in sick)
-        return (
-            f"{where} has no node that can take work: {shown_nodes}. Once the cause is fixed, an operator "
-            f"returns the nodes to service with `scontrol update NodeName={names} State=RESUME`"
-        )
+        return partition_problem(listed.stdout, partition, members, where)
 
     def node_problem(self, handle: JobHandle) -> str | None:
         """None while the job is pending, ended, or running on healthy nodes; else which of
@@ -344,23 +285,7 @@ class SlurmBackend(EngineBackend):
             return None  # the controller is busy: no verdict this poll; a lost job shows in `status`
         if shown.returncode != 0:
             return None
-        sick = [node for node in parse_nodes(shown.stdout) if node.problems]
-        if not sick:
-            return None
-        names = ",".join(node.name for node in sick)
-        return (
-            f"Slurm job {handle.job_id} (pool {handle.pool}) runs on {'an unhealthy node' if len(sick) == 1 else 'unhealthy nodes'}: "
-            f"{'; '.join(node.describe() for node in sick)}. Once the node is fixed, an operator returns it to "
-            f"service with `scontrol update NodeName={names} State=RESUME`"
-        )
-
-    @staticmethod
-    def _in_partition(text: str, node: str, partition: str) -> bool:
-        for line in text.splitlines():
-            if line.strip().startswith(f"NodeName={node} "):
-                found = re.search(r"(?:^|\s)Partitions=(\S+)", line)
-                return bool(found) and partition in found.group(1).split(",")
-        return False
+        return job_nodes_problem(shown.stdout, handle.job_id, handle.pool)
 
     @staticmethod
     def _conf_hint(settings: SlurmSettings) -> str:

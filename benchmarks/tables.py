@@ -1,0 +1,377 @@
+"""The tables ``python -m benchmarks.run`` prints: the machine, then one per figure.
+
+Each ``*_table`` function turns one figure's results (from ``benchmarks.validation``,
+``benchmarks.omics_write``, ``benchmarks.rollouts``, ``benchmarks.isaaclab_overhead``,
+``benchmarks.episode_ingest``, ``benchmarks.dispatch``, ``benchmarks.planner`` and
+``benchmarks.registry``) into a rich ``Table``, subject next to its baseline, with a caption
+that says how it was measured.
+"""
+
+from __future__ import annotations
+
+import statistics
+from typing import Any
+
+from rich.table import Table
+
+from benchmarks import MIN_REPEAT_SECONDS
+
+
+def _ms(seconds: float) -> str:
+    return f"{seconds * 1e3:,.2f}"
+
+
+def _rate(value: float) -> str:
+    return f"{value:,.0f}" if value >= 100 else f"{value:,.1f}"
+
+
+def _times(value: float) -> str:
+    return f"{value:,.1f}×"
+
+
+def machine_table(facts: dict[str, Any]) -> Table:
+    table = Table(title="Machine", show_header=False, title_justify="left")
+    table.add_column(style="bold")
+    table.add_column()
+    cpus = f"{facts['cpu_count']}"
+    if facts["usable_cpus"] is not None and facts["usable_cpus"] != facts["cpu_count"]:
+        cpus += f" ({facts['usable_cpus']} usable by this process)"
+    table.add_row("CPUs", cpus)
+    table.add_row("System", f"{facts['system']} {facts['machine']}")
+    table.add_row("Python", f"{facts['python']} ({facts['python_implementation']})")
+    table.add_row(
+        "Packages",
+        ", ".join(f"{name} {version or 'not installed'}" for name, version in facts["packages"].items()),
+    )
+    return table
+
+
+def validation_table(results: list, repeats: int) -> Table:
+    table = Table(
+        title="1. Plate validation throughput: check_plate_file vs pandas.read_csv (same CSV bytes)",
+        caption=(
+            f"Median of {repeats} repeats (time.perf_counter); a repeat averages n calls, "
+            f"n chosen so it lasts ≥ {MIN_REPEAT_SECONDS * 1e3:.0f} ms. Ratio = validator time ÷ "
+            "read time: how many plain reads one validation costs."
+        ),
+        title_justify="left",
+        caption_justify="left",
+    )
+    table.add_column("Case")
+    table.add_column("Wells", justify="right")
+    table.add_column("CSV KB", justify="right")
+    table.add_column("Validator ms", justify="right")
+    table.add_column("Validator wells/s", justify="right", style="bold")
+    table.add_column("pandas ms", justify="right")
+    table.add_column("pandas wells/s", justify="right")
+    table.add_column("Ratio", justify="right", style="bold")
+    table.add_column("n calls (val/pd)", justify="right")
+    for r in results:
+        table.add_row(
+            r.case.name,
+            f"{r.case.wells:,}",
+            f"{len(r.case.data) / 1000:,.1f}",
+            _ms(r.validator.median),
+            _rate(r.validator_wells_per_s),
+            _ms(r.pandas_read.median),
+            _rate(r.pandas_wells_per_s),
+            _times(r.cost_multiple),
+            f"{r.validator.calls_per_repeat}/{r.pandas_read.calls_per_repeat}",
+        )
+    return table
+
+
+def omics_table(results: list, repeats: int, load_s: float) -> Table:
+    same = all(r.layout["same_chunks_and_codecs"] for r in results)
+    table = Table(
+        title=(
+            "2. Omics write throughput: write_dataset (AnnData, zarr v3) vs zarr.create_array "
+            "(X only)"
+        ),
+        caption=(
+            f"Median of {repeats} repeats, one write each into a fresh temporary folder "
+            "(time.perf_counter). MB/s = X bytes (10^6) ÷ seconds for both; the writer also "
+            "writes the 'scaled' layer (as big as X), obs, var and metadata. Ratio = writer time ÷ "
+            f"zarr time. X chunks/codecs identical in both: {'yes' if same else 'NO'}. "
+            f"Reference data loaded once in {load_s:.1f} s, outside the timings."
+        ),
+        title_justify="left",
+        caption_justify="left",
+    )
+    table.add_column("Case")
+    table.add_column("X shape", justify="right")
+    table.add_column("X MB", justify="right")
+    table.add_column("Writer ms", justify="right")
+    table.add_column("Writer MB/s", justify="right", style="bold")
+    table.add_column("zarr ms", justify="right")
+    table.add_column("zarr MB/s", justify="right")
+    table.add_column("Ratio", justify="right", style="bold")
+    for r in results:
+        n_obs, n_vars = r.case.adata.shape
+        table.add_row(
+            r.case.name,
+            f"{n_obs:,}×{n_vars:,}",
+            f"{r.case.matrix_bytes / 1e6:,.2f}",
+            _ms(r.writer.median),
+            _rate(r.writer_mb_per_s),
+            _ms(r.zarr_write.median),
+            _rate(r.zarr_mb_per_s),
+            _times(r.cost_multiple),
+        )
+    return table
+
+
+def rollouts_table(results: list, repeats: int) -> Table:
+    table = Table(
+        title=(
+            "3a. Rollout harness overhead, MuJoCo: make_simulator + run_episode vs raw gymnasium "
+            "env.step (same seeds, same steps)"
+        ),
+        caption=(
+            f"Median of {repeats} repeats, one call each (time.perf_counter), each into a fresh temporary "
+            "folder; a call builds the env and runs every seed to 200 steps with BalancingController "
+            "(raw: its gains on the raw observation, same action scaling). '+ commit' also writes each "
+            "episode's LeRobot parquet file and its atomic JSON trial record, as the rollout workload "
+            "does. Ratio = time ÷ raw time; commit ms/ep = (+ commit − harness) ÷ episodes."
+        ),
+        title_justify="left",
+        caption_justify="left",
+    )
+    table.add_column("Case")
+    table.add_column("Env steps", justify="right")
+    table.add_column("Harness ms", justify="right")
+    table.add_column("Harness steps/s", justify="right", style="bold")
+    table.add_column("+ commit ms", justify="right")
+    table.add_column("+ commit steps/s", justify="right", style="bold")
+    table.add_column("Raw ms", justify="right")
+    table.add_column("Raw steps/s", justify="right")
+    table.add_column("Ratio harness", justify="right", style="bold")
+    table.add_column("Ratio + commit", justify="right", style="bold")
+    table.add_column("Commit ms/ep", justify="right")
+    for r in results:
+        table.add_row(
+            r.case.name,
+            f"{r.case.steps:,}",
+            _ms(r.harness.median),
+            _rate(r.steps_per_s(r.harness)),
+            _ms(r.harness_commit.median),
+            _rate(r.steps_per_s(r.harness_commit)),
+            _ms(r.raw.median),
+            _rate(r.steps_per_s(r.raw)),
+            _times(r.harness_ratio),
+            _times(r.commit_ratio),
+            _ms(r.commit_ms_per_episode / 1e3),
+        )
+    return table
+
+
+def isaaclab_table(result: Any, repeats: int) -> Table:
+    title = (
+        "3b. Rollout harness overhead, Isaac Lab: make_simulator + run_episode vs raw env.step "
+        "(same gym env, in .venv-isaaclab)"
+    )
+    if result.skipped is not None:
+        table = Table(title=title, title_justify="left")
+        table.add_column("Case")
+        table.add_column("Result")
+        table.add_row("Isaac-Cartpole-Direct", result.skipped)
+        return table
+    report = result.report
+    packages = ", ".join(f"{name} {version}" for name, version in report["packages"].items() if version)
+    table = Table(
+        title=title,
+        caption=(
+            f"Median of {repeats} repeats, one call each (time.perf_counter, in the child); a call runs "
+            f"{result.episodes} seeds to {report['max_steps']} steps with BalancingController on one "
+            f"already-started simulator ({report['device']}); raw: its gains on obs['policy'] (pole sign "
+            "flipped as the adapter does), normalised force as a (1, 1) tensor. Ratio = adapter time ÷ raw "
+            f"time. Not in the figure: start-up (make_simulator) {report['start_up_s']:.1f} s, warm-up "
+            f"episode ({report['warmup_episode']['steps']} steps) {report['warmup_episode']['seconds']:.1f} s, "
+            f"whole child process {result.child_wall_s:.0f} s. Python {report['python']}; {packages}."
+        ),
+        title_justify="left",
+        caption_justify="left",
+    )
+    table.add_column("Case")
+    table.add_column("Env steps", justify="right")
+    table.add_column("Adapter ms", justify="right")
+    table.add_column("Adapter steps/s", justify="right", style="bold")
+    table.add_column("Raw ms", justify="right")
+    table.add_column("Raw steps/s", justify="right")
+    table.add_column("Ratio", justify="right", style="bold")
+    table.add_column("ms/step (adapter/raw)", justify="right")
+    table.add_row(
+        f"{result.episodes} episodes × {report['max_steps']} steps",
+        f"{result.steps:,}",
+        _ms(result.adapter.median),
+        _rate(result.steps_per_s(result.adapter)),
+        _ms(result.raw.median),
+        _rate(result.steps_per_s(result.raw)),
+        _times(result.ratio),
+        f"{result.adapter.median / result.steps * 1e3:.2f}/{result.raw.median / result.steps * 1e3:.2f}",
+    )
+    return table
+
+
+def ingest_table(results: list, repeats: int) -> Table:
+    table = Table(
+        title=(
+            "4. Episode ingest throughput: validate_dataset + read_dataset vs pyarrow.parquet.read_table "
+            "(same LeRobot v3 files)"
+        ),
+        caption=(
+            f"Median of {repeats} repeats (time.perf_counter); a repeat averages n calls, n chosen so it "
+            f"lasts ≥ {MIN_REPEAT_SECONDS * 1e3:.0f} ms. pyarrow reads the data file and the episodes "
+            "table. frames/s = frames ÷ seconds for both. Ratio = ingest time ÷ read time."
+        ),
+        title_justify="left",
+        caption_justify="left",
+    )
+    table.add_column("Case")
+    table.add_column("Frames", justify="right")
+    table.add_column("Parquet KB", justify="right")
+    table.add_column("Ingest ms", justify="right")
+    table.add_column("Ingest frames/s", justify="right", style="bold")
+    table.add_column("pyarrow ms", justify="right")
+    table.add_column("pyarrow frames/s", justify="right")
+    table.add_column("Ratio", justify="right", style="bold")
+    table.add_column("n calls (ing/pa)", justify="right")
+    for r in results:
+        table.add_row(
+            r.case.name,
+            f"{r.case.frames:,}",
+            f"{r.case.file_bytes / 1000:,.1f}",
+            _ms(r.ingest.median),
+            _rate(r.ingest_frames_per_s),
+            _ms(r.plain_read.median),
+            _rate(r.plain_frames_per_s),
+            _times(r.cost_multiple),
+            f"{r.ingest.calls_per_repeat}/{r.plain_read.calls_per_repeat}",
+        )
+    return table
+
+
+def dispatch_table(results: list, repeats: int) -> Table:
+    table = Table(
+        title="5. Dispatch overhead per backend: an empty step through the platform vs the engine's own empty job",
+        caption=(
+            f"Median of {repeats} repeats, one call each (time.perf_counter), after one warm-up of each; columns "
+            "alternate repeat by repeat. Platform = dg.materialize of an asset whose body is compute.run(...) "
+            "of the counting workload with zero steps: placement, submit, the workload's start (interpreter, "
+            "torch, Pipes), its final checkpoint, the result back through Pipes, the materialization. The "
+            "Slurm cluster (single node) and the Ray head (loopback) are the tests' own, started for this "
+            "figure. Overhead = platform − bare engine. The 'not qualified yet' row is the same step when "
+            "the pool's qualification pass has expired, so the probe job runs first: its negative overhead "
+            "is what qualification adds to a pool's first step in each qualify_ttl_seconds."
+        ),
+        title_justify="left",
+        caption_justify="left",
+    )
+    table.add_column("Backend")
+    table.add_column("Platform s", justify="right", style="bold")
+    table.add_column("Baseline")
+    table.add_column("Baseline s", justify="right")
+    table.add_column("Overhead s", justify="right", style="bold")
+    for r in results:
+        if r.skipped:
+            table.add_row(r.backend, "—", r.skipped, "—", "—")
+            continue
+        for i, label in enumerate(r.baselines):
+            table.add_row(
+                r.backend if i == 0 else "",
+                f"{r.platform:.2f}" if i == 0 else "",
+                label,
+                f"{r.baseline(label):.2f}",
+                f"{r.platform - r.baseline(label):+.2f}",
+            )
+    return table
+
+
+def planner_tables(cases: list, timing: Any) -> tuple[Table, Table]:
+    cost = Table(
+        title="6a. Capacity plan cost: planner (greedy) vs optimum (HiGHS via scipy.optimize.milp) vs naive policies",
+        caption=(
+            "Generated jobs (seeded): 60 steps over 48 h, 16 pools in 4 regions (on-demand, spot, reserved with a "
+            "commitment, blocks with windows), quotas, data in regions. Every plan priced with the same cost model. "
+            "Gap = planner ÷ optimum − 1. Naive policies use the same quota bookkeeping, steps in start order; "
+            "'unplaced' steps found no pool with room and are not in their cost."
+        ),
+        title_justify="left",
+        caption_justify="left",
+    )
+    for column in ("Seed", "Planner $ (unplaced)", "Optimum $", "Gap", "Always on-demand $ (unplaced)", "Cheapest sticker $ (unplaced)", "Planner s", "MILP s"):
+        cost.add_column(column, justify="right", style="bold" if column in ("Gap",) else None)
+    for c in cases:
+        cost.add_row(
+            str(c.seed), f"{c.planner_usd:,.0f} ({c.planner_unplaced})", f"{c.optimum_usd:,.0f}", f"{c.gap:+.1%}" if c.gap is not None else "— (unplaced)",
+            f"{c.on_demand_usd:,.0f} ({c.on_demand_unplaced})", f"{c.sticker_usd:,.0f} ({c.sticker_unplaced})",
+            f"{c.planner_s:.3f}", f"{c.milp_s:.2f}",
+        )
+    speed = Table(
+        title=f"6b. Planning time: plan_job on {timing.steps:,} steps × {timing.pools} pools",
+        caption=(
+            f"{len(timing.plan_s)} repeats (time.perf_counter), median. Cost model = assess() for every (step, pool) "
+            "pair alone; plan = assess + greedy placement with quotas over two weeks and commitments. Evidence text "
+            "is written only when asked (one step's shown)."
+        ),
+        title_justify="left",
+        caption_justify="left",
+    )
+    for column in ("Cost model s", "Whole plan s", "Steps/s", "Evidence for one step ms"):
+        speed.add_column(column, justify="right")
+    plan_s = statistics.median(timing.plan_s)
+    speed.add_row(f"{statistics.median(timing.assess_s):.2f}", f"{plan_s:.2f}", _rate(timing.steps / plan_s),
+                  _ms(timing.evidence_one_step_s))
+    return cost, speed
+
+
+def registry_tables(results: list, repeats: int, setup_s: float) -> tuple[Table, Table]:
+    method = (
+        f"Median of {repeats} repeats, one call each (time.perf_counter); register, re-register, md5, get and "
+        "copytree alternate; destinations are fresh temporary folders on the same file system (page cache, no "
+        "fsync), made and removed outside the timed region. MB/s = the folder's bytes (10^6) ÷ seconds. "
+    )
+    register = Table(
+        title="7a. Data registry, registering: DataRegistry.register vs shutil.copytree (same folder, local root)",
+        caption=(
+            method + "Register: a new version each repeat, the DVC remote emptied after each (outside the timing), so "
+            "every file is hashed and copied (checked). Re-register: the same content under its registered version "
+            "(hash + git look-up, nothing copied), beside hashlib.md5 of every file. Ratio = register ÷ copytree time; "
+            "re-reg ÷ md5 = re-register ÷ md5 time (its ratio to copytree is in the JSON). "
+            f"Data made in {setup_s:.1f} s, outside the timings."
+        ),
+        title_justify="left",
+        caption_justify="left",
+    )
+    for column, style in (("Case", None), ("Files", None), ("MB", None), ("Register ms", None), ("Register MB/s", "bold"),
+                          ("copytree ms", None), ("copytree MB/s", None), ("Ratio", "bold"), ("Re-register ms", None),
+                          ("md5 ms", None), ("Ratio re-reg ÷ md5", "bold")):
+        register.add_column(column, justify="left" if column == "Case" else "right", style=style)
+    for r in results:
+        register.add_row(
+            r.case.name, f"{r.case.files:,}", f"{r.case.mb:,.1f}",
+            _ms(r.timings["register"].median), _rate(r.mb_per_s("register")),
+            _ms(r.timings["copytree"].median), _rate(r.mb_per_s("copytree")), _times(r.ratio("register")),
+            _ms(r.timings["re_register"].median), _ms(r.timings["md5_every_file"].median),
+            _times(r.ratio("re_register", "md5_every_file")),
+        )
+    get = Table(
+        title="7b. Data registry, getting a version back: DataRegistry.get vs shutil.copytree of the source folder",
+        caption=(
+            method + "Get: download from the DVC remote into a hidden sibling, check every file's md5 against the "
+            "registration, rename into place (the same run as 7a; checked once to return the identical folder). "
+            "Ratio = get time ÷ copytree time."
+        ),
+        title_justify="left",
+        caption_justify="left",
+    )
+    for column, style in (("Case", None), ("Files", None), ("MB", None), ("Get ms", None), ("Get MB/s", "bold"),
+                          ("copytree ms", None), ("copytree MB/s", None), ("Ratio", "bold")):
+        get.add_column(column, justify="left" if column == "Case" else "right", style=style)
+    for r in results:
+        get.add_row(
+            r.case.name, f"{r.case.files:,}", f"{r.case.mb:,.1f}",
+            _ms(r.timings["get"].median), _rate(r.mb_per_s("get")),
+            _ms(r.timings["copytree"].median), _rate(r.mb_per_s("copytree")), _times(r.ratio("get")),
+        )
+    return register, get
