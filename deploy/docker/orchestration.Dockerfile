@@ -43,6 +43,7 @@ COPY robotics_lane ./robotics_lane
 COPY sensors ./sensors
 COPY platform_location ./platform_location
 COPY drills ./drills
+COPY testbed ./testbed
 RUN pip install . "dagster-aws==${DAGSTER_INTEGRATIONS_VERSION}"
 
 # The pool catalogs (SINEWGRID_POOLS=/opt/sinewgrid/deploy/pools/<cloud>.yaml) and the workspace.

@@ -59,6 +59,7 @@ COPY robotics_lane ./robotics_lane
 COPY sensors ./sensors
 COPY platform_location ./platform_location
 COPY drills ./drills
+COPY testbed ./testbed
 RUN uv pip install .
 
 RUN useradd --uid 10001 --create-home sinewgrid
