@@ -189,12 +189,28 @@ def tick_all(
     on_run: Callable[[str, str | None], None] | None = None,
     log_level: str | None = None,
 ) -> list[SensorTick]:
-    """One tick of every schedule, then every sensor, in every code location, in definition order."""
+    """One tick of every schedule, then every sensor (upstream first), in every code location."""
     ticks = []
     for location, module_name in (locations or workspace_locations()).items():
         defs = load_definitions(module_name)
         for schedule in defs.schedules or []:
             ticks.append(tick_schedule(location, defs, schedule, instance, on_run, log_level))
-        for sensor in defs.sensors or []:
+        for sensor in upstream_first(defs, list(defs.sensors or [])):
             ticks.append(tick_sensor(location, defs, sensor, instance, on_run, log_level))
     return ticks
+
+
+def upstream_first(defs: dg.Definitions, sensors: list[dg.SensorDefinition]) -> list[dg.SensorDefinition]:
+    """The sensors in the order work flows: one whose job materializes assets nearer the roots of
+    the asset graph ticks first, so a tick ingests new drops before it retrains on them; sensors
+    that run no job (the in-flight watcher) tick last."""
+    levels = {key: i for i, level in enumerate(defs.resolve_asset_graph().toposorted_asset_keys_by_level) for key in level}
+
+    def rank(sensor: dg.SensorDefinition) -> tuple[float, str]:
+        try:
+            keys = defs.resolve_job_def(sensor.job_name).asset_layer.selected_asset_keys
+        except dg.DagsterInvalidDefinitionError:
+            return float("inf"), sensor.name
+        return min((levels.get(key, 0) for key in keys), default=0), sensor.name
+
+    return sorted(sensors, key=rank)
