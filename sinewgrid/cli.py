@@ -173,7 +173,7 @@ def _print_summary(truth=None, robotics_rows: bool = True) -> None:
         table.add_row(*cells)
     console.print(table)
     if truth is not None:
-        console.print("  * on genes never assayed, against the LabStandIn's hidden truth (only the simulator can know it)")
+        console.print("  * on genes never assayed, against the lab stand-in's hidden truth (only the stand-in can know it)")
 
     bad = quarantined(storage)
     if bad:
