@@ -195,7 +195,7 @@ def test_counting_workload_runs_in_a_pod_and_reports_through_the_pod_log(home: P
     md = result_metadata(result)
     assert md["digest"] == expected_digest(20, 7)
     assert (md["pool"], md["backend"], md["attempts"], md["preemptions"]) == ("k8s-spot", "kubernetes", 1, 0)
-    assert md["hostname_pool"] == "k8s-spot"  # SINEWGRID_POOL reached the pod
+    assert md["hostname_pool"] == "k8s-spot"  # the pool reached the pod, in the workload inputs
     (attempt,) = _ledger(home)
     assert (attempt["outcome"], attempt["exit_code"]) == ("succeeded", 0)
     assert attempt["productive_seconds"] > 0  # checkpoint messages came back through the pod log

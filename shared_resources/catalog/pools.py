@@ -22,6 +22,7 @@ from shared_resources.catalog.backends import BACKENDS, backend_kind
 
 DEFAULT_CATALOG = Path(__file__).with_name("pools.yaml")
 
+
 class Purchasing(StrEnum):
     reserved = "reserved"
     block = "block"

@@ -24,7 +24,9 @@ class Event(StrEnum):
     qualified = "qualified"  # the qualification probe passed its checks
 
 
-class _Message(BaseModel):
+class BaseMessage(BaseModel):
+    """What every message carries."""
+
     model_config = ConfigDict(frozen=True)
 
     at: float | None = None
@@ -34,12 +36,12 @@ class _Message(BaseModel):
         return self.model_dump(mode="json", exclude_none=True)
 
 
-class Resumed(_Message):
+class Resumed(BaseMessage):
     event: Literal[Event.resumed] = Event.resumed
     step: int = 0
 
 
-class CheckpointSaved(_Message):
+class CheckpointSaved(BaseMessage):
     """Work made durable. Output-committing workloads add their own fields (e.g. `seed`)."""
 
     model_config = ConfigDict(frozen=True, extra="allow")
@@ -52,7 +54,7 @@ class CheckpointSaved(_Message):
     final: bool = False
 
 
-class Progress(_Message):
+class Progress(BaseMessage):
     """Training metrics at a step, as extra fields (`loss=...`)."""
 
     model_config = ConfigDict(frozen=True, extra="allow")
@@ -61,18 +63,18 @@ class Progress(_Message):
     step: int
 
 
-class Telemetry(_Message):
+class Telemetry(BaseMessage):
     event: Literal[Event.telemetry] = Event.telemetry
     step: int
     step_seconds: float
 
 
-class Preemption(_Message):
+class Preemption(BaseMessage):
     event: Literal[Event.preempted] = Event.preempted
     step: int | None = None
 
 
-class Qualified(_Message):
+class Qualified(BaseMessage):
     event: Literal[Event.qualified] = Event.qualified
     checks: dict[str, str] = Field(default_factory=dict)
     node: str = ""
@@ -80,17 +82,18 @@ class Qualified(_Message):
 
 Message = Annotated[Resumed | CheckpointSaved | Progress | Telemetry | Preemption | Qualified, Field(discriminator="event")]
 _ADAPTER: TypeAdapter[Message] = TypeAdapter(Message)
-M = TypeVar("M", bound=_Message)
+M = TypeVar("M", bound=BaseMessage)
+_EVENTS = frozenset(e.value for e in Event)
 
 
 def parse_messages(raw: Iterable[Any]) -> list[Message]:
     """The platform's messages among what a workload sent, in order; anything else is skipped."""
     parsed = []
     for item in raw:
-        if isinstance(item, _Message):
+        if isinstance(item, BaseMessage):
             parsed.append(item)
             continue
-        if not isinstance(item, dict) or item.get("event") not in Event.__members__:
+        if not isinstance(item, dict) or item.get("event") not in _EVENTS:
             continue
         try:
             parsed.append(_ADAPTER.validate_python(item))

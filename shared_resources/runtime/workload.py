@@ -39,7 +39,7 @@ from pydantic import BaseModel, ValidationError
 
 from shared_resources.runtime.checkpoints import Checkpoint, CheckpointStore
 from shared_resources.runtime.inputs import WorkloadInputs
-from shared_resources.runtime.messages import CheckpointSaved, Preemption, Progress, Resumed, Telemetry, _Message
+from shared_resources.runtime.messages import CheckpointSaved, Preemption, Progress, Resumed, Telemetry, BaseMessage
 
 # EX_TEMPFAIL: "temporary failure; the user is invited to retry". Distinct from a
 # crash (1) and from death by signal (128 + n), so the platform can tell them apart.
@@ -171,7 +171,7 @@ class WorkloadRun:
     def warning(self, msg: str) -> None:
         self.log.warning(msg)
 
-    def report(self, message: _Message) -> None:
+    def report(self, message: BaseMessage) -> None:
         """A typed event for the platform (`runtime/messages.py`: checkpoints, progress,
         telemetry, preemption), stamped with the wall-clock time (`at`, unix seconds)."""
         stamped = message.model_copy(update={"at": round(time.time(), 4)})

@@ -26,6 +26,7 @@ from shared_resources.compute.backends.base import (
     killed_by_lost_node,
     runtime_interpreter,
 )
+from shared_resources.compute.causes import Cause
 from shared_resources.compute.inflight import attempt_owner, inflight_of
 from shared_resources.compute.cooldowns import pool_slot
 from shared_resources.compute.health import run_health_check
@@ -37,6 +38,7 @@ from shared_resources.runtime.messages import parse_messages
 from shared_resources.runtime.storage import write_bytes_atomic
 from shared_resources.settings import REPO_ROOT, child_env
 from shared_resources.runtime.workload import PREEMPTED_EXIT_CODE
+
 
 class PreemptiblePipesSubprocessClient(dg.PipesSubprocessClient):
     """`PipesSubprocessClient` that hands back the exit code instead of raising on it.
@@ -139,7 +141,7 @@ class LocalBackend(Backend):
         with pool_slot(pool) as slot:
             if slot is None:
                 return AttemptResult(
-                    AttemptOutcome.refused, None, log_tail=f"all {pool.max_concurrent_steps} slots of {pool.name} are busy", cause="refused", ended_at=time.time()
+                    AttemptOutcome.refused, None, log_tail=f"all {pool.max_concurrent_steps} slots of {pool.name} are busy", cause=Cause.refused, ended_at=time.time()
                 )
             # The process's own output (library banners, warnings) goes to a log file per attempt,
             # kept in the object store beside the run; what the workload reports comes through Pipes.
