@@ -10,13 +10,15 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import ConfigDict, Field
+
+from shared_resources.runtime.setting_ranges import RangedSettings
 
 Positive = Annotated[int, Field(ge=1)]
 Rate = Annotated[float, Field(gt=0)]
 
 
-class PretrainSettings(BaseModel):
+class PretrainSettings(RangedSettings):
     """Masked-expression pretraining of the foundation model."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -42,7 +44,7 @@ class PretrainConfig(PretrainSettings):
     device: str = Field("auto", description="`auto` (CUDA when there is one), `cpu` or `cuda`.")
 
 
-class FinetuneSettings(BaseModel):
+class FinetuneSettings(RangedSettings):
     """K-fold fine-tuning of effect heads on the foundation's gene embeddings."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)

@@ -13,7 +13,8 @@ index (the `index` column) and `column` the feature. Rules (docs/teleop-protocol
 - `timestamps`: not increasing, or not frame_index / fps within 1e-3 s.
 - `non_finite`: NaN or inf in observation.state, action or next.reward.
 - `action_bounds`: an action outside [action_low, action_high].
-- `episode_length`: fewer than min_length or more than max_length frames.
+- `episode_length`: fewer than min_length or more than max_length frames; an episode with no frames.
+- `no_episodes`: the dataset holds no episodes at all.
 - `tasks`: tasks.parquet missing, or a frame's task_index not in it.
 
 Each rule reports at most 20 issues, then one "… and N more".
@@ -68,6 +69,7 @@ class _Limits:
     length_range: tuple[int, int]
     dim_names: dict[str, list[str]]
     task_indices: set[int] | None  # None when tasks.parquet could not be read
+    dataset: str  # the folder, named in messages about a whole episode
 
 
 def validate_dataset(
@@ -101,11 +103,15 @@ def validate_dataset(
     ds_info = None if fatal else info_from_json(info, [task_by_index[i] for i in sorted(task_by_index)])
     episodes, ep_issues = _read_episode_table(fs, root)
     issues += ep_issues
-    if fatal or episodes is None:
+    if episodes is not None and episodes.num_rows == 0:
+        msg = (f"the dataset {uri} holds no episodes (its episode table has no rows); record at least one episode "
+               "before sealing it, or do not send an empty session.")
+        issues.append(DropIssue("no_episodes", msg, posixpath.relpath(episode_table_paths(fs, root)[0], root)))
+    if fatal or episodes is None or episodes.num_rows == 0:
         return ds_info, _cap(issues)
     names = {n: features[n]["names"] for n in (STATE, ACTION) if isinstance(features[n].get("names"), list)}
     limits = _Limits(
-        int(info["fps"]), (action_low, action_high), (min_length, max_length), names, set(task_by_index) if not task_issues else None
+        int(info["fps"]), (action_low, action_high), (min_length, max_length), names, set(task_by_index) if not task_issues else None, uri
     )
     issues += _check_data(fs, root, info, episodes, limits)
     return ds_info, _cap(issues)
@@ -323,9 +329,10 @@ def _check_columns(table: pa.Table, features: dict, rel: str) -> list[DropIssue]
 def _check_episode(row: dict, frames: dict[str, np.ndarray], rel: str, limits: _Limits) -> list[DropIssue]:
     """The episode table's row against its frames, then every per-frame rule (first offence per rule)."""
     ep, n = row["episode_index"], len(frames["index"])
-    if n == 0:
-        msg = f"episode {ep} is in the episode table but has no frames in this file; write its frames or drop its row."
-        return [DropIssue("episode_index", msg, rel)]
+    if n == 0:  # zero length: nothing to learn from, and LeRobot cannot index it
+        msg = (f"episode {ep} of {limits.dataset} has no frames in this file (the episode table says length {row['length']}); an "
+               "episode needs at least one frame: write its frames, or remove its row and renumber the later episodes.")
+        return [DropIssue("episode_length" if row["length"] == 0 else "episode_index", msg, rel)]
     index, fi = frames["index"], frames["frame_index"]
     issues = []
 

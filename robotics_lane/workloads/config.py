@@ -12,10 +12,12 @@ from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from shared_resources.runtime.setting_ranges import RangedSettings
+
 Positive = Annotated[int, Field(ge=1)]
 
 
-class PolicySettings(BaseModel):
+class PolicySettings(RangedSettings):
     """Behaviour cloning of the policy."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)

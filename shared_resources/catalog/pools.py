@@ -14,13 +14,17 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Annotated
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from shared_resources.catalog.accelerators import check_accelerator
 from shared_resources.catalog.backends import BACKENDS, backend_kind
+from shared_resources.catalog.yaml_files import read_yaml_mapping
 
 DEFAULT_CATALOG = Path(__file__).with_name("pools.yaml")
+CATALOG_HOLDS = (
+    "A pool catalog is a YAML mapping with a `pools:` section (pool name -> settings), optionally `prices:`, "
+    "`egress:` and `tenants:`; point SINEWGRID_POOLS or --pools at one (see docs/placement.md)."
+)
 
 
 class Purchasing(StrEnum):
@@ -263,8 +267,8 @@ def load_catalog(path: str | Path | None = None) -> Catalog:
         for file in files[1:]:
             catalog = catalog.merged(load_catalog(file))
         return catalog
-    pools = load_pools(path)
-    doc = yaml.safe_load(path.read_text())
+    doc = read_yaml_mapping(path, PoolCatalogError, "pool catalog", CATALOG_HOLDS)
+    pools = _pools_of(path, doc)
     problems = [f"{path}: unknown top-level section `{k}` (expected: {', '.join(sorted(CATALOG_SECTIONS))})" for k in doc if k not in CATALOG_SECTIONS]
     prices = _section(path, doc, "prices", PriceProvenance, problems)
     egress = _section(path, doc, "egress", EgressTable, problems)
@@ -281,23 +285,13 @@ def load_catalog(path: str | Path | None = None) -> Catalog:
     return Catalog(pools, prices, egress, tenants, [str(path)])
 
 
-def read_yaml_mapping(path: Path, error: type[Exception], what: str, missing_hint: str = "") -> dict:
-    """A YAML file that must hold a mapping; `error` names the file and what went wrong."""
-    if not path.exists():
-        raise error(f"{path}: {what} not found.{' ' + missing_hint if missing_hint else ''}")
-    try:
-        doc = yaml.safe_load(path.read_text())
-    except yaml.YAMLError as exc:
-        raise error(f"{path}: not valid YAML: {exc}") from exc
-    if not isinstance(doc, dict):
-        raise error(f"{path}: expected a mapping at the top of the {what}.")
-    return doc
-
-
 def load_pools(path: str | Path | None = None) -> dict[str, Pool]:
     """Read and validate a pool catalog (`pools.yaml`); the packaged default if no path."""
     path = Path(path) if path else DEFAULT_CATALOG
-    doc = read_yaml_mapping(path, PoolCatalogError, "pool catalog", "Point SINEWGRID_POOLS at a pools.yaml.")
+    return _pools_of(path, read_yaml_mapping(path, PoolCatalogError, "pool catalog", CATALOG_HOLDS))
+
+
+def _pools_of(path: Path, doc: dict) -> dict[str, Pool]:
     if not isinstance(doc.get("pools"), dict) or not doc["pools"]:
         raise PoolCatalogError(f"{path}: expected a top-level `pools:` mapping of pool name to settings.")
     pools: dict[str, Pool] = {}

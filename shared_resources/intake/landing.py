@@ -94,15 +94,53 @@ def list_complete_drops(landing_uri: str) -> list[CompleteDrop]:
     return sorted(drops, key=lambda d: (d.mtime, d.drop_id))
 
 
-def parse_manifest(data: bytes, drop_id: str, required_fields: Iterable[str] = ()) -> tuple[DropManifest | None, list[DropIssue]]:
-    """Read a drop manifest; any problem is returned as an issue naming the field."""
+def _drop_name(kind: str, drop_id: str) -> str:
+    return f"{kind} drop `{drop_id}`" if kind else f"drop `{drop_id}`"
+
+
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """A JSON object whose keys are each written once (json keeps the last of a repeated key, silently)."""
+    keys = [k for k, _ in pairs]
+    repeated = sorted({k for k in keys if keys.count(k) > 1})
+    if repeated:
+        names = ", ".join(f"`{k}`" for k in repeated)
+        raise ValueError(f"key {names} is written twice in one object" if len(repeated) == 1 else f"keys {names} are each written twice in one object")
+    return dict(pairs)
+
+
+def _path_problem(path: str) -> str | None:
+    """Why a manifest `path` cannot name a file inside the drop, with the fix; None when it can."""
+    example = "relative to the drop folder, e.g. `plates/plate_0001.csv`"
+    if not path:
+        return f"is empty; give the file's path {example}"
+    if "\\" in path:
+        return f"uses backslashes; write it with forward slashes, {example}"
+    if path.startswith("/") or re.match(r"^[A-Za-z]:/", path):
+        return f"is absolute; give the path {example}"
+    if ".." in path.split("/"):
+        return f"contains `..`, which points outside the drop folder; list only files inside the drop, {example}"
+    if posixpath.normpath(path) == MANIFEST_NAME:
+        return "is the manifest itself; the manifest lists the files beside it, never itself: remove this entry"
+    if posixpath.normpath(path) != path:
+        return f"is not written plainly; write it as {posixpath.normpath(path)!r}"
+    return None
+
+
+def parse_manifest(
+    data: bytes, drop_id: str, required_fields: Iterable[str] = (), kind: str = ""
+) -> tuple[DropManifest | None, list[DropIssue]]:
+    """Read a drop manifest; any problem is returned as an issue naming the field (and the drop, for entries)."""
     issues: list[DropIssue] = []
+    drop = _drop_name(kind, drop_id)
+    resend = "then send the drop again under a new drop_id"
     try:
-        doc = json.loads(data.decode("utf-8-sig"))
+        doc = json.loads(data.decode("utf-8-sig"), object_pairs_hook=_unique_keys)
     except UnicodeDecodeError:
         return None, [DropIssue("manifest_encoding", "manifest.json is not UTF-8 text; write it as UTF-8 JSON.", MANIFEST_NAME)]
     except json.JSONDecodeError as exc:
         return None, [DropIssue("manifest_json", f"manifest.json is not valid JSON ({exc.msg} at line {exc.lineno}, column {exc.colno}).", MANIFEST_NAME)]
+    except ValueError as exc:  # a repeated key: a JSON reader would keep only the last one
+        return None, [DropIssue("manifest_json", f"{drop}: manifest.json is ambiguous: {exc}; write each key once, {resend}.", MANIFEST_NAME)]
     if not isinstance(doc, dict):
         return None, [DropIssue("manifest_json", "manifest.json must hold a JSON object.", MANIFEST_NAME)]
     for name in ("drop_id", "files", *required_fields):
@@ -116,21 +154,24 @@ def parse_manifest(data: bytes, drop_id: str, required_fields: Iterable[str] = (
     if not isinstance(doc["files"], list):
         issues.append(DropIssue("manifest_field", "`files` must be a list of {path, sha256, bytes}.", MANIFEST_NAME))
     else:
+        first_at: dict[str, int] = {}
         for i, entry in enumerate(doc["files"]):
             try:
+                if not isinstance(entry, dict):
+                    raise TypeError(f"it is a {type(entry).__name__}, not an object")
                 path = str(entry["path"])
-                if path.startswith("/") or ".." in path.split("/") or path == MANIFEST_NAME:
-                    raise ValueError(f"path {path!r} must be relative to the drop folder, without `..`")
                 files.append(DropFile(path, str(entry["sha256"]).lower(), int(entry["bytes"])))
             except (KeyError, TypeError, ValueError) as exc:
                 issues.append(DropIssue("manifest_field", f"files[{i}] is not a valid {{path, sha256, bytes}} entry ({exc}).", MANIFEST_NAME))
+                continue
+            if (problem := _path_problem(path)) is not None:
+                issues.append(DropIssue("manifest_path", f"{drop}: manifest.json files[{i}] path {path!r} {problem}; {resend}.", MANIFEST_NAME))
+            elif path in first_at:
+                msg = f"{drop}: manifest.json lists {path!r} twice (files[{first_at[path]}] and files[{i}]); list each file once: remove files[{i}], {resend}."
+                issues.append(DropIssue("duplicate_entry", msg, MANIFEST_NAME))
+            first_at.setdefault(path, i)
         if not doc["files"]:
             issues.append(DropIssue("empty_drop", "The drop lists no files; a drop must hold at least one data file.", MANIFEST_NAME))
-        seen: set[str] = set()
-        for f in files:
-            if f.path in seen:
-                issues.append(DropIssue("manifest_field", f"{f.path} is listed twice in `files`.", MANIFEST_NAME))
-            seen.add(f.path)
     fields = {k: v for k, v in doc.items() if k not in ("drop_id", "files")}
     return DropManifest(drop_id, files, fields), issues
 
@@ -144,8 +185,8 @@ def read_verified_files(storage: Storage, kind: str, manifest: DropManifest) -> 
         uri = posixpath.join(base, f.path)
         try:
             data = read_bytes(uri)
-        except FileNotFoundError:
-            issues.append(DropIssue("missing_file", f"manifest.json names {f.path} but it is not in the drop folder; add the file or fix the manifest.", f.path))
+        except (FileNotFoundError, IsADirectoryError):
+            issues.append(DropIssue("missing_file", f"manifest.json names {f.path} but it is not a file in the drop folder; add the file or fix the manifest.", f.path))
             continue
         if len(data) != f.bytes:
             issues.append(
@@ -167,16 +208,38 @@ def read_verified_files(storage: Storage, kind: str, manifest: DropManifest) -> 
     return contents, issues
 
 
+def unlisted_files(storage: Storage, kind: str, manifest: DropManifest) -> list[DropIssue]:
+    """Files in the drop folder that the manifest does not list: the drop is not what the sender meant to send."""
+    fs, base = fs_for(storage.landing(kind, manifest.drop_id))
+    listed = {f.path for f in manifest.files} | {MANIFEST_NAME}
+    present = sorted(posixpath.relpath(p, base) for p in fs.find(base)) if fs.exists(base) else []
+    drop = _drop_name(kind, manifest.drop_id)
+    return [
+        DropIssue(
+            "unlisted_file",
+            f"{drop} holds {rel} but manifest.json does not list it; list it in `files` with its sha256 and bytes, "
+            "or leave it out of the drop, then send the drop again under a new drop_id.",
+            rel,
+        )
+        for rel in present
+        if rel not in listed
+    ]
+
+
 def read_drop(storage: Storage, kind: str, drop_id: str, required_fields: Iterable[str] = ()) -> tuple[DropManifest | None, dict[str, bytes], list[DropIssue]]:
     """Parse a landing drop's manifest and read every file it names, checked against it.
 
     Returns the manifest, the verified contents by path, and every problem found (empty if
-    the drop can be trusted).
+    the drop can be trusted: the manifest is sound, lists exactly the files in the folder,
+    and every file matches its size and sha256).
     """
-    manifest, issues = parse_manifest(read_bytes(posixpath.join(storage.landing(kind, drop_id), MANIFEST_NAME)), drop_id, required_fields)
+    manifest, issues = parse_manifest(read_bytes(posixpath.join(storage.landing(kind, drop_id), MANIFEST_NAME)), drop_id, required_fields, kind)
     if manifest is None or issues:
         return manifest, {}, issues
     contents, issues = read_verified_files(storage, kind, manifest)
+    issues += unlisted_files(storage, kind, manifest)
+    if issues:
+        return manifest, {}, issues
     return manifest, contents, issues
 
 

@@ -14,8 +14,14 @@ from typing import Annotated
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from shared_resources.catalog.accelerators import check_accelerator
-from shared_resources.catalog.pools import Capacity, Catalog, TenantLimits, read_yaml_mapping
+from shared_resources.catalog.pools import Capacity, Catalog, TenantLimits
 from shared_resources.catalog.step_spec import DatasetRef, StepSpec
+from shared_resources.catalog.yaml_files import read_yaml_mapping
+
+JOB_FILE_HOLDS = (
+    "A job file is a YAML mapping with `job` (a name), `tenant`, `start` (a UTC time) and `steps` "
+    "(step name -> gpus, expected_hours, ...), optionally `datasets`, `budget_usd` and `limits`; see docs/placement.md."
+)
 
 
 class JobFileError(ValueError):
@@ -127,7 +133,7 @@ def _where(loc: tuple) -> str:
 def load_job(path: str | Path) -> JobFile:
     """Read and validate a job file; JobFileError names file, entry and field."""
     path = Path(path)
-    doc = read_yaml_mapping(path, JobFileError, "job file (`job`, `tenant`, `start`, `datasets`, `steps`)")
+    doc = read_yaml_mapping(path, JobFileError, "job file", JOB_FILE_HOLDS)
     try:
         return JobFile.model_validate(doc)
     except ValidationError as exc:
