@@ -17,11 +17,13 @@ PYTHON ?= $(shell for p in python3.11 python3.12 python3.13 python3; do \
 	  for v in 3.11 3.12 3.13; do p=$$(PYENV_VERSION=$$(pyenv versions --bare 2>/dev/null | grep "^$$v" | tail -1) pyenv which python 2>/dev/null); \
 	  if [ -n "$$p" ]; then echo $$p; exit; fi; done)
 
-.PHONY: help venv demo test ui bench clean-home clean
+.PHONY: help venv demo test test-fast test-random ui bench clean-home clean
 
 help:
 	@echo "make demo   run the Cell and Robotics loops end to end on this machine, then a summary"
-	@echo "make test   run the whole test suite"
+	@echo "make test   run the whole test suite (what CI runs)"
+	@echo "make test-fast   the quick loop while working: leaves out the engines, e2e and ui tiers"
+	@echo "make test-random [SEED=n]   the whole suite in a shuffled order (prints the seed to repeat it)"
 	@echo "make ui     open the Dagster UI (http://127.0.0.1:3000) on the same storage root"
 	@echo "make bench  print the benchmark figures, each beside its baseline (benchmarks/README.md)"
 	@echo "storage root: $(SINEWGRID_HOME)   Dagster instance: $(DAGSTER_HOME)"
@@ -42,9 +44,23 @@ demo: $(STAMP) isaaclab-runtime
 
 # The suite runs Slurm, Ray and PostgreSQL for real: it starts and stops a single-node Slurm
 # cluster, a Ray head and a PostgreSQL server itself (testbed/); `slurm-packages` and
-# `postgres-packages` install their Debian packages if missing.
-test: $(STAMP) isaaclab-runtime slurm-packages postgres-packages
-	$(PY) -m pytest
+# `postgres-packages` install their Debian packages if missing; `ui-packages` installs the
+# Chromium the UI test drives (tests/test_ui.py).
+# Two workers (pytest-xdist): tests sharing the Slurm cluster and the Ray head, or the demo's
+# instance, stay on one worker, and so does each module (tests/conftest.py, `_worker_group`).
+TEST_WORKERS ?= 2
+test: $(STAMP) isaaclab-runtime slurm-packages postgres-packages ui-packages
+	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadgroup
+
+# Tiers (pyproject.toml): `engines` start Slurm, Ray, PostgreSQL or the S3 API server, `e2e`
+# run workloads or a loop end to end, `ui` drives the Dagster UI. None of them here.
+test-fast: $(STAMP)
+	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadgroup -m "not engines and not e2e and not ui"
+
+# Every test passes alone and in any order: modules and the tests in each, shuffled.
+SEED ?= $(shell echo $$RANDOM)
+test-random: $(STAMP) isaaclab-runtime slurm-packages postgres-packages ui-packages
+	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadgroup -p random_order --random-order-bucket=module --random-order-seed=$(SEED)
 
 ui: $(STAMP)
 	@mkdir -p "$(DAGSTER_HOME)"
@@ -62,3 +78,4 @@ clean: clean-home
 
 include mk/isaaclab.mk
 include mk/engines.mk
+include mk/ui.mk

@@ -9,15 +9,22 @@
 - unhealthy nodes: a file the pool's health check tests for (local), or the node drained in
   Slurm as a health checker (NHC) does; pool loss on Slurm: the partition set INACTIVE;
 - the torn checkpoint uses the checkpoint writer's failpoint (`shared_resources.runtime.checkpoints`).
+
+None fires on a timer. The run is armed with a `hold` failpoint (`shared_resources.runtime.failpoints`):
+when the workload has done the fault's unit it says so (a marker file) and waits, and the
+`Injector` fires on that marker, so the fault lands at the same unit of a running job however
+fast or slow the machine is (and the pool loss waits until its holder is in line for the slot).
 """
 
 from __future__ import annotations
 
 import fcntl
+import json
 import os
 import signal
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import psutil
@@ -25,6 +32,7 @@ import psutil
 from shared_resources.compute.inflight import InFlight
 from shared_resources.compute.cooldowns import slots_dir
 from shared_resources.catalog.pools import Pool
+from shared_resources.runtime.inputs import Failpoint
 from shared_resources.runtime.storage import Storage
 
 
@@ -81,9 +89,45 @@ class Throttle(threading.Thread):
         signal_workload(self.pids, signal.SIGCONT)
 
 
+class Injector(threading.Thread):
+    """Fires a fault on an event it sees: the `marker` a held workload writes when it has done
+    the fault's unit (the `hold` failpoint). Then it lets the workload go on (`release`), except
+    for a fault the platform itself must end (`release=False`: the workload waits until the
+    platform stops it, so it cannot finish before the platform has looked)."""
+
+    def __init__(self, action: Callable[[], None], failpoint: Failpoint, release: bool = True):
+        super().__init__(daemon=True, name="drill-injector")
+        self.action, self.failpoint, self.release_after = action, failpoint, release
+        self.fault_at: float | None = None
+        self.held: dict | None = None  # what the workload wrote: step, pid, time, reports
+        self.error: BaseException | None = None
+        self.cancelled = threading.Event()
+
+    def run(self) -> None:
+        marker = Path(self.failpoint.marker)
+        try:
+            while not self.cancelled.is_set() and not marker.exists():
+                time.sleep(0.02)
+            if self.cancelled.is_set():
+                return
+            self.held = json.loads(marker.read_text())
+            self.fault_at = time.time()
+            self.action()
+        except BaseException as exc:  # noqa: BLE001 - reported by the drill
+            self.error = exc
+        if self.release_after or self.error is not None:
+            self.release()
+
+    def release(self) -> None:
+        """Let a held workload go on (harmless when none is held)."""
+        Path(self.failpoint.release).touch()
+
+
 class SlotHolder(threading.Thread):
-    """Take every slot of a local pool, waiting for the busy ones (a blocking `flock` is granted
-    the moment the running step lets go, before the platform can try again)."""
+    """Take every slot of a local pool, waiting for the busy ones. `queued()` says when it waits
+    on the busy slot's lock: from then on, the lock is granted to it (in the kernel, the moment
+    the running step lets go) before the platform, which only tries again after it has booked
+    the attempt and chosen a pool, can take it."""
 
     def __init__(self, pool: Pool):
         super().__init__(daemon=True, name="drill-slots")
@@ -93,23 +137,46 @@ class SlotHolder(threading.Thread):
         self.held = threading.Event()
         self._release = threading.Event()
         self._handles: list = []
+        self._waiting_on: Path | None = None
 
     def run(self) -> None:
         folder = slots_dir() / self.pool.name
         folder.mkdir(parents=True, exist_ok=True)
         for index in range(self.pool.max_concurrent_steps or 0):
             handle = open(folder / f"slot-{index}.lock", "a+")  # noqa: SIM115 - held until release()
+            self._waiting_on = folder / f"slot-{index}.lock"
             fcntl.flock(handle, fcntl.LOCK_EX)
             self._handles.append(handle)
+        self._waiting_on = None
         self.held.set()
         self._release.wait()
         for handle in self._handles:
             fcntl.flock(handle, fcntl.LOCK_UN)
             handle.close()
 
+    def queued(self) -> bool:
+        """Holding every slot, or waiting in the kernel for the busy one's lock."""
+        if self.held.is_set():
+            return True
+        path = self._waiting_on
+        return path is not None and lock_waiters(path)
+
     def release(self) -> None:
         self._release.set()
         self.join(timeout=5)
+
+
+def lock_waiters(path: Path) -> bool:
+    """Whether a process waits for a lock on `path`: Linux lists it in `/proc/locks` as a `->`
+    line ending its `MAJOR:MINOR:INODE` field with the file's inode (the inode alone: an overlay
+    file system may name another device). Where /proc/locks cannot be read, True: the waiter
+    this is asked about is at most a few instructions from blocking."""
+    inode = f":{os.stat(path).st_ino}"
+    try:
+        lines = Path("/proc/locks").read_text().splitlines()
+    except OSError:
+        return True
+    return any("->" in fields and any(f.endswith(inode) for f in fields) for fields in (line.split() for line in lines))
 
 
 def unhealthy_marker(drill_root: Path, pool: str) -> Path:

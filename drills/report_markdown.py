@@ -85,7 +85,13 @@ def _how_to_read() -> list[str]:
 
 def _method() -> list[str]:
     items = [
-        "**Fault time**: when the injector acted (signal sent, file torn, pool taken away, node marked unhealthy).",
+        "**Fault time**: when the injector acted (signal sent, file torn, pool taken away, node marked unhealthy). "
+        "Faults fire on events, never on a guess about the run's speed: the torn checkpoint is the checkpoint "
+        "writer's own failpoint; for every other fault the workload, armed with a `hold` failpoint, says it has done "
+        "the fault's unit (the middle of the interval after the trigger checkpoint; for rollouts, the trigger "
+        "episode committed) and waits there, and the injector fires on that and lets it go on (an unhealthy node: "
+        "the workload waits until the platform stops it). The held time counts neither as work nor as step time. "
+        "A drill too small for its fault, or whose run finished with nothing to recover, is an error.",
         "**Detect**: when the platform saw the attempt end or flagged it (the backend saw the process or job "
         "end, the straggler detector or the health check raised it).",
         "**Contain**: when the faulty capacity was out of use: the attempt's process gone, the pool cooled "
@@ -94,8 +100,8 @@ def _method() -> list[str]:
         "**Resume**: when the new attempt reported it had loaded its checkpoint and was working again.",
         "**Work lost**: the units (steps or episodes) done before the fault minus the unit the next attempt "
         "resumed from. With notice, the checkpoint written on SIGTERM gives the units done exactly; without, "
-        "they are the last checkpoint plus the time from it to the fault at the attempt's median step time "
-        "(from its step-time telemetry).",
+        "the unit the workload was held at does (where no hold told it, the last checkpoint plus the time from "
+        "it to the fault at the attempt's median step time, from its step-time telemetry).",
         "**Bound**: what the checkpoint cadence promises: 0 with notice (the workload checkpoints on SIGTERM "
         "at the end of its current step), one checkpoint interval without.",
         "**Goodput**: productive ÷ allocated seconds over every attempt of the faulted run, from the ledger.",

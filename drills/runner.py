@@ -12,9 +12,7 @@ from __future__ import annotations
 import hashlib
 import json
 import signal
-import threading
 import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -26,14 +24,14 @@ from drills import faults
 from drills.goodput import loss_bound_steps, optimum_goodput
 from drills.model import DrillResult, Timings
 from drills.workloads import DrillWorkload, end_state_digest, prepare_inputs, workload
-from shared_resources.runtime.checkpoints import CheckpointStore
 from shared_resources.runtime.inputs import Failpoint
+from shared_resources.compute.monitor import BASELINE_REPORTS
 from shared_resources.compute.resource import ComputeResource
 from shared_resources.compute.step_run import StepRun
 from shared_resources.compute.health import Drains
 from shared_resources.accounting.ledger import read_ledger
 from shared_resources.catalog.pools import load_pools
-from shared_resources.runtime.storage import Storage, glob_uris
+from shared_resources.runtime.storage import Storage
 
 BACKENDS = ("local", "slurm")
 # Clusters a drill may fault, by backend; `sinewgrid drill --backend slurm` registers the one it starts.
@@ -141,44 +139,36 @@ def baseline(context: dg.AssetExecutionContext, setup: DrillSetup, w: DrillWorkl
     return digest
 
 
-def _progress(storage: Storage, w: DrillWorkload, checkpoint_uri: str, output_uri: str) -> int:
-    if w.name == "rollouts":
-        return len(glob_uris(output_uri.rstrip("/") + "/trials/seed-*.json"))
-    store = CheckpointStore(checkpoint_uri)
-    fs = storage.fs
-    done = [s for s in store.steps() if fs.exists(store.step_uri(s).removeprefix("file://") + "/manifest.json")]
-    return max(done, default=0)
+def fault_unit(w: DrillWorkload) -> int:
+    """The unit a fault lands at: the middle of the interval after the trigger checkpoint (work
+    at risk, for training), or right after the trigger episode is committed (rollouts)."""
+    return w.trigger + w.checkpoint_every // 2
 
 
-class Injector(threading.Thread):
-    """Waits until the faulted run has a checkpoint at or past the trigger, then injects."""
-
-    def __init__(self, action: Callable[[], None], ready: Callable[[], bool], delay: float):
-        super().__init__(daemon=True, name="drill-injector")
-        self.action, self.ready, self.delay = action, ready, delay
-        self.fault_at: float | None = None
-        self.error: BaseException | None = None
-        self.cancelled = threading.Event()
-
-    def run(self) -> None:
-        try:
-            while not self.cancelled.is_set() and not self.ready():
-                time.sleep(0.02)
-            if self.cancelled.is_set():
-                return
-            time.sleep(self.delay)
-            self.fault_at = time.time()
-            self.action()
-        except BaseException as exc:  # noqa: BLE001 - reported by the drill
-            self.error = exc
+# The longest a held workload waits for its fault, or for the platform to stop it: past this,
+# the drill has failed (its injector died, or the platform never reacted) and the run goes on.
+HOLD_SECONDS = 120.0
 
 
 def run_scenario(context: dg.AssetExecutionContext, setup: DrillSetup, scenario_key: str, workload_name: str, size: str = "small") -> DrillResult:
-    """Run `scenario` against `workload` on the setup's backend and measure the recovery."""
+    """Run `scenario` against `workload` on the setup's backend and measure the recovery.
+
+    The fault fires on events, never on a guess about how long the run takes: the workload is
+    armed with a failpoint that either is the fault (a torn checkpoint) or holds the workload at
+    the fault's unit until the fault has landed (everything else), and the fault goes to a job
+    the platform's in-flight records show running. A drill whose run is too small for its fault,
+    or whose run finished with nothing for the platform to recover, is an error, not a pass.
+    """
     scenario = SCENARIOS[scenario_key]
     if workload_name not in scenario.workloads:
         raise dg.Failure(f"the {scenario.title.lower()} drill does not apply to {workload_name}: use one of {', '.join(scenario.workloads)}")
     w = workload(workload_name, size)
+    unit = w.trigger if scenario.key == "torn-checkpoint" else fault_unit(w)
+    if unit >= w.total:
+        raise dg.Failure(
+            f"the {scenario.title.lower()} drill is too small for its fault: a {size} {w.name} run does {w.total} {w.unit}, "
+            f"and the fault lands at {w.unit} {unit}. Use a larger drill size."
+        )
     storage = Storage.at(setup.storage_root)
     tag = f"{setup.backend}-{size}"
     inputs = prepare_inputs(setup.drill_root)
@@ -190,27 +180,19 @@ def run_scenario(context: dg.AssetExecutionContext, setup: DrillSetup, scenario_
 
     drill = f"{tag}/{scenario.key}-{w.name}-{context.run_id[:8]}"
     step_name = f"drills.{drill.replace('/', '.')}.{w.name}"
-    output_uri = storage.uri("drills", "outputs", drill)
-    checkpoint_uri = storage.checkpoints(f"drills/{drill}")
     first_pool = setup.pools[0]
     pools = load_pools(setup.catalog)
-    ready_unit = w.trigger
     held: dict[str, Any] = {}
 
-    def pids() -> list[int]:
-        return faults.workload_pids(storage, step_name, setup.cluster)
-
     def target() -> list[int]:
-        """The workload's processes, waiting out a moment where the engine cannot list them."""
+        """The workload's processes, from the platform's in-flight records (the held workload is
+        running, so its record exists; an engine may take a moment to list a job's processes)."""
         deadline = time.time() + 10
-        while not (found := pids()):
+        while not (found := faults.workload_pids(storage, step_name, setup.cluster)):
             if time.time() > deadline:
                 raise RuntimeError(f"found no process of {step_name} to fault in its in-flight records within 10 s")
             time.sleep(0.02)
         return found
-
-    def ready() -> bool:
-        return _progress(storage, w, checkpoint_uri, output_uri) >= ready_unit and bool(pids())
 
     def inject() -> None:
         if scenario.key == "preempt-notice":
@@ -222,7 +204,11 @@ def run_scenario(context: dg.AssetExecutionContext, setup: DrillSetup, scenario_
                 holder = faults.SlotHolder(pools[first_pool])
                 holder.start()
                 held["holder"] = holder
-                time.sleep(0.1)  # the holder now waits on the busy slot
+                deadline = time.time() + 10
+                while not holder.queued():  # in line for the busy slot: the platform cannot retake it
+                    if time.time() > deadline or not holder.is_alive():
+                        raise RuntimeError(f"the slot holder did not queue for {first_pool}'s busy slot within 10 s")
+                    time.sleep(0.005)
             else:
                 setup.cluster.set_partition_state("spot", "INACTIVE")
             faults.signal_workload(target(), signal.SIGKILL)
@@ -251,48 +237,65 @@ def run_scenario(context: dg.AssetExecutionContext, setup: DrillSetup, scenario_
         for pool in setup.pools:
             drains.undrain(pool)
 
-    marker = setup.drill_root / "faults" / f"torn-{context.run_id}.json"
-    injector: Injector | None = None
-    failpoint: Failpoint | None = None
+    faults_dir = setup.drill_root / "faults"
+    faults_dir.mkdir(parents=True, exist_ok=True)
+    injector: faults.Injector | None = None
+    if scenario.key == "torn-checkpoint":
+        failpoint = Failpoint(kind="torn-checkpoint", at_step=unit, marker=str(faults_dir / f"torn-{context.run_id}.json"))
+    else:
+        # A straggler is measured against the pace the attempt started at: hold only once the
+        # workload has reported it as often as the detector's baseline takes.
+        reports = BASELINE_REPORTS if scenario.key == "straggler" else 0
+        failpoint = Failpoint(
+            kind="hold", at_step=unit, marker=str(faults_dir / f"held-{context.run_id}.json"), after_reports=reports, hold_seconds=HOLD_SECONDS
+        )
+        # An unhealthy node is the platform's to find: the workload waits until it is stopped.
+        injector = faults.Injector(inject, failpoint, release=scenario.key != "unhealthy-node")
+        injector.start()
     try:
-        if scenario.key == "torn-checkpoint":
-            marker.parent.mkdir(parents=True, exist_ok=True)
-            failpoint = Failpoint(kind="torn-checkpoint", at_step=w.trigger, marker=str(marker))
-        else:
-            injector = Injector(inject, ready, delay=_mid_interval_delay(w))
-            injector.start()
         step, digest = run_step(context, setup, w, drill, inputs, on_straggler=scenario.on_straggler, name=step_name, failpoint=failpoint)
     finally:
         if injector is not None:
             injector.cancelled.set()
             injector.join(timeout=10)
+            injector.release()
         restore()
     if injector is not None and injector.error is not None:
         raise dg.Failure(f"the drill could not inject its fault: {injector.error!r}")
-    fault_at = injector.fault_at if injector is not None else (json.loads(marker.read_text())["at"] if marker.exists() else None)
+    marker = Path(failpoint.marker)
+    fired = json.loads(marker.read_text()) if marker.exists() else None
+    if fired is None:
+        raise dg.Failure(
+            f"the {scenario.title.lower()} fault never fired: the run finished before reaching {w.unit} {unit}"
+            + (f" with {failpoint.after_reports} step-time reports sent" if failpoint.after_reports else "")
+            + ". Use a larger drill size."
+        )
+    fault_at = injector.fault_at if injector is not None else fired["at"]
     if fault_at is None:
+        raise dg.Failure(f"the workload waited at {w.unit} {fired['step']} for the {scenario.title.lower()} fault, which never came")
+    if len(step.timeline) == 1 and step.timeline[0]["outcome"] == "succeeded":
+        flags = step.timeline[0].get("flags")
         raise dg.Failure(
-            f"the {scenario.title.lower()} fault never fired: the run finished before reaching {w.unit} {w.trigger}. "
-            "Use a larger drill size."
+            f"the {scenario.title.lower()} drill is void: the fault landed at {w.unit} {fired['step']}, but the run finished "
+            + (f"before the stop reached it (the platform flagged {flags[0]['cause']})" if flags else "before the platform reacted")
+            + ", so there was nothing to recover. Use a larger drill size."
         )
-    if len(step.timeline) == 1 and step.timeline[0]["outcome"] == "succeeded" and step.timeline[0].get("flags"):
-        raise dg.Failure(
-            f"the {scenario.title.lower()} drill is void: the platform flagged the run ({step.timeline[0]['flags'][0]['cause']}) "
-            "but the workload finished before the stop reached it, so there was nothing to recover. Use a larger drill size."
-        )
-    return measure(scenario, setup, w, step, fault_at, digest, expected, storage)
-
-
-def _mid_interval_delay(w: DrillWorkload) -> float:
-    """Inject a moment after the trigger checkpoint, so the run is mid-interval (work at risk)."""
-    return 0.0 if w.name == "rollouts" else 0.15
+    # The failpoint says the unit the fault hit (the one held at, or the checkpoint torn while
+    # written): without notice, that is the work the attempt had done.
+    return measure(scenario, setup, w, step, fault_at, digest, expected, storage, fault_unit_done=fired["step"])
 
 
 # Measuring -------------------------------------------------------------------------------------
 
 
-def measure(scenario: Scenario, setup: DrillSetup, w: DrillWorkload, step: StepRun, fault_at: float, digest: str, expected: str, storage: Storage) -> DrillResult:
-    """Recovery timings, work lost and goodput of a faulted run, from the platform's own records."""
+def measure(
+    scenario: Scenario, setup: DrillSetup, w: DrillWorkload, step: StepRun, fault_at: float, digest: str, expected: str, storage: Storage,
+    fault_unit_done: int | None = None,
+) -> DrillResult:
+    """Recovery timings, work lost and goodput of a faulted run, from the platform's own records.
+
+    `fault_unit_done`: the unit the workload had done when the fault hit, when known (it was
+    held there); else it is worked out from the attempt's records (`units_done_at`)."""
     timeline = step.timeline
     hit = next((t for t in timeline if t["outcome"] not in ("succeeded",) and (t["ended_at"] or 0) >= fault_at - 0.05), None)
     later = timeline[timeline.index(hit) + 1 :] if hit else []
@@ -310,7 +313,12 @@ def measure(scenario: Scenario, setup: DrillSetup, w: DrillWorkload, step: StepR
     )
     # Rollouts commit each finished episode: the one in flight is lost time, never a unit redone.
     notice = scenario.notice or w.name == "rollouts"
-    reached = units_done_at(hit, fault_at, notice=notice, cadence=w.checkpoint_every) if hit else 0
+    if hit is None:
+        reached = 0
+    elif fault_unit_done is not None:
+        reached = max(fault_unit_done, hit.get("last_step") or 0)
+    else:
+        reached = units_done_at(hit, fault_at, notice=notice, cadence=w.checkpoint_every)
     resumed = (replacement or {}).get("resumed_step") or 0
     work_lost = max(reached - resumed, 0)
     bound = 0 if w.name == "rollouts" else loss_bound_steps(w.checkpoint_every, scenario.notice)

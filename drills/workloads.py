@@ -36,7 +36,7 @@ class DrillWorkload:
     unit: str  # steps | episodes
     total: int  # units in a whole run
     checkpoint_every: int  # units between checkpoints (1 for rollouts: each episode commits)
-    trigger: int  # inject the fault once a checkpoint at or past this unit exists
+    trigger: int  # the fault's checkpoint: torn while written, or hit half an interval after it (runner.fault_unit)
 
     def spec(self, drill: str, inputs: dict[str, str], output_uri: str, **overrides: Any) -> StepSpec:
         return build_spec(self, drill, inputs, output_uri, **overrides)

@@ -23,9 +23,12 @@ import tempfile
 from pathlib import Path
 
 from shared_resources.settings import settings
+from testbed import leftovers
 from testbed.ports import free_port
 
 DATABASE = "sinewgrid_test"
+PREFIX = "sinewgrid-pg-"
+START_ATTEMPTS = 3
 
 
 def postgres_bin() -> Path:
@@ -51,7 +54,8 @@ class PostgresServer:
 
     def __init__(self, root: Path | None = None):
         self.bin = postgres_bin()
-        self.root = Path(root or tempfile.mkdtemp(prefix="sinewgrid-pg-"))
+        leftovers.sweep(PREFIX)  # servers a killed earlier run left behind
+        self.root = Path(root or tempfile.mkdtemp(prefix=PREFIX))
         self.data = self.root / "data"
         self.port = free_port()
         self._user = pwd.getpwnam("postgres") if os.geteuid() == 0 else None
@@ -73,9 +77,18 @@ class PostgresServer:
     def start(self) -> PostgresServer:
         if self._user:
             os.chown(self.root, self._user.pw_uid, self._user.pw_gid)
+        leftovers.claim(self.root)
         self._run("initdb", "-D", str(self.data), "-U", "postgres", "--auth=trust", "--encoding=UTF8", "--no-sync")
-        options = f"-p {self.port} -k {self.root} -c listen_addresses=127.0.0.1 -c fsync=off"
-        self._run("pg_ctl", "-D", str(self.data), "-l", str(self.root / "server.log"), "-o", options, "-w", "-t", "60", "start")
+        for attempt in range(1, START_ATTEMPTS + 1):
+            options = f"-p {self.port} -k {self.root} -c listen_addresses=127.0.0.1 -c fsync=off"
+            try:
+                self._run("pg_ctl", "-D", str(self.data), "-l", str(self.root / "server.log"), "-o", options, "-w", "-t", "60", "start")
+                break
+            except RuntimeError as error:
+                # Another process took the chosen port before the server bound it: a new port.
+                if "Address already in use" not in str(error) or attempt == START_ATTEMPTS:
+                    raise
+                self.port = free_port()
         self._run("createdb", "-h", "127.0.0.1", "-p", str(self.port), "-U", "postgres", DATABASE)
         return self
 
@@ -85,10 +98,14 @@ class PostgresServer:
         return self.url.rsplit("/", 1)[0] + f"/{name}"
 
     def stop(self) -> None:
+        """Stop the server and remove its folder; a server `pg_ctl` cannot stop is killed."""
         try:
             if (self.data / "postmaster.pid").exists():
                 self._run("pg_ctl", "-D", str(self.data), "-m", "immediate", "-w", "stop")
+        except (RuntimeError, OSError, subprocess.SubprocessError):
+            pass  # whatever still runs from this folder is stopped below
         finally:
+            leftovers.stop_processes(leftovers.processes_using(self.root))
             shutil.rmtree(self.root, ignore_errors=True)
 
     def __enter__(self) -> PostgresServer:

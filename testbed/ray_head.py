@@ -27,10 +27,13 @@ from pathlib import Path
 import psutil
 
 from shared_resources.settings import child_env
+from testbed import leftovers
 from testbed.ports import free_ports
 
 RAY_CLI = str(Path(sys.executable).with_name("ray"))
 START_TIMEOUT_SECONDS = 120.0
+START_ATTEMPTS = 3
+PREFIX = "sgray-"
 DEFAULT_RESOURCES = {"pool_spot": 2, "pool_steady": 1}
 
 
@@ -76,6 +79,25 @@ class RayHead:
                 continue
         return list(found.values())
 
+    def stop_running_jobs(self, timeout_s: float = 30.0) -> list[str]:
+        """Stop every job not yet finished (a test left it behind) and wait until the running
+        ones have ended; the ids stopped. Ray keeps a stopped job it never placed PENDING (the
+        stop is queued until it is placed), so those are stopped but not waited for."""
+        from ray.job_submission import JobStatus, JobSubmissionClient
+
+        client = JobSubmissionClient(self.address)
+        unfinished = [j for j in client.list_jobs() if not j.status.is_terminal() and j.submission_id]
+        for job in unfinished:
+            client.stop_job(job.submission_id)
+        running = [j.submission_id for j in unfinished if j.status is JobStatus.RUNNING]
+        deadline = time.monotonic() + timeout_s
+        while running:
+            running = [j for j in running if not client.get_job_status(j).is_terminal()]
+            if running and time.monotonic() > deadline:
+                raise RayHeadError(f"Ray jobs {running} did not stop within {timeout_s:g}s of `stop_job`.\n{self.logs()}")
+            time.sleep(0.5)
+        return [j.submission_id for j in unfinished]
+
     def stop(self) -> None:
         """Stop this head's processes (SIGTERM, then SIGKILL for stragglers) and remove its folder."""
         procs = self._processes()
@@ -100,14 +122,28 @@ class RayHead:
 def start_ray_head(resources: dict[str, float] | None = None, *, num_cpus: int = 2) -> RayHead:
     """Start a Ray head on 127.0.0.1 with these custom resources; wait until its Jobs API answers.
 
-    Raises RayHeadError, with the head's logs, if it does not come up within two minutes.
+    Heads a killed earlier run left behind are stopped first. A head that cannot start is
+    tried again on new ports (another process may take a chosen port before Ray binds it);
+    raises RayHeadError, with the head's logs, after START_ATTEMPTS.
     """
-    resources = dict(DEFAULT_RESOURCES if resources is None else resources)
+    leftovers.sweep(PREFIX, "/tmp")
+    for attempt in range(1, START_ATTEMPTS + 1):
+        try:
+            return _start_once(dict(DEFAULT_RESOURCES if resources is None else resources), num_cpus)
+        except RayHeadError:
+            if attempt == START_ATTEMPTS:
+                raise
+    raise AssertionError("unreachable")
+
+
+def _start_once(resources: dict[str, float], num_cpus: int) -> RayHead:
     # Ray puts Unix sockets under the temp folder, whose paths must stay under ~107 characters.
-    temp_dir = Path(tempfile.mkdtemp(prefix="sgray-", dir="/tmp"))
+    temp_dir = Path(tempfile.mkdtemp(prefix=PREFIX, dir="/tmp"))
+    leftovers.claim(temp_dir)
     output = temp_dir / "ray-start.out"
-    # Chosen together, so no two of the head's components are handed the same port.
-    dashboard_port, gcs_port, client_port, node_port, object_port, agent_port, agent_grpc_port, env_port, metrics_port = free_ports(9)
+    # Ports Ray would otherwise take at fixed defaults (6379, 8265, 10001, 52365), chosen
+    # together so no two match; the node's other ports Ray picks itself.
+    dashboard_port, gcs_port, client_port, agent_port = free_ports(4)
     worker_base = random.randrange(20000, 29000, 100)
     command = [
         RAY_CLI, "start", "--head", "--block",
@@ -118,12 +154,7 @@ def start_ray_head(resources: dict[str, float] | None = None, *, num_cpus: int =
         f"--dashboard-port={dashboard_port}",
         f"--port={gcs_port}",
         f"--ray-client-server-port={client_port}",
-        f"--node-manager-port={node_port}",
-        f"--object-manager-port={object_port}",
         f"--dashboard-agent-listen-port={agent_port}",
-        f"--dashboard-agent-grpc-port={agent_grpc_port}",
-        f"--runtime-env-agent-port={env_port}",
-        f"--metrics-export-port={metrics_port}",
         f"--min-worker-port={worker_base}",
         f"--max-worker-port={worker_base + 99}",
         f"--temp-dir={temp_dir}",

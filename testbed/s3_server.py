@@ -2,24 +2,25 @@
 
 No real S3 can be reached from the test machines; moto serves the same HTTP API, and s3fs,
 boto3 and every subprocess a test starts talk to it through `AWS_ENDPOINT_URL` exactly as
-they would to AWS. `s3_server()` starts one on a free port, waits until it answers and
-stops it on exit. Run by hand: `python -m testbed.s3_server` starts one, prints its
+they would to AWS. `s3_server()` starts one on a port it picks itself, waits until it answers
+an S3 request and stops it on exit. Run by hand: `python -m testbed.s3_server` starts one, prints its
 endpoint and stops it on Enter.
 """
 
 from __future__ import annotations
 
 import contextlib
-import socket
+import re
 import subprocess
 import sys
+import tempfile
 import time
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
-from testbed.ports import free_port
-
 START_TIMEOUT_S = 60.0
+RUNNING_ON = re.compile(r"Running on http://127\.0\.0\.1:(\d+)")
 
 
 def moto_server_bin() -> Path:
@@ -35,33 +36,52 @@ def moto_server_bin() -> Path:
 
 @contextlib.contextmanager
 def s3_server(timeout_s: float = START_TIMEOUT_S) -> Iterator[str]:
-    """Start `moto_server -H 127.0.0.1 -p PORT`, yield its endpoint URL, stop it on exit."""
-    port = free_port()
-    server = subprocess.Popen(
-        [str(moto_server_bin()), "-H", "127.0.0.1", "-p", str(port)],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    try:
-        deadline = time.monotonic() + timeout_s
-        while True:
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=1).close()
-                break
-            except OSError:
-                if server.poll() is not None:
-                    raise RuntimeError(f"moto_server exited with code {server.returncode} before it answered on port {port}") from None
-                if time.monotonic() > deadline:
-                    raise RuntimeError(f"moto_server did not answer on 127.0.0.1:{port} within {timeout_s:.0f}s") from None
-                time.sleep(0.1)
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        server.terminate()
+    """Start `moto_server` on a port it picks itself, yield its endpoint URL once it answers
+    an S3 request, stop it on exit (even when the block raises)."""
+    with tempfile.TemporaryDirectory(prefix="sinewgrid-s3-") as folder:
+        log_path = Path(folder) / "moto.log"
+        with log_path.open("wb") as log:
+            # Port 0: the server binds a free port itself and prints it, so no other process can
+            # take it between choosing and binding.
+            server = subprocess.Popen(
+                [str(moto_server_bin()), "-H", "127.0.0.1", "-p", "0"],
+                stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+            )
         try:
-            server.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            server.kill()
-            server.wait(timeout=10)
+            yield _wait_until_it_answers(server, log_path, timeout_s)
+        finally:
+            server.terminate()
+            try:
+                server.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                server.kill()
+                server.wait(timeout=10)
+
+
+def _wait_until_it_answers(server: subprocess.Popen, log_path: Path, timeout_s: float) -> str:
+    """The endpoint, once the server has printed its port and answers ListBuckets there."""
+    deadline = time.monotonic() + timeout_s
+    endpoint = None
+    while True:
+        log = log_path.read_text(errors="replace")
+        if endpoint is None and (found := RUNNING_ON.search(log)):
+            endpoint = f"http://127.0.0.1:{found.group(1)}"
+        if endpoint and _lists_buckets(endpoint):
+            return endpoint
+        if server.poll() is not None:
+            raise RuntimeError(f"moto_server exited with code {server.returncode} before it answered. Its output:\n{log[-2000:]}")
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"moto_server did not answer an S3 request within {timeout_s:.0f}s. Its output:\n{log[-2000:]}")
+        time.sleep(0.1)
+
+
+def _lists_buckets(endpoint: str) -> bool:
+    """True when `endpoint` answers an S3 ListBuckets (`GET /`) with its XML."""
+    try:
+        with urllib.request.urlopen(f"{endpoint}/", timeout=2) as response:
+            return response.status == 200 and b"ListAllMyBucketsResult" in response.read()
+    except OSError:
+        return False
 
 
 if __name__ == "__main__":

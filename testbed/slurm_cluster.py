@@ -36,9 +36,11 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from shared_resources.settings import child_env
-from testbed.ports import free_port
+from testbed import leftovers
+from testbed.ports import free_ports
 
-
+PREFIX = "sinewgrid-slurm-"
+START_ATTEMPTS = 3  # new ports each time another process took one between choosing and binding
 NODE = "sgnode"
 GPUS = 2
 PARTITIONS = ("gpu", "spot")
@@ -103,7 +105,7 @@ class SlurmCluster:
     """One throwaway Slurm cluster: `start()`, use `env` for the client commands, `stop()`."""
 
     def __init__(self, root: Path | None = None):
-        self.root = Path(root) if root else Path(tempfile.mkdtemp(prefix="sinewgrid-slurm-"))
+        self.root = Path(root) if root else Path(tempfile.mkdtemp(prefix=PREFIX))
         self.conf = self.root / "etc" / "slurm.conf"
         self.munge_socket = self.root / "munge" / "munge.socket"
         self.host = socket.gethostname().split(".")[0]
@@ -125,25 +127,53 @@ class SlurmCluster:
             )
         if os.geteuid() != 0:
             raise SlurmClusterError("the throwaway Slurm cluster runs its daemons as root (SlurmUser=root); run the drills or tests as root.")
-        try:
-            self._write_config()
-            self._start_munged()
-            self._spawn("slurmctld", ["slurmctld", "-D", "-f", str(self.conf)])
-            self._wait(lambda: self._client_ok(["scontrol", "ping"], "UP"), timeout, "slurmctld answering `scontrol ping`")
-            self._spawn("slurmd", ["slurmd", "-D", "-N", NODE, "-f", str(self.conf)])
-            self._wait(self._node_ready, timeout, f"node {NODE} idle in `sinfo`")
-        except BaseException:
-            self.stop()
-            raise
+        leftovers.sweep(PREFIX)  # clusters a killed earlier run left behind
+        for attempt in range(1, START_ATTEMPTS + 1):
+            try:
+                self._start_once(timeout)
+                return self
+            except SlurmClusterError as error:
+                port_taken = "Address already in use" in str(error)
+                self._stop_daemons()
+                if not port_taken or attempt == START_ATTEMPTS:
+                    self.stop()
+                    raise
+            except BaseException:
+                self.stop()
+                raise
         return self
 
+    def _start_once(self, timeout: float) -> None:
+        self._write_config()
+        leftovers.claim(self.root)
+        self._start_munged()
+        self._spawn("slurmctld", ["slurmctld", "-D", "-f", str(self.conf)])
+        self._wait(lambda: self._client_ok(["scontrol", "ping"], "UP"), timeout, "slurmctld answering `scontrol ping`")
+        self._spawn("slurmd", ["slurmd", "-D", "-N", NODE, "-f", str(self.conf)])
+        self._wait(self._node_ready, timeout, f"node {NODE} idle in `sinfo`")
+
     def stop(self) -> None:
-        """Cancel every job, stop the daemons and remove the cluster's folder."""
-        if "slurmctld" in self.processes and self.processes["slurmctld"].poll() is None:
-            for partition in PARTITIONS:
-                self.client(["scancel", f"--partition={partition}"], check=False)
-            # Jobs end once their processes do (SIGKILL after KillWait): leave no slurmstepd behind.
-            self._wait(self._all_jobs_done, 30, "jobs to end", raise_on_timeout=False)
+        """Cancel every job, stop the daemons and remove the cluster's folder.
+
+        Each part runs even when the one before it failed (a `scancel` that times out, a
+        daemon that will not die): no daemon, job process or folder is left behind."""
+        try:
+            if "slurmctld" in self.processes and self.processes["slurmctld"].poll() is None:
+                for partition in PARTITIONS:
+                    self.client(["scancel", f"--partition={partition}"], check=False)
+                # Jobs end once their processes do (SIGKILL after KillWait): leave no slurmstepd behind.
+                self._wait(self._all_jobs_done, 30, "jobs to end", raise_on_timeout=False)
+        except (OSError, subprocess.SubprocessError, SlurmClusterError):
+            pass  # the daemons are stopped below either way
+        finally:
+            try:
+                self._stop_daemons()
+            finally:
+                # slurmstepd and job processes carry SLURM_CONF=<this folder> in their environment.
+                leftovers.stop_processes(leftovers.processes_using(self.root))
+                shutil.rmtree(self.root, ignore_errors=True)
+
+    def _stop_daemons(self) -> None:
         for name in reversed(list(self.processes)):
             process = self.processes[name]
             if process.poll() is None:
@@ -154,7 +184,6 @@ class SlurmCluster:
                     process.kill()
                     process.wait()
         self.processes.clear()
-        shutil.rmtree(self.root, ignore_errors=True)
 
     def __enter__(self) -> SlurmCluster:
         return self.start()
@@ -282,11 +311,12 @@ class SlurmCluster:
             if not device.exists():
                 os.mknod(device, 0o666 | 0o020000, os.makedev(1, 3))  # a character device, like /dev/null
             devices.append(str(device))
+        ctld_port, slurmd_port = free_ports(2)  # chosen together: never the same port twice
         self.conf.write_text(
             SLURM_CONF.format(
                 host=self.host,
-                ctld_port=free_port(),
-                slurmd_port=free_port(),
+                ctld_port=ctld_port,
+                slurmd_port=slurmd_port,
                 munge_socket=self.munge_socket,
                 root=self.root,
                 node=NODE,
@@ -304,6 +334,7 @@ class SlurmCluster:
         folder.mkdir(parents=True, exist_ok=True)
         os.chown(folder, munge.pw_uid, munge.pw_gid)
         folder.chmod(0o755)
+        self.munge_socket.unlink(missing_ok=True)  # from an earlier attempt
         self._spawn(
             "munged",
             [

@@ -39,6 +39,8 @@ from sinewgrid.cli import app
 from tests.conftest import ROOT_KINDS
 from tests.helpers import sensor_ingest
 
+pytestmark = pytest.mark.e2e  # runs workloads end to end, in their own processes
+
 TRAINING = [omics_dataset, foundation_model, finetuned_model, next_plate_proposal]
 FAST = {
     "ops": {

@@ -5,12 +5,15 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 import yaml
 
 from shared_resources.accounting.ledger import read_ledger
 from shared_resources.placement.ranking import checkpoint_interval_seconds
 from shared_resources.runtime.storage import Storage
 from testbed.counting_step import counting_spec, materialize_counting, result_metadata
+
+pytestmark = pytest.mark.e2e  # runs workloads end to end, in their own processes
 
 # λ = 3600 interruptions per hour → M = 1 s; δ = 0.125 s → τ = √(2·δ·M) = 0.5 s.
 SPOT = {

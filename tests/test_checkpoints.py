@@ -16,7 +16,10 @@ import torch
 
 from cell_lane.omics import join_labels, publish_dataset
 from shared_resources.runtime.checkpoints import CheckpointStore
+from shared_resources.runtime.inputs import Failpoint
 from shared_resources.runtime.workload import PREEMPTED_EXIT_CODE
+
+pytestmark = pytest.mark.e2e  # runs workloads end to end, in their own processes
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -69,35 +72,46 @@ def dataset_uri(tmp_path_factory, reference_expression) -> str:
     return uri
 
 
-def _extras(tmp_path: Path, dataset_uri: str, name: str, steps: int) -> Path:
+def _extras(tmp_path: Path, dataset_uri: str, name: str, steps: int, hold_at: int | None = None) -> Path:
+    """The workload's inputs; `hold_at`: it waits after that step (the `hold` failpoint) until it
+    is signalled, so a test interrupts it at that exact step, however fast the machine is."""
     path = tmp_path / f"{name}.json"
-    path.write_text(
-        json.dumps(
-            {
-                "config": {"dataset_uri": dataset_uri, "steps": steps, "seed": 3},
-                "checkpoint_uri": str(tmp_path / name),
-                "checkpoint_every_steps": 50,
-            }
-        )
-    )
+    inputs = {
+        "config": {"dataset_uri": dataset_uri, "steps": steps, "seed": 3},
+        "checkpoint_uri": str(tmp_path / name),
+        "checkpoint_every_steps": 50,
+    }
+    if hold_at is not None:
+        inputs["failpoint"] = Failpoint(kind="hold", at_step=hold_at, marker=str(_held_marker(tmp_path, name))).model_dump()
+    path.write_text(json.dumps(inputs))
     return path
 
 
-def _launch(extras: Path) -> subprocess.Popen:
-    return subprocess.Popen(
-        [sys.executable, "-m", "cell_lane.workloads.pretrain", "--extras", str(extras)],
-        cwd=REPO,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-    )
+def _held_marker(tmp_path: Path, name: str) -> Path:
+    return tmp_path / f"{name}-held.json"
 
 
-def _wait_for(path: Path, process: subprocess.Popen, timeout: float = 180) -> None:
-    deadline = time.monotonic() + timeout
-    while not path.exists():
-        assert process.poll() is None, f"workload ended before {path} appeared: {process.stderr.read().decode()[-2000:]}"
-        assert time.monotonic() < deadline, f"{path} never appeared"
-        time.sleep(0.05)
+class Workload:
+    """A pretraining process whose output goes to a file (a pipe nobody reads would fill and
+    block it); `tail()` is what the assertion messages show."""
+
+    def __init__(self, extras: Path, label: str = "first"):
+        self.log = extras.with_name(f"{extras.stem}-{label}.log")
+        with self.log.open("ab") as out:
+            self.process = subprocess.Popen([sys.executable, "-m", "cell_lane.workloads.pretrain", "--extras", str(extras)], cwd=REPO, stdout=out, stderr=out)
+
+    def tail(self) -> str:
+        return self.log.read_text(errors="replace")[-2000:]
+
+    def wait(self, timeout: float) -> int:
+        return self.process.wait(timeout=timeout)
+
+    def wait_for(self, path: Path, timeout: float = 300) -> None:
+        deadline = time.monotonic() + timeout
+        while not path.exists():
+            assert self.process.poll() is None, f"workload ended ({self.process.returncode}) before {path} appeared:\n{self.tail()}"
+            assert time.monotonic() < deadline, f"{path} never appeared:\n{self.tail()}"
+            time.sleep(0.05)
 
 
 def _final_model(folder: Path) -> dict[str, torch.Tensor]:
@@ -110,20 +124,20 @@ STEPS = 1500
 
 
 def test_killed_pretraining_resumes_to_the_same_weights(tmp_path, dataset_uri):
-    reference = _launch(_extras(tmp_path, dataset_uri, "uninterrupted", STEPS))
-    assert reference.wait(timeout=600) == 0, reference.stderr.read().decode()[-2000:]
+    reference = Workload(_extras(tmp_path, dataset_uri, "uninterrupted", STEPS))
+    assert reference.wait(timeout=600) == 0, reference.tail()
 
-    extras = _extras(tmp_path, dataset_uri, "killed", STEPS)
-    victim = _launch(extras)
-    _wait_for(tmp_path / "killed" / "step-00000100" / "manifest.json", victim)
-    victim.send_signal(signal.SIGKILL)  # no warning, no last checkpoint: like a lost node
+    # Killed at step 120, mid-interval: held there (an event), so the kill lands at the same step on any machine.
+    extras = _extras(tmp_path, dataset_uri, "killed", STEPS, hold_at=120)
+    victim = Workload(extras)
+    victim.wait_for(_held_marker(tmp_path, "killed"))
+    victim.process.send_signal(signal.SIGKILL)  # no warning, no last checkpoint: like a lost node
     assert victim.wait(timeout=60) == -signal.SIGKILL
-    steps_before = CheckpointStore(str(tmp_path / "killed")).steps()
-    assert max(steps_before) < STEPS, "the kill must land mid-run"
+    assert CheckpointStore(str(tmp_path / "killed")).steps() == [50, 100]  # 20 steps of work lost
 
-    resumed = _launch(extras)
-    assert resumed.wait(timeout=600) == 0, resumed.stderr.read().decode()[-2000:]
-    assert "resuming from" in resumed.stderr.read().decode()
+    resumed = Workload(extras, "resumed")  # the marker exists: no hold this time
+    assert resumed.wait(timeout=600) == 0, resumed.tail()
+    assert "resuming from" in resumed.log.read_text() and "(step 100)" in resumed.log.read_text()
 
     expected, actual = _final_model(tmp_path / "uninterrupted"), _final_model(tmp_path / "killed")
     assert expected.keys() == actual.keys()
@@ -132,14 +146,14 @@ def test_killed_pretraining_resumes_to_the_same_weights(tmp_path, dataset_uri):
 
 
 def test_sigterm_checkpoints_and_exits_with_the_preempted_code(tmp_path, dataset_uri):
-    extras = _extras(tmp_path, dataset_uri, "preempted", STEPS)
-    process = _launch(extras)
-    _wait_for(tmp_path / "preempted" / "step-00000050" / "manifest.json", process)
-    os.kill(process.pid, signal.SIGTERM)
-    assert process.wait(timeout=60) == PREEMPTED_EXIT_CODE
+    extras = _extras(tmp_path, dataset_uri, "preempted", STEPS, hold_at=70)
+    process = Workload(extras)
+    process.wait_for(_held_marker(tmp_path, "preempted"))
+    os.kill(process.process.pid, signal.SIGTERM)
+    assert process.wait(timeout=60) == PREEMPTED_EXIT_CODE, process.tail()
     store = CheckpointStore(str(tmp_path / "preempted"))
     last = store.latest_valid()
-    assert last is not None and 50 <= last.step < STEPS and not last.final
-    resumed = _launch(extras)
-    assert resumed.wait(timeout=600) == 0
+    assert last is not None and last.step == 70 and not last.final  # the step it was at when SIGTERM came
+    resumed = Workload(extras, "resumed")
+    assert resumed.wait(timeout=600) == 0, resumed.tail()
     assert store.latest_valid().final

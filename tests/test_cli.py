@@ -3,28 +3,17 @@
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
-from pathlib import Path
 
 import dagster as dg
 
-REPO = Path(__file__).resolve().parent.parent
+from tests.fixtures.demo import DemoRun
 
 
-def _sinewgrid(home: Path, *args: str) -> subprocess.CompletedProcess:
-    env = {**os.environ, "SINEWGRID_HOME": str(home), "DAGSTER_HOME": str(home / "dagster")}
-    return subprocess.run(
-        [sys.executable, "-m", "sinewgrid.cli", *args], cwd=REPO, env=env, capture_output=True, text=True, timeout=900
-    )
-
-
-def test_demo_runs_both_loops_to_the_summary(tmp_path):
-    home = tmp_path / "home"
-    done = _sinewgrid(home, "demo", "--rounds", "2")
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    out = done.stdout
+def test_demo_runs_both_loops_to_the_summary(demo_run: DemoRun):
+    """The session's demo run (tests/fixtures/demo.py: `sinewgrid demo --rounds 2` on a fresh root)."""
+    home = demo_run.home
+    assert demo_run.returncode == 0, demo_run.stdout[-3000:] + demo_run.stderr[-3000:]
+    out = demo_run.stdout
     assert "GPU steps: where they ran and what they cost" in out
     assert "cell.foundation_model" in out and "cell-steady" in out and "cell-burst" in out
     assert "The model, round by round" in out
@@ -52,7 +41,7 @@ def test_demo_runs_both_loops_to_the_summary(tmp_path):
     assert len(list((home / "outbox" / "plates").iterdir())) == 3
 
     # A second tick finds nothing new: every sensor is idempotent against the same instance.
-    again = _sinewgrid(home, "tick")
+    again = demo_run.sinewgrid("tick")
     assert again.returncode == 0, again.stderr[-2000:]
     assert "no new complete drops" in again.stdout
     assert "no new valid" in again.stdout
@@ -61,8 +50,8 @@ def test_demo_runs_both_loops_to_the_summary(tmp_path):
     # Every result can be traced: the demo names the newest ones, and their lineage reaches the drops.
     assert "sinewgrid lineage cell/next_plate_proposal/" in out and "sinewgrid lineage robotics/real_robot_evaluation/" in out
     proposal = next(line.split()[-1] for line in out.splitlines() if "sinewgrid lineage cell/next_plate_proposal/" in line)
-    traced = _sinewgrid(home, "lineage", proposal)
+    traced = demo_run.sinewgrid("lineage", proposal)
     assert traced.returncode == 0, traced.stderr[-2000:]
     assert "drop/assays/seed-plate-001" in traced.stdout and "cell/omics@" in traced.stdout and "cell/foundation_model/" in traced.stdout
-    listed = _sinewgrid(home, "data", "list")
+    listed = demo_run.sinewgrid("data", "list")
     assert listed.returncode == 0 and all(d in listed.stdout for d in ("cell/assays", "cell/omics", "robotics/teleop", "robotics/rollouts"))

@@ -14,21 +14,17 @@ import yaml
 
 from shared_resources.accounting.ledger import read_ledger
 from shared_resources.runtime.storage import Storage
-from testbed.ray_head import start_ray_head
+from testbed.ray_head import RayHead
 from testbed.slurm_cluster import SlurmCluster
-from testbed.counting_step import counting_spec, materialize_counting, result_metadata
+from testbed.counting_step import counting_spec, held, materialize_counting, result_metadata
 
-SLOW = {"steps": 20, "seed": 11, "step_seconds": 0.4}
+STEPS = {"steps": 20, "seed": 11}
 
 
-@pytest.fixture(scope="module")
-def engines():
-    head = start_ray_head({"pool_ray": 2})
-    try:
-        with SlurmCluster() as cluster:
-            yield cluster, head
-    finally:
-        head.stop()
+@pytest.fixture
+def engines(slurm: SlurmCluster, ray: RayHead) -> tuple[SlurmCluster, RayHead]:
+    """The session's Slurm cluster and Ray head, each left clean after the test."""
+    return slurm, ray
 
 
 def _pool(**fields) -> dict:
@@ -70,11 +66,13 @@ def test_preempted_on_slurm_resumes_on_ray_with_the_same_result(engines, home: P
     uninterrupted_home.mkdir()
     local = tmp_path / "local.yaml"
     local.write_text(yaml.safe_dump({"pools": {"here": _pool(backend="local", purchasing="on_demand", price_per_gpu_hour=0.0)}}))
-    expected = result_metadata(materialize_counting(uninterrupted_home, local, counting_spec(config=SLOW)))["digest"]
+    expected = result_metadata(materialize_counting(uninterrupted_home, local, counting_spec(config=STEPS)))["digest"]
 
     storage = Storage.at(str(home))
-    with cluster.requeue_after_first_checkpoint(home) as requeued:  # what a spot reclaim does
-        result = materialize_counting(home, catalog, counting_spec(config=SLOW), instance=instance)
+    # The Slurm attempt waits after step 5 until it is requeued (what a spot reclaim does).
+    held_run = counting_spec(config=STEPS, failpoint=held(tmp_path / "held"))
+    with cluster.requeue_after_first_checkpoint(home) as requeued:
+        result = materialize_counting(home, catalog, held_run, instance=instance)
 
     assert requeued, "the step finished on Slurm before it could be preempted"
     metadata = result_metadata(result)

@@ -1,15 +1,23 @@
 """Failure drills at a small size: every scenario recovers, loses no more than its cadence
-promises, and ends identical to an uninterrupted run. Outcomes, not times, are asserted.
+promises, books its lost time with its cause, and ends identical to an uninterrupted run.
+Outcomes, not times, are asserted: every fault fires on an event (the workload held at the
+fault's unit by its failpoint), so the outcome is the same on a fast or a slow machine.
 
 Local pool: every scenario against Cell pretraining; a rollout sweep and policy training
 against the faults that matter most for them; the preemption trace; the command line.
-(The Slurm scenarios are in tests/test_drills_slurm.py, with the cluster.)
+Each test stands alone: the module shares only the uninterrupted baselines, which any test
+that needs one runs the first time. (The Slurm scenarios are in tests/test_drills_slurm.py.)
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
+import signal
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import dagster as dg
@@ -18,16 +26,25 @@ from pydantic import ValidationError
 from typer.testing import CliRunner
 
 from drills.model import DrillResult
+from drills.runner import fault_unit
+from drills.workloads import workload
 from shared_resources.runtime.checkpoints import CheckpointStore
 from shared_resources.runtime.inputs import Failpoint
-from shared_resources.accounting.ledger import read_ledger
 from shared_resources.resources import platform_resources
-from shared_resources.runtime.storage import Storage
+from shared_resources.runtime.workload import PREEMPTED_EXIT_CODE
+from shared_resources.settings import REPO_ROOT
+
+pytestmark = pytest.mark.e2e  # runs workloads end to end, in their own processes
+
+PRETRAIN = workload("pretrain", "small")
+HELD_AT = fault_unit(PRETRAIN)  # mid-interval after the trigger checkpoint: 350 of 900, cadence 100
 
 
 @pytest.fixture(scope="module")
 def drill_home(tmp_path_factory: pytest.TempPathFactory):
-    """One storage root for the module, so the uninterrupted baselines are run once."""
+    """One storage root for the module, so the uninterrupted baselines are run once (by whichever
+    test needs one first). Nothing else carries from one test to the next: every faulted run has
+    its own name, markers and results, and a drill undoes its faults (drains, slots) itself."""
     root = tmp_path_factory.mktemp("drills") / "home"
     root.mkdir()
     saved = {k: os.environ.get(k) for k in ("SINEWGRID_SLOTS_DIR", "SINEWGRID_HOME")}
@@ -62,6 +79,17 @@ def assert_recovered(r: DrillResult) -> None:
     assert all(v is not None for v in (r.timings.detect, r.timings.contain, r.timings.replace, r.timings.resume)), r.timings
     assert r.timings.detect <= r.timings.contain <= r.timings.replace <= r.timings.resume, r.timings
     assert 0 < r.goodput < 1 and 0 < r.optimum_goodput <= 1
+    assert_lost_time_booked(r)
+
+
+def assert_lost_time_booked(r: DrillResult) -> None:
+    """The ledger books every attempt the fault cost under its cause (read back from the ledger
+    for this drill's own run), and a preempted attempt with the seconds it lost."""
+    for attempt in r.attempts:
+        if attempt["outcome"] == "preempted":
+            assert r.ledger_causes.get(attempt["cause"], 0) > 0, (attempt, r.ledger_causes)
+        elif attempt["outcome"] == "refused":
+            assert attempt["cause"] in r.ledger_causes, (attempt, r.ledger_causes)
 
 
 def outcomes(r: DrillResult) -> list[tuple[str, str, str]]:
@@ -72,15 +100,16 @@ def test_preemption_with_notice_checkpoints_and_loses_nothing(drill_home):
     r = drill(drill_home, "preempt-notice", "local-pretrain")
     assert_recovered(r)
     assert outcomes(r) == [("drill-local-a", "preempted", "notice"), ("drill-local-a", "succeeded", "")]
-    assert r.work_lost == 0 and r.attempts[1]["resumed_step"] > 0
-    assert r.ledger_causes.get("notice", 0) > 0  # the lost time is booked with its cause
+    # SIGTERM reached the workload held at step 350: it checkpointed there and lost nothing.
+    assert r.work_lost == 0 and r.attempts[1]["resumed_step"] == HELD_AT
 
 
 def test_preemption_without_notice_redoes_at_most_one_interval(drill_home):
     r = drill(drill_home, "preempt-no-notice", "local-pretrain")
     assert_recovered(r)
     assert outcomes(r)[0] == ("drill-local-a", "preempted", "lost-node")
-    assert r.attempts[1]["resumed_step"] % 100 == 0 and r.attempts[1]["resumed_step"] >= 300
+    # Killed at step 350, it resumed from the checkpoint at 300: half an interval redone.
+    assert r.attempts[1]["resumed_step"] == PRETRAIN.trigger and r.work_lost == HELD_AT - PRETRAIN.trigger
 
 
 def test_a_torn_checkpoint_is_skipped_and_kept(drill_home):
@@ -102,6 +131,7 @@ def test_a_lost_pool_refuses_and_the_step_fails_over(drill_home):
         ("drill-local-a", "refused", "refused"),
         ("drill-local-b", "succeeded", ""),
     ]
+    assert r.attempts[2]["resumed_step"] == PRETRAIN.trigger
 
 
 def test_a_straggler_is_flagged_drained_and_replaced(drill_home):
@@ -116,12 +146,15 @@ def test_an_unhealthy_node_is_drained_and_the_step_moves(drill_home):
     assert_recovered(r)
     assert outcomes(r) == [("drill-local-a", "preempted", "unhealthy-node"), ("drill-local-b", "succeeded", "")]
     assert "health check" in r.attempts[0]["flags"]
+    # The workload waited at step 350 until the platform stopped it; it checkpointed there.
+    assert r.attempts[1]["resumed_step"] == HELD_AT and r.work_lost == 0
 
 
 def test_a_rollout_sweep_killed_mid_episode_ends_with_the_same_episodes(drill_home):
     r = drill(drill_home, "preempt-no-notice", "local-rollouts")
     assert_recovered(r)
-    assert r.unit == "episodes" and r.attempts[1]["resumed_step"] >= 3
+    # Killed once its third episode was committed: the relaunch starts from exactly three.
+    assert r.unit == "episodes" and r.attempts[1]["resumed_step"] == workload("rollouts", "small").trigger
 
 
 def test_policy_training_survives_a_torn_checkpoint(drill_home):
@@ -142,6 +175,23 @@ def test_a_scenario_that_does_not_apply_is_refused_clearly(drill_home):
     assert not result.success
     message = next(e for e in result.all_events if e.is_step_failure).step_failure_data.error.message
     assert "does not apply to rollouts" in message
+
+
+def test_a_drill_too_small_for_its_fault_is_an_error_not_a_pass(drill_home, monkeypatch):
+    from drills import runner
+    from platform_location.defs.assets.drills import failure_drill
+
+    tiny = dataclasses.replace(PRETRAIN, total=HELD_AT)  # the run would end where the fault lands
+    monkeypatch.setattr(runner, "workload", lambda name, size="small": tiny)
+    result = dg.materialize(
+        [failure_drill],
+        partition_key=dg.MultiPartitionKey({"scenario": "preempt-no-notice", "target": "local-pretrain"}),
+        resources=platform_resources(root=str(drill_home)),
+        raise_on_error=False,
+    )
+    assert not result.success
+    message = next(e for e in result.all_events if e.is_step_failure).step_failure_data.error.message
+    assert "too small for its fault" in message and "Use a larger drill size" in message
 
 
 def test_preemption_trace_compares_three_cadences_to_the_same_end_state(drill_home):
@@ -181,14 +231,6 @@ def test_drill_command_writes_the_report(drill_home, tmp_path):
     # The drill's run is a run of the instance the UI shows.
     with dg.DagsterInstance.from_config(str(drill_home / "dagster")) as instance:
         assert instance.get_runs_count() >= 1
-
-
-def test_drill_ledger_books_every_lost_second_with_its_cause(drill_home):
-    ledger = read_ledger(Storage.at(str(drill_home)))
-    drills = ledger[ledger["lane"] == "drills"]
-    assert {"notice", "lost-node", "straggler", "unhealthy-node", "refused"} <= set(drills["cause"])
-    lost = drills[drills["outcome"] == "preempted"]
-    assert (lost["lost_seconds"] > 0).all()
 
 
 def test_unknown_matrix_entries_are_named():
@@ -234,3 +276,61 @@ def test_a_malformed_failpoint_says_what_it_expects():
     with pytest.raises(ValidationError, match="at_step"):
         Failpoint(kind="torn-checkpoint", at_step="soon", marker="m")
 
+
+
+HELD_SCRIPT = """
+import sys, torch
+from shared_resources.runtime.workload import WorkloadRun
+with WorkloadRun() as run:
+    resumed = run.resume()
+    for step in range(resumed.step if resumed else 0, 20):
+        run.step_done(step + 1, lambda: {"model": {"w": torch.full((2,), float(step))}})
+    run.finish(20, {"model": {"w": torch.zeros(2)}})
+"""
+
+
+def _held_run(tmp_path: Path, failpoint: Failpoint) -> subprocess.Popen:
+    extras = tmp_path / "extras.json"
+    extras.write_text(json.dumps({"checkpoint_uri": str(tmp_path / "ck"), "checkpoint_every_steps": 5, "failpoint": failpoint.model_dump()}))
+    with open(tmp_path / "workload.log", "ab") as log:  # read in the assertion messages, never a pipe to fill
+        return subprocess.Popen([sys.executable, "-c", HELD_SCRIPT, "--extras", str(extras)], cwd=REPO_ROOT, stdout=log, stderr=log)
+
+
+def _wait_for_file(path: Path, process: subprocess.Popen) -> dict:
+    deadline = time.monotonic() + 120
+    while not path.exists():
+        assert process.poll() is None, f"the workload ended ({process.returncode}) before {path.name} appeared"
+        assert time.monotonic() < deadline, f"{path.name} never appeared"
+        time.sleep(0.02)
+    return json.loads(path.read_text())
+
+
+def test_a_held_workload_waits_at_its_step_and_checkpoints_there_on_sigterm(tmp_path):
+    """The hold failpoint makes the fault's moment an event: the workload says it has done step 7
+    and waits; SIGTERM then checkpoints exactly step 7. Its next run does not hold again."""
+    failpoint = Failpoint(kind="hold", at_step=7, marker=str(tmp_path / "held.json"))
+    process = _held_run(tmp_path, failpoint)
+    try:
+        held = _wait_for_file(Path(failpoint.marker), process)
+        assert (held["step"], held["pid"]) == (7, process.pid)
+        assert CheckpointStore(str(tmp_path / "ck")).steps() == [5]  # waiting: nothing past step 7 happened
+        process.send_signal(signal.SIGTERM)
+        assert process.wait(timeout=60) == PREEMPTED_EXIT_CODE
+    finally:
+        process.kill()
+    assert CheckpointStore(str(tmp_path / "ck")).latest_valid().step == 7
+    again = _held_run(tmp_path, failpoint)
+    assert again.wait(timeout=120) == 0, (tmp_path / "workload.log").read_text()[-2000:]
+    assert CheckpointStore(str(tmp_path / "ck")).latest_valid().final
+
+
+def test_a_released_hold_lets_the_workload_finish(tmp_path):
+    failpoint = Failpoint(kind="hold", at_step=12, marker=str(tmp_path / "held.json"))
+    process = _held_run(tmp_path, failpoint)
+    try:
+        assert _wait_for_file(Path(failpoint.marker), process)["step"] == 12
+        Path(failpoint.release).touch()
+        assert process.wait(timeout=120) == 0, (tmp_path / "workload.log").read_text()[-2000:]
+    finally:
+        process.kill()
+    assert CheckpointStore(str(tmp_path / "ck")).latest_valid().step == 20

@@ -17,11 +17,11 @@ from tests.test_drills import assert_recovered, drill, outcomes
 
 
 @pytest.fixture(scope="module")
-def cluster():
-    with SlurmCluster() as running:
-        runner.ACTIVE_CLUSTERS["slurm"] = running
-        yield running
-        runner.ACTIVE_CLUSTERS.pop("slurm", None)
+def cluster(slurm_cluster: SlurmCluster):
+    """The session's Slurm cluster, handed to the drill runner while this module runs."""
+    runner.ACTIVE_CLUSTERS["slurm"] = slurm_cluster
+    yield slurm_cluster
+    runner.ACTIVE_CLUSTERS.pop("slurm", None)
 
 
 @pytest.fixture(scope="module")
@@ -38,10 +38,9 @@ def slurm_home(tmp_path_factory, cluster):
 
 
 @pytest.fixture
-def healthy(cluster):
-    yield cluster
-    left = cluster.reset()
-    assert not left, f"jobs left on the cluster after the drill: {left}"
+def healthy(cluster, slurm):
+    """The cluster, back to healthy with no job left after each drill (the `slurm` fixture)."""
+    return cluster
 
 
 def test_a_killed_slurm_job_resumes_from_its_checkpoint(slurm_home, healthy):

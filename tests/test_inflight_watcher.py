@@ -13,16 +13,19 @@ from pathlib import Path
 
 import dagster as dg
 import psutil
+import pytest
 
 from sensors.inflight_watcher import make_inflight_watcher
-from shared_resources.compute.backends.base import JobHandle
-from shared_resources.compute.inflight import InFlight
-from shared_resources.compute.backends.local import LocalBackend
 from shared_resources.accounting.ledger import read_ledger
 from shared_resources.catalog.pools import load_pools
+from shared_resources.compute.backends.base import JobHandle
+from shared_resources.compute.backends.local import LocalBackend
+from shared_resources.compute.inflight import InFlight
 from shared_resources.resources import platform_resources
 from shared_resources.runtime.storage import Storage
 from shared_resources.settings import REPO_ROOT
+
+pytestmark = pytest.mark.e2e  # runs workloads end to end, in their own processes
 
 CATALOG = """
 pools:
@@ -131,7 +134,7 @@ def test_watcher_clears_a_stale_record_and_ignores_other_lanes(home: Path, tmp_p
 
 
 def test_local_handle_never_matches_a_reused_pid():
-    process = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    process = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(300)"])
     try:
         pool = load_pools()["local"]
         handle = LocalBackend.handle_for(pool, process.pid)
@@ -140,5 +143,46 @@ def test_local_handle_never_matches_a_reused_pid():
         assert LocalBackend().status(reused).state.value == "gone"
         LocalBackend().cancel(handle)
         assert LocalBackend().status(handle).state.value == "gone"
+        assert _reaped(process.pid, handle), "cancel returns once the process it stopped is gone, not a zombie"
     finally:
         process.kill()
+
+
+def _reaped(pid: int, handle: JobHandle) -> bool:
+    """Nothing left of the handle's process, not even a zombie (its pid gone, or another's)."""
+    try:
+        return abs(psutil.Process(pid).create_time() - handle.info["create_time"]) > 0.01
+    except psutil.NoSuchProcess:
+        return True
+
+
+def test_a_zombie_counts_as_ended():
+    """A child that died and that nobody has waited for yet (a zombie) is gone, deterministically:
+    the test waits until the kernel shows it as a zombie, then asks."""
+    process = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(300)"])
+    try:
+        handle = LocalBackend.handle_for(load_pools()["local"], process.pid)
+        os.kill(process.pid, signal.SIGKILL)  # not through Popen: nothing waits for it
+        _wait_for(lambda: psutil.Process(process.pid).status() == psutil.STATUS_ZOMBIE, "the killed child to be a zombie")
+        assert LocalBackend().status(handle).state.value == "gone"
+        LocalBackend().signal(handle)  # nothing to signal, nothing raised
+        LocalBackend().cancel(handle, grace_seconds=0)
+        assert process.wait(timeout=30) == -signal.SIGKILL  # status and cancel left its exit code to its parent
+    finally:
+        process.kill()
+
+
+def test_cancel_kills_a_process_that_ignores_sigterm_and_reaps_it():
+    """Past its grace period cancel kills, and returns only once the process has ended (the case
+    where status read `running` after cancel: a SIGKILL sent and not waited for)."""
+    ignores = "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); print('ready', flush=True); time.sleep(300)"
+    process = subprocess.Popen([sys.executable, "-c", ignores], stdout=subprocess.PIPE)
+    try:
+        assert process.stdout.readline() == b"ready\n"  # SIGTERM is ignored from here on
+        handle = LocalBackend.handle_for(load_pools()["local"], process.pid)
+        LocalBackend().cancel(handle, grace_seconds=0.2)
+        assert LocalBackend().status(handle).state.value == "gone"
+        assert _reaped(process.pid, handle)
+    finally:
+        process.kill()
+        process.stdout.close()

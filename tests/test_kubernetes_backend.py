@@ -10,9 +10,11 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import signal
 import socket
+import subprocess
+import sys
+import textwrap
 import threading
 from pathlib import Path
 from typing import Any
@@ -28,8 +30,10 @@ from kubernetes.client import ApiClient
 from shared_resources.compute.backends.base import AttemptOutcome, outcome_of
 from shared_resources.compute.backends.base import JobHandle, JobState
 from shared_resources.compute.inflight import InFlight
-from shared_resources.compute.backends.kubernetes import KubernetesBackend, core_api, job_status, pod_spec_for
+from shared_resources.compute.backends.kubernetes import KubernetesBackend, core_api, job_status, label_value, pod_spec_for
+from shared_resources.compute.health import Drains, Qualifications
 from shared_resources.runtime.checkpoints import CheckpointStore
+from shared_resources.runtime.inputs import Failpoint
 from shared_resources.accounting.ledger import read_ledger
 from shared_resources.catalog.pools import load_pools
 from shared_resources.runtime.storage import Storage
@@ -37,7 +41,9 @@ from shared_resources.settings import REPO_ROOT
 from tests.engines.fake_kube_api import FakeKubeAPI, FakeNode
 from testbed.counting_step import counting_spec, materialize_counting, result_metadata
 
-pytestmark = pytest.mark.timeout(120)  # a wait the backend fails to end fails the test, not the suite
+# Pods run the workloads for real (as local processes): tier `e2e`. A wait the backend fails
+# to end fails the test, not the suite.
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(120)]
 
 DEPLOY_POOLS = REPO_ROOT / "deploy" / "pools"
 SPOT_TAINT = {"key": "sinewgrid.test/spot", "value": "true", "effect": "NoSchedule"}
@@ -204,13 +210,17 @@ def test_counting_workload_runs_in_a_pod_and_reports_through_the_pod_log(home: P
 
 @pytest.mark.parametrize("how", ["kubelet eviction", "scheduler preemption"])
 def test_a_pod_taken_away_mid_run_resumes_from_its_checkpoint(home: Path, tmp_path: Path, kube, how: str) -> None:
-    spec = counting_spec(config={"steps": 40, "step_seconds": 0.1})
+    # The workload waits after step 7 (its `hold` failpoint) until it is taken away: the fault
+    # lands mid-run, at the same step, however fast the machine is.
+    held = tmp_path / "held.json"
+    spec = counting_spec(config={"steps": 40, "step_seconds": 0.02}, failpoint=Failpoint(kind="hold", at_step=7, marker=str(held)))
     backend = KubernetesBackend()
     seen: dict[str, Any] = {}
 
     def take_the_pod_away() -> None:
         try:
             name = kube.wait_for_log('"event": "checkpoint"', labels={"sinewgrid.io/attempt": "1"})
+            kube.wait_for(held.exists, "the workload to be held at step 7")
             (record,) = InFlight(Storage.at(str(home))).records()  # the watcher's view of it
             handle = JobHandle.from_json(record["handle"])
             seen.update(pod=name, handle=handle.job_id, status=backend.status(handle).state, owner=record["owner"])
@@ -227,7 +237,7 @@ def test_a_pod_taken_away_mid_run_resumes_from_its_checkpoint(home: Path, tmp_pa
 
     md = result_metadata(result)
     assert md["digest"] == expected_digest(40, 7)  # the same result as uninterrupted
-    assert md["resumed_from"] > 0
+    assert md["resumed_from"] == 7  # the checkpoint written on SIGTERM, at the step it was held at
     assert (md["preemptions"], md["pools_tried"]) == (1, "k8s-spot, k8s-on-demand")
     ledger = _ledger(home)
     assert [(a["pool"], a["outcome"]) for a in ledger] == [("k8s-spot", "preempted"), ("k8s-on-demand", "succeeded")]
@@ -269,22 +279,78 @@ def test_a_user_code_failure_fails_the_step_without_a_retry(home: Path, tmp_path
     assert [(a["pool"], a["outcome"], a["exit_code"]) for a in _ledger(home)] == [("k8s-spot", "failed", 1)]
 
 
+# The run worker of a cancelled run: `dagster run cancel` interrupts it (SIGINT, in-process).
+# It runs as its own process, so the test interrupts that process, never the test runner.
+RUN_WORKER = textwrap.dedent(
+    """
+    import json, sys
+    from pathlib import Path
+    import dagster as dg
+    from testbed.counting_step import counting_spec, materialize_counting
+    home, pools, spec = Path(sys.argv[1]), Path(sys.argv[2]), json.loads(sys.argv[3])
+    try:
+        materialize_counting(home, pools, counting_spec(**spec))
+    except (dg.DagsterExecutionInterruptedError, KeyboardInterrupt) as exc:
+        print(f"run interrupted: {type(exc).__name__}", flush=True)
+        sys.exit(3)
+    print("run finished", flush=True)
+    """
+)
+
+
 def test_a_cancelled_run_deletes_its_pod_and_the_workload_checkpoints(home: Path, tmp_path: Path, kube) -> None:
-    spec = counting_spec(config={"steps": 400, "step_seconds": 0.05}, checkpoint_every_steps=1000)
-    running: list[str] = []
-
-    def interrupt_the_run() -> None:
-        running.append(kube.wait_for_log("counting from step 0"))
-        os.kill(os.getpid(), signal.SIGINT)  # what `dagster run cancel` amounts to in-process
-
-    threading.Thread(target=interrupt_the_run, daemon=True).start()
-    with pytest.raises((dg.DagsterExecutionInterruptedError, KeyboardInterrupt)):
-        materialize_counting(home, _catalog(tmp_path, _on_demand(kube)), spec)
+    held = tmp_path / "held.json"  # the workload waits after step 5 until it is stopped
+    spec = {
+        "config": {"steps": 400, "step_seconds": 0.05},
+        "checkpoint_every_steps": 1000,
+        "failpoint": Failpoint(kind="hold", at_step=5, marker=str(held)).model_dump(),
+    }
+    log = tmp_path / "run-worker.log"
+    with log.open("ab") as out:
+        worker = subprocess.Popen(
+            [sys.executable, "-c", RUN_WORKER, str(home), str(_catalog(tmp_path, _on_demand(kube))), json.dumps(spec)],
+            cwd=REPO_ROOT, stdout=out, stderr=out,
+        )
+    try:
+        kube.wait_for(lambda: held.exists() or worker.poll() is not None, "the workload to run in its pod, held at step 5")
+        assert worker.poll() is None, log.read_text()[-3000:]
+        (pod,) = [p["metadata"]["name"] for p in kube.pods()]
+        worker.send_signal(signal.SIGINT)  # what `dagster run cancel` amounts to in the run worker
+        assert worker.wait(timeout=60) == 3, log.read_text()[-3000:]
+    finally:
+        worker.kill()
+    assert "run interrupted" in log.read_text()
     kube.wait_for(lambda: not kube.pods(), "the cancelled run's pod to be deleted")
     assert InFlight(Storage.at(str(home))).records() == []
-    kube.wait_for(lambda: running[0] in kube.exit_codes, "the cancelled pod's container to exit")
-    assert kube.exit_codes[running[0]] == 75  # it got SIGTERM and saved a checkpoint first
-    assert CheckpointStore(Storage.at(str(home)).checkpoints("counting")).latest_valid() is not None
+    kube.wait_for(lambda: pod in kube.exit_codes, "the cancelled pod's container to exit")
+    assert kube.exit_codes[pod] == 75  # it got SIGTERM and saved a checkpoint first
+    assert CheckpointStore(Storage.at(str(home)).checkpoints("counting")).latest_valid().step == 5
+
+
+def test_a_qualifying_kubernetes_pool_runs_its_probe_as_a_pod_and_the_verdict_decides(home: Path, tmp_path: Path, kube) -> None:
+    """Qualification on: before the step lands, a probe pod runs on the pool (runtime, storage,
+    the pool's health check; CPU pools, so no GPU check, whatever the machine). The spot pool's
+    health check fails: it is drained with the probe's words and the step moves on; the
+    on-demand pool's passes: the pass is remembered and the step runs there."""
+    qualifying = {"qualify": True, "accelerator": "cpu"}
+    sick = _pool("k8s-spot", 0.3, "spot", {"sinewgrid.test/capacity": "spot"}, kube.kubeconfig, health_check=["false"], **qualifying)
+    fine = _pool("k8s-on-demand", 1.0, "on_demand", {"sinewgrid.test/capacity": "on-demand"}, kube.kubeconfig, health_check=["true"], **qualifying)
+    catalog = _catalog(tmp_path, sick, fine)
+    result = materialize_counting(home, catalog, counting_spec(config={"steps": 10}))
+
+    md = result_metadata(result)
+    assert (md["pool"], md["digest"]) == ("k8s-on-demand", expected_digest(10, 7))
+    probes = {labels["sinewgrid.io/pool"]: name for name, labels in kube.created.items() if labels["sinewgrid.io/step"] == label_value("test.counting.qualify")}
+    assert sorted(probes) == ["k8s-on-demand", "k8s-spot"], kube.created
+    assert (kube.exit_codes[probes["k8s-spot"]], kube.exit_codes[probes["k8s-on-demand"]]) == (1, 0)
+    storage = Storage.at(str(home))
+    drain = Drains(storage).active("k8s-spot")
+    assert drain is not None and "health_check check failed" in drain.reason and "`false`" in drain.reason
+    pools = load_pools(catalog)
+    assert Qualifications(storage).fresh(pools["k8s-spot"], "default") is None
+    passed = Qualifications(storage).fresh(pools["k8s-on-demand"], "default")
+    assert passed is not None and passed["checks"]["health_check"] == "passed" and "round trip" in passed["checks"]["storage"]
+    assert [(a["pool"], a["outcome"]) for a in _ledger(home)] == [("k8s-on-demand", "succeeded")]  # a disqualified pool ran no step
 
 
 def test_status_collect_and_cancel_find_a_pod_from_its_handle(tmp_path: Path, kube) -> None:

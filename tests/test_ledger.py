@@ -25,23 +25,16 @@ from shared_resources.accounting.records import (
 )
 from shared_resources.catalog.pools import load_pools
 from shared_resources.runtime.storage import Storage
-from testbed.postgres_server import PostgresServer
 from tests.synthetic_ledger import DAY1, DAY2, synthetic_records
 
 T0 = dt.datetime(2025, 3, 1, 12, 0, tzinfo=dt.UTC)
-
-
-@pytest.fixture(scope="module")
-def postgres():
-    with PostgresServer() as server:
-        yield server
 
 
 @pytest.fixture(params=["sqlite", "postgresql"])
 def ledger(request, tmp_path) -> Ledger:
     if request.param == "sqlite":
         return Ledger(f"sqlite:///{tmp_path / 'ledger.db'}")
-    server = request.getfixturevalue("postgres")
+    server = request.getfixturevalue("postgres")  # the session's server (tests/fixtures/postgres.py), a database per test
     return Ledger(server.create_database(f"ledger_{uuid.uuid4().hex[:10]}"))
 
 

@@ -24,8 +24,8 @@ from shared_resources.accounting.ledger import read_ledger
 from shared_resources.catalog.pools import load_pools
 from shared_resources.runtime.storage import Storage
 from shared_resources.settings import REPO_ROOT
-from testbed.ray_head import RayHead, start_ray_head
-from testbed.counting_step import counting_spec, materialize_counting, result_metadata
+from testbed.ray_head import RayHead
+from testbed.counting_step import counting_spec, held, materialize_counting, result_metadata
 
 STEPS, SEED = 30, 7
 
@@ -61,17 +61,10 @@ def _catalog(address: str, extra: str = "") -> str:
     ) + textwrap.indent(textwrap.dedent(extra), "  ")
 
 
-@pytest.fixture(scope="module")
-def ray_head() -> RayHead:
-    head = start_ray_head({"pool_spot": 2, "pool_steady": 1})  # raises with the head's logs if it cannot start
-    yield head
-    head.stop()
-
-
 @pytest.fixture
-def pools_file(tmp_path: Path, ray_head: RayHead) -> Path:
+def pools_file(tmp_path: Path, ray: RayHead) -> Path:
     path = tmp_path / "pools.yaml"
-    path.write_text(_catalog(ray_head.address))
+    path.write_text(_catalog(ray.address))
     return path
 
 
@@ -96,19 +89,20 @@ def _jobs_of(client: JobSubmissionClient, step: str, pool: str | None = None) ->
     ]
 
 
-def test_counting_runs_end_to_end_as_a_ray_job(home, pools_file, ray_head, uninterrupted_digest):
+def test_counting_runs_end_to_end_as_a_ray_job(home, pools_file, ray, uninterrupted_digest):
     spec = counting_spec("test.ray-counting", config={"steps": STEPS, "seed": SEED})
     md = result_metadata(materialize_counting(home, pools_file, spec))
     assert md["digest"] == uninterrupted_digest
     assert (md["pool"], md["backend"], md["attempts"], md["resumed_from"]) == ("ray-spot", "ray", 1, 0)
-    (job,) = _jobs_of(JobSubmissionClient(ray_head.address), spec.name)
+    (job,) = _jobs_of(JobSubmissionClient(ray.address), spec.name)
     assert job.status == "SUCCEEDED"
     assert "testbed.counting_workload" in job.entrypoint
 
 
-def test_a_stopped_ray_job_resumes_from_its_checkpoint_with_the_same_digest(home, pools_file, ray_head, uninterrupted_digest):
-    spec = counting_spec("test.ray-stopped", config={"steps": STEPS, "seed": SEED, "step_seconds": 0.15})
-    client = JobSubmissionClient(ray_head.address)
+def test_a_stopped_ray_job_resumes_from_its_checkpoint_with_the_same_digest(home, pools_file, ray, uninterrupted_digest):
+    # The run waits after step 5 until its job is stopped: it cannot finish first, however fast.
+    spec = counting_spec("test.ray-stopped", config={"steps": STEPS, "seed": SEED}, failpoint=held(home / "held"))
+    client = JobSubmissionClient(ray.address)
     stopped: list[str] = []
     done = threading.Event()
 
@@ -116,7 +110,7 @@ def test_a_stopped_ray_job_resumes_from_its_checkpoint_with_the_same_digest(home
         # Like an operator's `ray job stop`: once the first attempt has a checkpoint, stop its job.
         while not done.is_set():
             running = [j for j in _jobs_of(client, spec.name) if j.status == "RUNNING"]
-            if running and any((home / "checkpoints").rglob("manifest.json")):
+            if running and (home / "held").exists():
                 client.stop_job(running[0].submission_id)
                 stopped.append(running[0].submission_id)
                 return
@@ -138,13 +132,13 @@ def test_a_stopped_ray_job_resumes_from_its_checkpoint_with_the_same_digest(home
     assert list(ledger["pool"]) == ["ray-spot", "ray-steady"]
 
 
-def test_a_pool_whose_resource_the_cluster_lacks_is_refused_and_the_next_pool_runs_it(home, tmp_path, ray_head):
+def test_a_pool_whose_resource_the_cluster_lacks_is_refused_and_the_next_pool_runs_it(home, tmp_path, ray):
     missing = f"""
         ray-missing:
           provider: test-ray
           region: local
           backend: ray
-          backend_settings: {{address: "{ray_head.address}", resources: {{pool_missing: 1}}, gpu_resource: null}}
+          backend_settings: {{address: "{ray.address}", resources: {{pool_missing: 1}}, gpu_resource: null}}
           purchasing: reserved
           capacity: steady
           accelerator: cpu
@@ -153,13 +147,13 @@ def test_a_pool_whose_resource_the_cluster_lacks_is_refused_and_the_next_pool_ru
           pending_deadline_seconds: 3
     """
     pools_file = tmp_path / "pools.yaml"
-    pools_file.write_text(_catalog(ray_head.address, missing))
+    pools_file.write_text(_catalog(ray.address, missing))
     spec = counting_spec("test.ray-refused", config={"steps": 5, "seed": SEED})
     md = result_metadata(materialize_counting(home, pools_file, spec))
     assert md["pools_tried"] == "ray-missing, ray-spot" and md["pool"] == "ray-spot"
     ledger = read_ledger(Storage.at(str(home)).ledger())
     assert list(ledger["outcome"]) == ["refused", "succeeded"]
-    client = JobSubmissionClient(ray_head.address)
+    client = JobSubmissionClient(ray.address)
     # What ray-missing never placed was the pool's qualification probe: the step itself never went there.
     (probe,) = _jobs_of(client, f"{spec.name}.qualify", pool="ray-missing")
     assert not _jobs_of(client, spec.name, pool="ray-missing")
@@ -169,24 +163,24 @@ def test_a_pool_whose_resource_the_cluster_lacks_is_refused_and_the_next_pool_ru
     assert ran.status == "SUCCEEDED"
 
 
-def test_a_crash_in_the_workload_fails_once_and_is_not_retried(home, pools_file, ray_head):
+def test_a_crash_in_the_workload_fails_once_and_is_not_retried(home, pools_file, ray):
     spec = counting_spec("test.ray-crash", config={"steps": STEPS, "seed": SEED, "fail_at_step": 3})
     with pytest.raises(Exception, match="exit code 1"):
         materialize_counting(home, pools_file, spec)
     ledger = read_ledger(Storage.at(str(home)).ledger())
     assert list(ledger["outcome"]) == ["failed"] and list(ledger["exit_code"]) == [1]
-    (job,) = _jobs_of(JobSubmissionClient(ray_head.address), spec.name)
+    (job,) = _jobs_of(JobSubmissionClient(ray.address), spec.name)
     assert job.status == "FAILED" and job.driver_exit_code == 1
 
 
-def test_a_runtime_given_as_a_ray_runtime_env_reaches_the_job(home, tmp_path, ray_head):
+def test_a_runtime_given_as_a_ray_runtime_env_reaches_the_job(home, tmp_path, ray):
     # A `sitecustomize` on the runtime's PYTHONPATH prints what the job's Python sees at start.
     site = tmp_path / "site"
     site.mkdir()
     (site / "sitecustomize.py").write_text(
         "import os, sys\nprint('runtime-env-check', os.environ.get('SINEWGRID_TEST_MARKER'), sys.executable, flush=True)\n"
     )
-    catalog = _catalog(ray_head.address).replace(
+    catalog = _catalog(ray.address).replace(
         "gpus_per_node: 1\n    price_per_gpu_hour: 1.0",
         "gpus_per_node: 1\n    price_per_gpu_hour: 1.0\n    runtimes:\n      marked:\n"
         "        py_executable: .venv/bin/python\n"
@@ -198,7 +192,7 @@ def test_a_runtime_given_as_a_ray_runtime_env_reaches_the_job(home, tmp_path, ra
     spec = counting_spec("test.ray-runtime", runtime="marked", config={"steps": 5, "seed": SEED})
     md = result_metadata(materialize_counting(home, pools_file, spec))
     assert md["pool"] == "ray-spot"  # the only pool with the `marked` runtime
-    (job,) = _jobs_of(JobSubmissionClient(ray_head.address), spec.name)
+    (job,) = _jobs_of(JobSubmissionClient(ray.address), spec.name)
     python = str(REPO_ROOT / ".venv" / "bin" / "python")
     assert job.runtime_env["py_executable"] == python
     assert job.runtime_env["env_vars"]["SINEWGRID_TEST_MARKER"] == "from-the-runtime"
@@ -207,8 +201,8 @@ def test_a_runtime_given_as_a_ray_runtime_env_reaches_the_job(home, tmp_path, ra
     assert f"runtime-env-check from-the-runtime {python}" in log
 
 
-def test_an_entrypoint_exit_75_reads_as_a_preemption(tmp_path, ray_head):
-    pool = load_pools(_write(tmp_path, _catalog(ray_head.address)))["ray-steady"]
+def test_an_entrypoint_exit_75_reads_as_a_preemption(tmp_path, ray):
+    pool = load_pools(_write(tmp_path, _catalog(ray.address)))["ray-steady"]
     spec = counting_spec("test.ray-exit75")
     backend = RayBackend()
     launch = Launch(
@@ -219,17 +213,14 @@ def test_an_entrypoint_exit_75_reads_as_a_preemption(tmp_path, ray_head):
         output_path=str(tmp_path / "out.log"),
     )
     handle = backend.submit(pool, spec, launch)
-    status = backend.status(handle)
-    while not status.state.ended:
-        time.sleep(0.5)
-        status = backend.status(handle)
+    status = _until(lambda: (s := backend.status(handle)).state.ended and s, "the job to end")
     assert (status.state, status.exit_code) == (JobState.failed, 75)
     assert outcome_of(status) is AttemptOutcome.preempted
     assert b"yielding" in backend.collect(handle)
 
 
-def test_a_job_stopped_by_the_backend_is_cancelled_not_preempted(tmp_path, ray_head):
-    pool = load_pools(_write(tmp_path, _catalog(ray_head.address)))["ray-steady"]
+def test_a_job_stopped_by_the_backend_is_cancelled_not_preempted(tmp_path, ray):
+    pool = load_pools(_write(tmp_path, _catalog(ray.address)))["ray-steady"]
     backend = RayBackend()
     launch = Launch(
         name=f"stopme-{tmp_path.name}",
@@ -239,16 +230,22 @@ def test_a_job_stopped_by_the_backend_is_cancelled_not_preempted(tmp_path, ray_h
         output_path=str(tmp_path / "out.log"),
     )
     handle = backend.submit(pool, counting_spec("test.ray-stopme"), launch)
-    while backend.status(handle).state is JobState.pending:
-        time.sleep(0.3)
+    _until(lambda: backend.status(handle).state is not JobState.pending, "Ray to start the job")
     backend.signal(handle, signal.SIGTERM)
-    status = backend.status(handle)
-    while not status.state.ended:
-        time.sleep(0.3)
-        status = backend.status(handle)
+    status = _until(lambda: (s := backend.status(handle)).state.ended and s, "the stopped job to end")
     assert status.state is JobState.cancelled
     # Another process (the watcher) that did not stop it sees a preemption.
     assert RayBackend().status(handle).state is JobState.preempted
+
+
+def _until(probe, what: str, timeout_s: float = 120.0):
+    """Poll `probe` until it gives something true; fail the test naming `what` after `timeout_s`."""
+    deadline = time.monotonic() + timeout_s
+    while not (value := probe()):
+        if time.monotonic() > deadline:
+            pytest.fail(f"no {what} within {timeout_s:g}s")
+        time.sleep(0.3)
+    return value
 
 
 def _write(tmp_path: Path, text: str) -> Path:
@@ -257,10 +254,10 @@ def _write(tmp_path: Path, text: str) -> Path:
     return path
 
 
-def test_an_attempt_cancelled_before_ray_placed_it_never_starts_its_workload(tmp_path, ray_head):
+def test_an_attempt_cancelled_before_ray_placed_it_never_starts_its_workload(tmp_path, ray):
     # Ray queues `stop_job` for a job it has not placed; if capacity appears later the job
     # starts. The cancel marker the backend leaves makes that late start a no-op.
-    pool = load_pools(_write(tmp_path, _catalog(ray_head.address)))["ray-steady"]
+    pool = load_pools(_write(tmp_path, _catalog(ray.address)))["ray-steady"]
     backend = RayBackend()
     launch = Launch(
         name=f"late-{tmp_path.name}",
@@ -271,8 +268,7 @@ def test_an_attempt_cancelled_before_ray_placed_it_never_starts_its_workload(tmp
     )
     (tmp_path / "cancelled").touch()  # what `cancel` leaves beside the attempt's output
     handle = backend.submit(pool, counting_spec("test.ray-late"), launch)
-    while not backend.status(handle).state.ended:
-        time.sleep(0.3)
+    _until(lambda: backend.status(handle).state.ended, "the cancelled job to end")
     log = backend.collect(handle).decode()
     assert "cancelled before Ray placed it" in log and "workload-ran" not in log
 

@@ -26,6 +26,8 @@ from shared_resources.runtime.storage import exists, read_json, write_bytes_atom
 from tests.conftest import ROOT_KINDS
 from tests.helpers import sensor_ingest
 
+pytestmark = pytest.mark.e2e  # runs workloads end to end, in their own processes
+
 NIGHT = "2026-11-20"
 FAST = {
     "ops": {

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import dagster as dg
 import numpy as np
+import pytest
 import torch
 
 from robotics_lane.definitions import defs
@@ -18,8 +19,11 @@ from robotics_lane.defs.sensors import teleop_session_sensor
 from robotics_lane.episodes.lerobot_v3 import Episode, write_dataset
 from robotics_lane.sim.base import ACTION_NAMES, STATE_NAMES
 from robotics_lane.standins.teleop_operator import TeleopOperatorStandIn
-from shared_resources.runtime.checkpoints import CheckpointStore
 from shared_resources.resources import StorageResource
+from shared_resources.runtime.checkpoints import CheckpointStore
+from shared_resources.runtime.inputs import Failpoint
+
+pytestmark = pytest.mark.e2e  # runs workloads end to end, in their own processes
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -58,31 +62,47 @@ def _dataset(path: Path) -> str:
     return str(path)
 
 
-def _extras(tmp_path: Path, dataset: str, name: str) -> Path:
+def _extras(tmp_path: Path, dataset: str, name: str, hold: Path | None = None) -> Path:
+    """Training inputs; with `hold`, it waits after step 250 (creating `hold`) until it is
+    signalled, so the kill lands mid-interval on any machine (the `hold` failpoint)."""
     path = tmp_path / f"{name}.json"
-    path.write_text(json.dumps({"config": {"datasets": [dataset], "steps": 4000, "seed": 1}, "checkpoint_uri": str(tmp_path / name), "checkpoint_every_steps": 100}))
+    inputs = {"config": {"datasets": [dataset], "steps": 4000, "seed": 1}, "checkpoint_uri": str(tmp_path / name), "checkpoint_every_steps": 100}
+    if hold is not None:
+        inputs["failpoint"] = Failpoint(kind="hold", at_step=250, marker=str(hold)).model_dump()
+    path.write_text(json.dumps(inputs))
     return path
 
 
-def _run(extras: Path) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-m", "robotics_lane.workloads.train_policy", "--extras", str(extras)], cwd=REPO, stderr=subprocess.PIPE)
+def _run(extras: Path, label: str) -> tuple[subprocess.Popen, Path]:
+    """Training as a process, its output in a file (a pipe nobody reads would fill and block it)."""
+    log = extras.with_name(f"{extras.stem}-{label}.log")
+    with log.open("ab") as out:
+        process = subprocess.Popen([sys.executable, "-m", "robotics_lane.workloads.train_policy", "--extras", str(extras)], cwd=REPO, stdout=out, stderr=out)
+    return process, log
+
+
+def _tail(log: Path) -> str:
+    return log.read_text(errors="replace")[-2000:]
 
 
 def test_killed_policy_training_resumes_to_the_same_weights(tmp_path):
     dataset = _dataset(tmp_path / "demos")
-    reference = _run(_extras(tmp_path, dataset, "reference"))
-    assert reference.wait(timeout=600) == 0, reference.stderr.read().decode()[-2000:]
+    reference, log = _run(_extras(tmp_path, dataset, "reference"), "run")
+    assert reference.wait(timeout=600) == 0, _tail(log)
 
-    extras = _extras(tmp_path, dataset, "killed")
-    victim = _run(extras)
+    held = tmp_path / "held.json"
+    extras = _extras(tmp_path, dataset, "killed", hold=held)
+    victim, log = _run(extras, "killed")
     deadline = time.monotonic() + 300
-    while not (tmp_path / "killed" / "step-00000200" / "manifest.json").exists():
-        assert victim.poll() is None and time.monotonic() < deadline, victim.stderr.read().decode()[-2000:]
+    while not held.exists():  # step 250 done, and it waits
+        assert victim.poll() is None, f"training ended ({victim.returncode}) before it was held:\n{_tail(log)}"
+        assert time.monotonic() < deadline, _tail(log)
         time.sleep(0.02)
     victim.send_signal(signal.SIGKILL)
     assert victim.wait(timeout=60) == -signal.SIGKILL
-    assert max(CheckpointStore(str(tmp_path / "killed")).steps()) < 4000
-    assert _run(extras).wait(timeout=600) == 0
+    assert CheckpointStore(str(tmp_path / "killed")).steps() == [100, 200]
+    resumed, log = _run(extras, "resumed")  # the marker exists: no hold this time
+    assert resumed.wait(timeout=600) == 0, _tail(log)
 
     expected = CheckpointStore(str(tmp_path / "reference")).latest_valid().tensors["policy"]
     actual = CheckpointStore(str(tmp_path / "killed")).latest_valid().tensors["policy"]

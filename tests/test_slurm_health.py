@@ -14,7 +14,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from testbed.slurm_cluster import NODE, PARTITIONS, SlurmCluster, free_port
+from testbed.ports import free_port
+from testbed.slurm_cluster import NODE, PARTITIONS, SlurmCluster
 from shared_resources.compute.backends.base import JobHandle, JobState
 from shared_resources.compute.backends.engine import Launch
 from shared_resources.compute.backends.slurm import SlurmBackend
@@ -25,22 +26,6 @@ from testbed.counting_step import counting_spec
 
 # What NHC writes as the reason when it drains a node with a GPU gone.
 NHC_REASON = "NHC: check_hw_gpu: GPU 0 fell off the bus (Xid 79)"
-
-
-@pytest.fixture(scope="module")
-def cluster():
-    with SlurmCluster() as running:
-        yield running
-
-
-@pytest.fixture
-def slurm(cluster: SlurmCluster):
-    """The module's cluster; after each test its node is in service, both partitions are
-    up and no job is left (a test that leaves one fails)."""
-    yield cluster
-    left = cluster.reset()
-    if left:
-        pytest.fail(f"jobs left on the test cluster after the test:\n{left}")
 
 
 def _pools(folder: Path, env: dict[str, str]) -> dict[str, Pool]:

@@ -21,18 +21,33 @@ class WorkloadInputsError(ValueError):
 
 
 class Failpoint(BaseModel):
-    """A fault a failure drill arms inside the workload (never set outside drills).
+    """A fault a failure drill (or a test) arms inside the workload (never set outside them).
 
     `torn-checkpoint`: the writer of the first checkpoint at or after `at_step` kills itself
     (SIGKILL) after its tensor files and before its manifest, once: it first creates `marker`
     (holding the time it died), and does nothing while `marker` exists.
+
+    `hold`: gives a fault injected from outside an event to fire on, whatever the machine's
+    speed. Once the workload has done unit `at_step` or later (a training step, after any
+    checkpoint due at it; a committed episode) and sent at least `after_reports` step-time
+    reports, it creates `marker` (JSON: the step, its pid, the time, the reports sent) and waits
+    there, doing no work, until SIGTERM arrives (it checkpoints and exits 75, as on any
+    preemption), the file `release` appears, or `hold_seconds` pass. Once: nothing while
+    `marker` exists. The held time counts neither as work nor as step time.
     """
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    kind: Literal["torn-checkpoint"]
+    kind: Literal["torn-checkpoint", "hold"]
     at_step: Annotated[int, Field(ge=0)]
     marker: str = Field(description="A file the failpoint creates when it fires; it fires only while the file is absent.")
+    after_reports: Annotated[int, Field(ge=0)] = Field(0, description="hold: fire only once this many telemetry reports were sent.")
+    hold_seconds: Annotated[float, Field(gt=0)] = Field(300.0, description="hold: the longest it waits (a drill that died never leaves it waiting).")
+
+    @property
+    def release(self) -> str:
+        """hold: the file whose creation lets a held workload go on."""
+        return f"{self.marker}.release"
 
 
 class LineageStamp(BaseModel):

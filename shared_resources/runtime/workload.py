@@ -38,6 +38,7 @@ from dagster_pipes import PipesContext, PipesEnvVarParamsLoader, open_dagster_pi
 from pydantic import BaseModel, ValidationError
 
 from shared_resources.runtime.checkpoints import Checkpoint, CheckpointStore
+from shared_resources.runtime.failpoints import hold
 from shared_resources.runtime.inputs import WorkloadInputs
 from shared_resources.runtime.messages import CheckpointSaved, Preemption, Progress, Resumed, Telemetry, BaseMessage
 
@@ -112,6 +113,7 @@ class WorkloadRun:
         self._last_save_at = time.monotonic()
         # Step-time telemetry: mean seconds per step since the last report, every `telemetry_seconds`.
         self._telemetry_mark: tuple[float, int] | None = None
+        self._telemetry_reports = 0
 
     # Life cycle ---------------------------------------------------------------
     def __enter__(self) -> WorkloadRun:
@@ -187,6 +189,20 @@ class WorkloadRun:
         if now - since >= self.telemetry_seconds and step > first:
             self.report(Telemetry(step=step, step_seconds=round((now - since) / (step - first), 6)))
             self._telemetry_mark = (now, step)
+            self._telemetry_reports += 1
+
+    def _hold(self, step: int) -> None:
+        """A drill's `hold` failpoint (see `Failpoint`): wait here, between units, for its fault.
+        The wait is neither work, nor step time, nor time towards a time-based checkpoint."""
+        began = time.monotonic()
+        if not hold(self.inputs.failpoint, step, reports=self._telemetry_reports, stop=lambda: self.preempt_requested):
+            return
+        held = time.monotonic() - began
+        self._last_save_at += held
+        if self._work_mark is not None:
+            self._work_mark += held
+        if self._telemetry_mark is not None:
+            self._telemetry_mark = (self._telemetry_mark[0] + held, self._telemetry_mark[1])
 
     # Resume and checkpoint -------------------------------------------------------
     def resume(self) -> Checkpoint | None:
@@ -229,6 +245,7 @@ class WorkloadRun:
         self._last_saved_step = step
         self.report(CheckpointSaved(step=step, committed_seconds=round(self._committed_seconds(), 3), **info))
         self._telemetry(step)
+        self._hold(step)
 
     def start_work(self, step: int = 0) -> None:
         """Start counting productive time (for workloads that do not call `resume`), from `step`
@@ -248,17 +265,24 @@ class WorkloadRun:
 
         Checkpoints every `checkpoint_every_steps` steps, and also once `checkpoint_interval_seconds`
         (the Young/Daly interval placement worked out for the pool, if it is interruptible) have
-        passed since the last checkpoint, and at once when SIGTERM has arrived.
+        passed since the last checkpoint, and at once when SIGTERM has arrived. A drill's `hold`
+        failpoint may make it wait here, after any checkpoint due at `step`.
         """
         self._telemetry(step)
         on_cadence = step % self.checkpoint_every == 0
         if self.checkpoint_interval and time.monotonic() - self._last_save_at >= self.checkpoint_interval:
             on_cadence = True
         if on_cadence or self.preempt_requested:
-            self.save(step, files(), meta=meta() if meta else None)
-            self.report(Progress(step=step, **{k: float(v) for k, v in metrics.items()}))
+            self._checkpoint(step, files, meta, metrics)
+        self._hold(step)
         if self.preempt_requested:
+            if self._last_saved_step != step:  # SIGTERM arrived after the check above (or while held)
+                self._checkpoint(step, files, meta, metrics)
             raise Preempted()
+
+    def _checkpoint(self, step: int, files: Callable[[], Files], meta: Callable[[], Mapping[str, Any]] | None, metrics: Mapping[str, float]) -> None:
+        self.save(step, files(), meta=meta() if meta else None)
+        self.report(Progress(step=step, **{k: float(v) for k, v in metrics.items()}))
 
     def finish(self, step: int, files: Files, *, meta: Mapping[str, Any] | None = None, metadata: Mapping[str, Any] | None = None) -> None:
         """Publish the final checkpoint and report the result's metadata."""

@@ -133,6 +133,7 @@ class FakeKubeAPI:
         self._stopping = False
         self.kubeconfig: Path | None = None
         self.exit_codes: dict[str, int] = {}  # pod name -> its container's exit code, kept after deletion
+        self.created: dict[str, dict[str, str]] = {}  # pod name -> its labels, for every pod ever created
 
     # Life cycle -----------------------------------------------------------------------
     def __enter__(self) -> FakeKubeAPI:
@@ -250,6 +251,7 @@ class FakeKubeAPI:
             if (namespace, name) in self._pods:
                 raise _ApiError(409, "AlreadyExists", f'pods "{name}" already exists')
             self._pods[(namespace, name)] = pod
+            self.created[name] = dict(meta.get("labels") or {})
             created = copy.deepcopy(body)
         threading.Thread(target=self._kubelet, args=(pod,), name=f"kubelet-{name}", daemon=True).start()
         return created

@@ -227,27 +227,42 @@ class LocalBackend(Backend):
 
     @staticmethod
     def _process(handle: JobHandle) -> psutil.Process | None:
+        """The handle's process while it lives: None once it has ended (a zombie, exited but
+        not yet reaped by its parent, has ended too) or when its pid now names another process."""
         try:
             process = psutil.Process(int(handle.job_id))
             if abs(process.create_time() - float(handle.info["create_time"])) > 0.01:
                 return None  # the pid was reused by another process
-            return None if process.status() == psutil.STATUS_ZOMBIE else process
-        except psutil.NoSuchProcess:
+            if process.status() in (psutil.STATUS_ZOMBIE, psutil.STATUS_DEAD):
+                return None
+            return process
+        except psutil.NoSuchProcess:  # ZombieProcess included
             return None
 
     def status(self, handle: JobHandle) -> JobStatus:
+        # Only a look: reaping a zombie here would take its exit code from the parent that waits
+        # for it (a `Popen` reaped by someone else reports exit 0, a crash read as a success).
         process = self._process(handle)
-        return JobStatus(JobState.running) if process else JobStatus(JobState.gone, reason="process not found")
+        return JobStatus(JobState.running) if process else JobStatus(JobState.gone, reason="process not found or ended")
 
     def signal(self, handle: JobHandle, signum: int = signal.SIGTERM) -> None:
         if process := self._process(handle):
             process.send_signal(signum)
 
     def cancel(self, handle: JobHandle, grace_seconds: float = 10.0) -> None:
-        """SIGTERM (the workload checkpoints and exits), SIGKILL after `grace_seconds`."""
-        if process := self._process(handle):
+        """SIGTERM (the workload checkpoints and exits), SIGKILL after `grace_seconds`; returns
+        once the process has ended, reaped if it is this process's child (psutil's `wait` reaps
+        its own children), so its status reads `gone` from then on."""
+        process = self._process(handle)
+        if process is None:
+            return
+        try:
             process.terminate()
             try:
                 process.wait(grace_seconds)
+                return
             except psutil.TimeoutExpired:
                 process.kill()
+            process.wait(STOP_GRACE_SECONDS)  # SIGKILL cannot be caught: only a stuck kernel call delays it
+        except (psutil.NoSuchProcess, psutil.TimeoutExpired):
+            pass  # ended on its own meanwhile, or stuck in the kernel: nothing more a signal can do

@@ -1,0 +1,231 @@
+"""The Dagster UI on the demo's instance shows what a newcomer looks for.
+
+`dagster-webserver` serves the project's workspace (workspace.yaml, what `make ui` opens) on
+the instance `sinewgrid demo` left (tests/fixtures/demo.py), and Debian's Chromium, driven by
+Playwright, opens: both lanes' asset graphs, the bad assay drop's failed checks and quarantine
+table, the `held_out_rmse` plot of the fine-tuned model and the robotics nightly schedule.
+Every page is kept as a screenshot under test-artifacts/ui/ (README.md, "Two commands").
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+import os
+import re
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import yaml
+from playwright.sync_api import expect, sync_playwright
+
+from robotics_lane.sweeps import SWEEPS
+from testbed.webserver import WORKSPACE, dagster_webserver
+from tests.fixtures.demo import DemoRun
+
+pytestmark = pytest.mark.ui
+
+REPO = Path(__file__).resolve().parent.parent
+SCREENSHOTS = REPO / "test-artifacts" / "ui"
+# Debian's Chromium (mk/ui.mk installs it); Playwright's own browser download is never used.
+CHROMIUM = Path(os.environ.get("SINEWGRID_CHROMIUM", "/usr/bin/chromium"))
+CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+# Generous: the UI loads three code locations' data over GraphQL on a busy two-core machine.
+UI_TIMEOUT_MS = 90_000
+BAD_DROP = "seed-plate-bad-export"  # the demo's deliberately broken assay export
+RUN_LINK = re.compile(r"^run [0-9a-f]{8}$")  # a run in the Runs list: its icon and short id
+
+
+def lane_assets(location: str) -> dict[str, str]:
+    """{asset name: group} of one code location, from the module workspace.yaml loads for it."""
+    entries = [e["python_module"] for e in yaml.safe_load(WORKSPACE.read_text())["load_from"]]
+    module = next(e["module_name"] for e in entries if e["location_name"] == location)
+    graph = importlib.import_module(module).defs.resolve_asset_graph()
+    return {key.path[-1]: graph.get(key).group_name for key in graph.get_all_asset_keys()}
+
+
+# The texts of the innermost elements under the matched ones: a graph node's title, counts, labels.
+LEAF_TEXTS = "els => els.flatMap(e => [...e.querySelectorAll('*')].filter(x => !x.children.length).map(x => x.textContent.trim()))"
+
+
+def shown_as(name: str, label: str) -> bool:
+    """True when a graph node's `label` is `name`, whole or shortened around an ellipsis
+    ("real_r…_evaluation"), as a zoomed-out graph draws long names."""
+    if label == name:
+        return True
+    head, ellipsis, tail = label.partition("…")
+    return bool(ellipsis) and len(head) + len(tail) < len(name) and name.startswith(head) and name.endswith(tail)
+
+
+@contextlib.contextmanager
+def screenshot(page, name: str) -> Iterator[None]:
+    """Keep the page as test-artifacts/ui/NAME.png when the block ends, passed or failed."""
+    try:
+        yield
+    finally:
+        SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+        page.screenshot(path=str(SCREENSHOTS / f"{name}.png"), full_page=True, animations="disabled")
+
+
+@pytest.fixture(scope="module")
+def dagster_ui(demo_run: DemoRun) -> Iterator[str]:
+    """The base URL of a webserver on the demo's instance (stopped, with its code servers, after the module)."""
+    demo_run.require_success()
+    with dagster_webserver(demo_run.dagster_home, demo_run.home) as url:
+        print(f"Dagster UI on the demo's instance at {url}; screenshots in {SCREENSHOTS}")
+        yield url
+
+
+@pytest.fixture(scope="module")
+def browser():
+    if not CHROMIUM.exists():
+        pytest.fail(f"The UI test drives Debian's Chromium at {CHROMIUM}, which is missing. Install it: `make ui-packages` (as root).")
+    expect.set_options(timeout=UI_TIMEOUT_MS)
+    with sync_playwright() as driver:
+        chromium = driver.chromium.launch(executable_path=str(CHROMIUM), headless=True, args=CHROMIUM_ARGS)
+        try:
+            yield chromium
+        finally:
+            chromium.close()
+
+
+@pytest.fixture
+def page(browser, dagster_ui: str):
+    """A fresh browser tab on the UI; Dagster's one-time "Join the community" dialog is skipped whenever it shows."""
+    context = browser.new_context(base_url=dagster_ui, viewport={"width": 1600, "height": 1000})
+    context.set_default_timeout(UI_TIMEOUT_MS)
+    tab = context.new_page()
+    tab.add_locator_handler(tab.get_by_role("dialog").filter(has_text="Join the Dagster community"), lambda dialog: dialog.get_by_role("button", name="Skip").click())
+    try:
+        yield tab
+    finally:
+        context.close()
+
+
+LOCATIONS = [entry["python_module"]["location_name"] for entry in yaml.safe_load(WORKSPACE.read_text())["load_from"]]
+
+
+def test_every_code_location_loads(page):
+    page.goto("/locations")
+    with screenshot(page, "code-locations"):
+        for location in LOCATIONS:
+            expect(page.get_by_role("link", name=f"{location} {location}")).to_be_visible()
+    for location in LOCATIONS:
+        page.goto(f"/locations/{location}")
+        with screenshot(page, f"code-location-{location}"):
+            expect(page.get_by_role("row").filter(has_text="Status")).to_contain_text("Loaded")
+
+
+@pytest.mark.parametrize("location", ["cell", "robotics"])
+def test_each_lane_shows_its_asset_graph(page, location: str):
+    assets = lane_assets(location)
+    # The lineage graph of the lane, every group opened.
+    page.goto(f"/asset-groups~code_location:{location}")
+    with screenshot(page, f"asset-graph-{location}"):
+        for group in set(assets.values()):
+            expect(page.get_by_text(group, exact=True).first).to_be_visible()
+        graph_settings = page.get_by_role("button").filter(has=page.get_by_role("img", name="settings", exact=True)).filter(has_not_text="Settings")
+        graph_settings.click()
+        page.get_by_role("menuitem", name="Expand all groups").click()
+        page.keyboard.press("Escape")  # close the menu, so the screenshot shows the whole graph
+        nodes = page.locator("foreignObject")  # every node of Dagster's graph is an HTML box inside the SVG
+        missing = list(assets)
+        for _ in range(UI_TIMEOUT_MS // 500):
+            labels = set(nodes.evaluate_all(LEAF_TEXTS))
+            missing = [name for name in assets if not any(shown_as(name, label) for label in labels)]
+            if not missing:
+                break
+            page.wait_for_timeout(500)
+        assert not missing, f"the {location} lane's asset graph lacks {missing}; its nodes read {sorted(labels)}"
+    # The catalog of the lane: every asset by its full key, with its description.
+    page.goto(f"/assets?asset-selection=code_location:{location}")
+    with screenshot(page, f"asset-catalog-{location}"):
+        for name in assets:
+            expect(page.locator(f"a[href='/assets/{location}/{name}'], a[href^='/assets/{location}/{name}?']").first).to_be_visible()
+
+
+def _is_red(locator) -> bool:
+    red, green, blue = (int(c) for c in re.findall(r"\d+", locator.evaluate("e => getComputedStyle(e).color"))[:3])
+    return red > 1.5 * green and red > 1.5 * blue
+
+
+@pytest.mark.parametrize(("check", "rule"), [("plate_schema", "non_numeric_readout"), ("plate_layout_and_controls", "duplicate_well")])
+def test_bad_drop_fails_its_plate_checks_in_red(page, check: str, rule: str):
+    page.goto("/assets/cell/validated_assay?view=checks")
+    with screenshot(page, f"failed-check-{check}"):
+        page.get_by_text(check, exact=True).first.click()
+        page.get_by_role("tab", name="Execution history").or_(page.get_by_text("Execution history", exact=True)).first.click()
+        failed = page.get_by_role("row").filter(has=page.get_by_text("Failed", exact=True))
+        expect(failed).to_have_count(1)  # the bad drop; every other drop passed
+        status = failed.get_by_text("Failed", exact=True)
+        assert _is_red(status), f"the failed {check} result is not shown in red: {status.evaluate('e => getComputedStyle(e).color')}"
+    with screenshot(page, f"failed-check-{check}-metadata"):
+        failed.get_by_role("button").last.click()  # its metadata: the first issue, file, row and well
+        reasons = page.get_by_role("dialog")
+        expect(reasons).to_contain_text(rule)
+        expect(reasons).to_contain_text("SEED-BAD.csv")
+
+
+def test_bad_drop_shows_its_quarantine_table(page):
+    page.goto(f"/assets/cell/validated_assay?view=partitions&partition={BAD_DROP}")
+    with screenshot(page, "quarantine-table"):
+        expect(page.get_by_text("quarantined", exact=True).first).to_be_visible()
+        expect(page.get_by_text(f"quarantine/assays/{BAD_DROP}").first).to_be_visible()
+        for header in ("file", "row", "well", "rule", "what to do"):
+            expect(page.get_by_role("columnheader", name=header, exact=True)).to_be_visible()
+        for rule, well in (("duplicate_well", "A05"), ("non_numeric_readout", "B09")):
+            expect(page.get_by_role("row").filter(has_text=rule).filter(has_text=well).filter(has_text="SEED-BAD.csv").last).to_be_visible()
+    # The one run that ingested it failed: its blocking checks stopped it.
+    page.goto(f"/runs?q%5B0%5D=tag%3Adagster%2Fpartition%3D{BAD_DROP}")
+    with screenshot(page, "quarantine-run"):
+        expect(page.get_by_role("link", name=RUN_LINK)).to_have_count(1)
+        expect(page.get_by_role("link", name="assay_ingest", exact=True)).to_be_visible()
+        expect(page.get_by_text("Failure", exact=True)).to_be_visible()
+
+
+def test_finetuned_model_plots_held_out_rmse(page):
+    page.goto("/assets/cell/finetuned_model")
+    with screenshot(page, "held-out-rmse-overview"):
+        expect(page.get_by_text("held_out_rmse").first).to_be_visible()  # the description explains it
+        page.get_by_role("button", name=re.compile(r"\bPlots$")).click()  # beside "Table", above the metadata
+        # The plot's card: the nearest box around the metric's title that holds a chart.
+        card = page.locator("xpath=//span[normalize-space(.)='held_out_rmse']/ancestor::div[.//canvas][1]")
+        expect(card).to_be_visible()
+        card.scroll_into_view_if_needed()
+        chart = card.locator("canvas").first
+        expect(chart).to_be_visible()
+        # A drawn chart, not an empty canvas: its axes, labels and line leave coloured pixels.
+        drawn = 0
+        for _ in range(UI_TIMEOUT_MS // 500):
+            drawn = chart.evaluate(
+                """c => { const d = c.getContext('2d').getImageData(0, 0, c.width, c.height).data; let n = 0;
+                         for (let i = 3; i < d.length; i += 4) { if (d[i] > 0) n++; } return n; }"""
+            )
+            if drawn > 1000:
+                break
+            page.wait_for_timeout(500)
+        assert drawn > 1000, f"the held_out_rmse plot's canvas is (nearly) empty: {drawn} drawn pixels"
+        SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+        card.screenshot(path=str(SCREENSHOTS / "held-out-rmse-plot.png"))
+
+
+def test_robotics_nightly_schedule(page):
+    page.goto("/locations/robotics/schedules/nightly_sweep_schedule")
+    with screenshot(page, "nightly-schedule"):
+        expect(page.get_by_text("nightly_sweep_schedule").first).to_be_visible()
+        def field(name: str):  # a row of the schedule's table, by its label
+            return page.get_by_role("row", name=re.compile(rf"^{name}\b"))
+
+        expect(field("Description")).to_contain_text("Every night at 02:00 UTC")
+        expect(field("Schedule")).to_contain_text("0 2 * * *")
+        expect(field("Target").get_by_role("link", name="nightly_sweep", exact=True)).to_be_visible()
+        expect(field("Running").get_by_role("checkbox")).to_be_checked()  # on by default
+    # The night's sweeps it launched in the demo, one per configuration. (The demo's ticker
+    # evaluates schedules itself, so the page's tick history is empty; the runs carry its name.)
+    page.goto("/runs?q%5B0%5D=tag%3Adagster%2Fschedule_name%3Dnightly_sweep_schedule")
+    with screenshot(page, "nightly-schedule-runs"):
+        expect(page.get_by_role("link", name=RUN_LINK)).to_have_count(len(SWEEPS))
+        expect(page.get_by_text("Success", exact=True)).to_have_count(len(SWEEPS))
+        for config in SWEEPS:
+            expect(page.get_by_text(f"sinewgrid/sweep: {config}", exact=True)).to_be_visible()
