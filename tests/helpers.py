@@ -1,6 +1,12 @@
-"""Small builders shared by tests: plates and drops as a lab would send them, and a sensor tick."""
+"""Small builders shared by tests: plates and drops as a lab would send them, a sensor tick, and a
+workload run as a plain process."""
 
 from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from pathlib import Path
 
 import dagster as dg
 import numpy as np
@@ -10,6 +16,7 @@ from cell_lane.plate_layout import GENES_PER_PLATE, plate_layout
 from shared_resources.intake.landing import write_drop
 from shared_resources.resources import StorageResource
 from shared_resources.runtime.storage import Storage
+from shared_resources.settings import REPO_ROOT
 
 GENES = ["CD3E", "CD14", "LYZ", "MS4A1", "NKG7", "GNLY", "FCGR3A", "CST3", "PPBP", "IL7R"]
 
@@ -58,3 +65,29 @@ def sensor_ingest(sensor, assets: list, defs, instance, resources, root: str, cu
         for key in requested
     }
     return requested, outcomes, tick.cursor
+
+
+# --- workloads started as plain processes ------------------------------------------------------
+
+class WorkloadProcess:
+    """A workload module run as `python -m MODULE --extras FILE`, its output in a file beside the
+    extras (a pipe nobody reads would fill and block it)."""
+
+    def __init__(self, module: str, extras: Path, label: str):
+        self.log = extras.with_name(f"{extras.stem}-{label}.log")
+        with self.log.open("ab") as out:
+            self.process = subprocess.Popen([sys.executable, "-m", module, "--extras", str(extras)], cwd=REPO_ROOT, stdout=out, stderr=out)
+
+    def tail(self) -> str:
+        return self.log.read_text(errors="replace")[-2000:]
+
+    def wait(self, timeout: float = 600) -> int:
+        return self.process.wait(timeout=timeout)
+
+    def wait_until_held(self, marker: Path, timeout: float = 300) -> None:
+        """Until the workload's `hold` failpoint has published `marker` (it is waiting there)."""
+        deadline = time.monotonic() + timeout
+        while not marker.exists():
+            assert self.process.poll() is None, f"the workload ended ({self.process.returncode}) before it was held:\n{self.tail()}"
+            assert time.monotonic() < deadline, f"not held within {timeout:g}s:\n{self.tail()}"
+            time.sleep(0.01)

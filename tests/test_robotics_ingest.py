@@ -4,9 +4,6 @@ from __future__ import annotations
 
 import json
 import signal
-import subprocess
-import sys
-import time
 from pathlib import Path
 
 import dagster as dg
@@ -22,10 +19,11 @@ from robotics_lane.standins.teleop_operator import TeleopOperatorStandIn
 from shared_resources.resources import StorageResource
 from shared_resources.runtime.checkpoints import CheckpointStore
 from shared_resources.runtime.inputs import Failpoint
+from tests.helpers import WorkloadProcess
 
 pytestmark = pytest.mark.e2e  # runs workloads end to end, in their own processes
 
-REPO = Path(__file__).resolve().parent.parent
+TRAIN_POLICY = "robotics_lane.workloads.train_policy"
 
 
 def _tick(instance, home, cursor=None):
@@ -73,36 +71,20 @@ def _extras(tmp_path: Path, dataset: str, name: str, hold: Path | None = None) -
     return path
 
 
-def _run(extras: Path, label: str) -> tuple[subprocess.Popen, Path]:
-    """Training as a process, its output in a file (a pipe nobody reads would fill and block it)."""
-    log = extras.with_name(f"{extras.stem}-{label}.log")
-    with log.open("ab") as out:
-        process = subprocess.Popen([sys.executable, "-m", "robotics_lane.workloads.train_policy", "--extras", str(extras)], cwd=REPO, stdout=out, stderr=out)
-    return process, log
-
-
-def _tail(log: Path) -> str:
-    return log.read_text(errors="replace")[-2000:]
-
-
 def test_killed_policy_training_resumes_to_the_same_weights(tmp_path):
     dataset = _dataset(tmp_path / "demos")
-    reference, log = _run(_extras(tmp_path, dataset, "reference"), "run")
-    assert reference.wait(timeout=600) == 0, _tail(log)
+    reference = WorkloadProcess(TRAIN_POLICY, _extras(tmp_path, dataset, "reference"), "run")
+    assert reference.wait() == 0, reference.tail()
 
     held = tmp_path / "held.json"
     extras = _extras(tmp_path, dataset, "killed", hold=held)
-    victim, log = _run(extras, "killed")
-    deadline = time.monotonic() + 300
-    while not held.exists():  # step 250 done, and it waits
-        assert victim.poll() is None, f"training ended ({victim.returncode}) before it was held:\n{_tail(log)}"
-        assert time.monotonic() < deadline, _tail(log)
-        time.sleep(0.02)
-    victim.send_signal(signal.SIGKILL)
+    victim = WorkloadProcess(TRAIN_POLICY, extras, "killed")
+    victim.wait_until_held(held)  # step 250 done, and it waits
+    victim.process.send_signal(signal.SIGKILL)
     assert victim.wait(timeout=60) == -signal.SIGKILL
     assert CheckpointStore(str(tmp_path / "killed")).steps() == [100, 200]
-    resumed, log = _run(extras, "resumed")  # the marker exists: no hold this time
-    assert resumed.wait(timeout=600) == 0, _tail(log)
+    resumed = WorkloadProcess(TRAIN_POLICY, extras, "resumed")  # the marker exists: no hold this time
+    assert resumed.wait() == 0, resumed.tail()
 
     expected = CheckpointStore(str(tmp_path / "reference")).latest_valid().tensors["policy"]
     actual = CheckpointStore(str(tmp_path / "killed")).latest_valid().tensors["policy"]

@@ -9,9 +9,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import subprocess
-import sys
-import time
 from pathlib import Path
 
 import pandas as pd
@@ -21,10 +18,11 @@ from robotics_lane.episodes.shards import read_episode_file
 from robotics_lane.workloads.rollout_output import committed_seeds
 from shared_resources.runtime.inputs import Failpoint
 from shared_resources.runtime.workload import PREEMPTED_EXIT_CODE
+from tests.helpers import WorkloadProcess
 
 pytestmark = pytest.mark.e2e  # runs workloads end to end, in their own processes
 
-REPO = Path(__file__).resolve().parent.parent
+ROLLOUTS = "robotics_lane.workloads.rollouts"
 SEEDS = list(range(500, 530))
 TASK = {"name": "cartpole", "max_steps": 200, "params": {"pole_mass_scale": 1.2}}
 HELD_AT = 3  # episodes committed when the shard is interrupted
@@ -51,18 +49,6 @@ def _extras(tmp_path: Path, name: str, hold: Path | None = None) -> Path:
     return path
 
 
-def _launch(extras: Path, label: str) -> tuple[subprocess.Popen, Path]:
-    """The shard as a process, its output in a file (a pipe nobody reads would fill and block it)."""
-    log = extras.with_name(f"{extras.stem}-{label}.log")
-    with log.open("ab") as out:
-        process = subprocess.Popen([sys.executable, "-m", "robotics_lane.workloads.rollouts", "--extras", str(extras)], cwd=REPO, stdout=out, stderr=out)
-    return process, log
-
-
-def _tail(log: Path) -> str:
-    return log.read_text(errors="replace")[-2000:]
-
-
 def _episodes(folder: Path) -> dict[int, tuple]:
     """seed -> (trial record, states, actions) for every committed episode."""
     out = {}
@@ -80,8 +66,8 @@ def _episodes(folder: Path) -> dict[int, tuple]:
 @pytest.fixture(scope="module")
 def uninterrupted(tmp_path_factory) -> dict:
     tmp = tmp_path_factory.mktemp("reference")
-    process, log = _launch(_extras(tmp, "reference"), "run")
-    assert process.wait(timeout=600) == 0, _tail(log)
+    reference = WorkloadProcess(ROLLOUTS, _extras(tmp, "reference"), "run")
+    assert reference.wait() == 0, reference.tail()
     episodes = _episodes(tmp / "reference")
     assert sorted(episodes) == SEEDS
     return episodes
@@ -91,21 +77,17 @@ def uninterrupted(tmp_path_factory) -> dict:
 def test_interrupted_shard_resumes_to_exactly_the_same_episodes(tmp_path, uninterrupted, sig):
     held = tmp_path / "held.json"
     extras = _extras(tmp_path, "shard", hold=held)
-    victim, log = _launch(extras, "interrupted")
-    deadline = time.monotonic() + 300
-    while not held.exists():  # the third episode is committed and the shard waits
-        assert victim.poll() is None, f"the shard ended ({victim.returncode}) before it was held:\n{_tail(log)}"
-        assert time.monotonic() < deadline, _tail(log)
-        time.sleep(0.01)
-    os.kill(victim.pid, sig)
+    victim = WorkloadProcess(ROLLOUTS, extras, "interrupted")
+    victim.wait_until_held(held)  # the third episode is committed and the shard waits
+    os.kill(victim.process.pid, sig)
     code = victim.wait(timeout=60)
-    assert code == (PREEMPTED_EXIT_CODE if sig == signal.SIGTERM else -signal.SIGKILL), _tail(log)
+    assert code == (PREEMPTED_EXIT_CODE if sig == signal.SIGTERM else -signal.SIGKILL), victim.tail()
     partial = committed_seeds(str(tmp_path / "shard"))
     assert partial == set(SEEDS[:HELD_AT]), "interrupted mid-shard, with exactly the episodes committed before it"
 
-    resumed, log = _launch(extras, "resumed")  # the marker exists: no hold this time
-    assert resumed.wait(timeout=600) == 0, _tail(log)
-    assert f"{HELD_AT} already committed" in log.read_text()
+    resumed = WorkloadProcess(ROLLOUTS, extras, "resumed")  # the marker exists: no hold this time
+    assert resumed.wait() == 0, resumed.tail()
+    assert f"{HELD_AT} already committed" in resumed.log.read_text()
     assert _episodes(tmp_path / "shard") == uninterrupted
     # one file per episode, nothing twice
     assert len(list((tmp_path / "shard" / "episodes").glob("*.parquet"))) == len(SEEDS)
