@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from playwright.sync_api import TimeoutError as PlaywrightTimeoutError
 from playwright.sync_api import expect, sync_playwright
 
 from robotics_lane.sweeps import SWEEPS
@@ -64,6 +65,9 @@ def screenshot(page, name: str) -> Iterator[None]:
     try:
         yield
     finally:
+        # Best effort, for a picture with the asset statuses in: the UI's last queries answered.
+        with contextlib.suppress(PlaywrightTimeoutError):
+            page.wait_for_load_state("networkidle", timeout=10_000)
         SCREENSHOTS.mkdir(parents=True, exist_ok=True)
         page.screenshot(path=str(SCREENSHOTS / f"{name}.png"), full_page=True, animations="disabled")
 
@@ -72,6 +76,11 @@ def screenshot(page, name: str) -> Iterator[None]:
 def dagster_ui(demo_run: DemoRun) -> Iterator[str]:
     """The base URL of a webserver on the demo's instance (stopped, with its code servers, after the module)."""
     demo_run.require_success()
+    # Dagster's one-time "Join the Dagster community" dialog would cover the pages: record it as
+    # seen in the instance, as its Skip button does (dagster/_core/nux.py). `page` skips it too.
+    seen = demo_run.dagster_home / ".nux" / "nux.yaml"
+    seen.parent.mkdir(exist_ok=True)
+    seen.write_text("seen: 1\n")
     with dagster_webserver(demo_run.dagster_home, demo_run.home) as url:
         print(f"Dagster UI on the demo's instance at {url}; screenshots in {SCREENSHOTS}")
         yield url
