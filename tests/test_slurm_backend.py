@@ -107,15 +107,18 @@ def test_requeue_resumes_from_checkpoint_with_the_same_result(slurm, home, insta
 def test_a_refused_step_lands_on_the_next_pool(slurm, home, instance, tmp_path, spot_state, spot_pool):
     catalog = _catalog(tmp_path, slurm, "spot", "gpu", spot=spot_pool)
     slurm.set_partition_state("spot", spot_state)
-    result = materialize_counting(home, catalog, counting_spec(), instance=instance)
+    # Named for this case: the session's cluster also lists jobs other tests ran (MinJobAge).
+    spec = counting_spec(f"test.refused-{spot_state.lower()}")
+    result = materialize_counting(home, catalog, spec, instance=instance)
     metadata = result_metadata(result)
     assert metadata["pools_tried"] == "slurm-spot, slurm-gpu"
     assert metadata["pool"] == metadata["hostname_pool"] == "slurm-gpu"
     ledger = read_ledger(Storage.at(str(home)).ledger())
     assert list(zip(ledger["pool"], ledger["outcome"])) == [("slurm-spot", "refused"), ("slurm-gpu", "succeeded")]
     if spot_state == "DOWN":  # the engine loop cancelled the job it gave up on
-        jobs = slurm.client(["squeue", "-h", "-t", "all", "-p", "spot", "-o", "%T"]).stdout.split()
-        assert jobs and set(jobs) == {"CANCELLED"}, jobs
+        listed = slurm.client(["squeue", "-h", "-t", "all", "-p", "spot", "-o", "%j %T"]).stdout.split("\n")
+        jobs = [line.split()[1] for line in listed if line.startswith(f"{spec.name}-")]
+        assert jobs and set(jobs) == {"CANCELLED"}, listed
 
 
 def test_a_crash_in_the_workload_fails_once_with_its_log(slurm, home, instance, tmp_path):
