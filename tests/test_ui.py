@@ -72,9 +72,11 @@ def screenshot(page, name: str) -> Iterator[None]:
         page.screenshot(path=str(SCREENSHOTS / f"{name}.png"), full_page=True, animations="disabled")
 
 
-@pytest.fixture(scope="module")
+# Session-scoped, like the demo it serves: in a shuffled order (`make test-random`) another
+# module's test may run between two of these, and a module fixture would start it all again.
+@pytest.fixture(scope="session")
 def dagster_ui(demo_run: DemoRun) -> Iterator[str]:
-    """The base URL of a webserver on the demo's instance (stopped, with its code servers, after the module)."""
+    """The base URL of a webserver on the demo's instance (stopped, with its code servers, after the session)."""
     demo_run.require_success()
     # Dagster's one-time "Join the Dagster community" dialog would cover the pages: record it as
     # seen in the instance, as its Skip button does (dagster/_core/nux.py). `page` skips it too.
@@ -86,7 +88,7 @@ def dagster_ui(demo_run: DemoRun) -> Iterator[str]:
         yield url
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def browser():
     if not CHROMIUM.exists():
         pytest.fail(f"The UI test drives Debian's Chromium at {CHROMIUM}, which is missing. Install it: `make ui-packages` (as root).")
