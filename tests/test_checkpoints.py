@@ -5,9 +5,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import subprocess
-import sys
-import time
 from pathlib import Path
 
 import pandas as pd
@@ -18,10 +15,10 @@ from cell_lane.omics import join_labels, publish_dataset
 from shared_resources.runtime.checkpoints import CheckpointStore
 from shared_resources.runtime.inputs import Failpoint
 from shared_resources.runtime.workload import PREEMPTED_EXIT_CODE
+from tests.helpers import WorkloadProcess
 
 pytestmark = pytest.mark.e2e  # runs workloads end to end, in their own processes
 
-REPO = Path(__file__).resolve().parent.parent
 
 
 def test_roundtrip_and_manifest(tmp_path):
@@ -91,29 +88,6 @@ def _held_marker(tmp_path: Path, name: str) -> Path:
     return tmp_path / f"{name}-held.json"
 
 
-class Workload:
-    """A pretraining process whose output goes to a file (a pipe nobody reads would fill and
-    block it); `tail()` is what the assertion messages show."""
-
-    def __init__(self, extras: Path, label: str = "first"):
-        self.log = extras.with_name(f"{extras.stem}-{label}.log")
-        with self.log.open("ab") as out:
-            self.process = subprocess.Popen([sys.executable, "-m", "cell_lane.workloads.pretrain", "--extras", str(extras)], cwd=REPO, stdout=out, stderr=out)
-
-    def tail(self) -> str:
-        return self.log.read_text(errors="replace")[-2000:]
-
-    def wait(self, timeout: float) -> int:
-        return self.process.wait(timeout=timeout)
-
-    def wait_for(self, path: Path, timeout: float = 300) -> None:
-        deadline = time.monotonic() + timeout
-        while not path.exists():
-            assert self.process.poll() is None, f"workload ended ({self.process.returncode}) before {path} appeared:\n{self.tail()}"
-            assert time.monotonic() < deadline, f"{path} never appeared:\n{self.tail()}"
-            time.sleep(0.05)
-
-
 def _final_model(folder: Path) -> dict[str, torch.Tensor]:
     checkpoint = CheckpointStore(str(folder)).latest_valid()
     assert checkpoint is not None and checkpoint.final
@@ -121,21 +95,22 @@ def _final_model(folder: Path) -> dict[str, torch.Tensor]:
 
 
 STEPS = 1500
+PRETRAIN = "cell_lane.workloads.pretrain"
 
 
 def test_killed_pretraining_resumes_to_the_same_weights(tmp_path, dataset_uri):
-    reference = Workload(_extras(tmp_path, dataset_uri, "uninterrupted", STEPS))
+    reference = WorkloadProcess(PRETRAIN, _extras(tmp_path, dataset_uri, "uninterrupted", STEPS), "first")
     assert reference.wait(timeout=600) == 0, reference.tail()
 
     # Killed at step 120, mid-interval: held there (an event), so the kill lands at the same step on any machine.
     extras = _extras(tmp_path, dataset_uri, "killed", STEPS, hold_at=120)
-    victim = Workload(extras)
-    victim.wait_for(_held_marker(tmp_path, "killed"))
+    victim = WorkloadProcess(PRETRAIN, extras, "first")
+    victim.wait_until_held(_held_marker(tmp_path, "killed"))
     victim.process.send_signal(signal.SIGKILL)  # no warning, no last checkpoint: like a lost node
     assert victim.wait(timeout=60) == -signal.SIGKILL
     assert CheckpointStore(str(tmp_path / "killed")).steps() == [50, 100]  # 20 steps of work lost
 
-    resumed = Workload(extras, "resumed")  # the marker exists: no hold this time
+    resumed = WorkloadProcess(PRETRAIN, extras, "resumed")  # the marker exists: no hold this time
     assert resumed.wait(timeout=600) == 0, resumed.tail()
     assert "resuming from" in resumed.log.read_text() and "(step 100)" in resumed.log.read_text()
 
@@ -147,13 +122,13 @@ def test_killed_pretraining_resumes_to_the_same_weights(tmp_path, dataset_uri):
 
 def test_sigterm_checkpoints_and_exits_with_the_preempted_code(tmp_path, dataset_uri):
     extras = _extras(tmp_path, dataset_uri, "preempted", STEPS, hold_at=70)
-    process = Workload(extras)
-    process.wait_for(_held_marker(tmp_path, "preempted"))
+    process = WorkloadProcess(PRETRAIN, extras, "first")
+    process.wait_until_held(_held_marker(tmp_path, "preempted"))
     os.kill(process.process.pid, signal.SIGTERM)
     assert process.wait(timeout=60) == PREEMPTED_EXIT_CODE, process.tail()
     store = CheckpointStore(str(tmp_path / "preempted"))
     last = store.latest_valid()
     assert last is not None and last.step == 70 and not last.final  # the step it was at when SIGTERM came
-    resumed = Workload(extras, "resumed")
+    resumed = WorkloadProcess(PRETRAIN, extras, "resumed")
     assert resumed.wait(timeout=600) == 0, resumed.tail()
     assert store.latest_valid().final

@@ -159,3 +159,38 @@ def test_settings_read_the_environment_when_asked(monkeypatch, tmp_path):
     monkeypatch.delenv("SINEWGRID_HOME")
     assert settings().storage_root == str(Path(REPO_ROOT) / ".sinewgrid")
     assert child_env({"X_ONLY_HERE": "1"})["X_ONLY_HERE"] == "1" and "PATH" in child_env()
+
+
+def test_a_message_line_written_in_two_parts_is_read_once_whole():
+    """Dagster's own file reader hands half a line to the JSON parser when the workload's write
+    is split (seen on a busy machine: the step lost its result); ours waits for the newline."""
+    import tempfile
+
+    from dagster._utils import tail_file
+
+    from shared_resources.compute.backends.message_file import whole_lines
+
+    def split_write(path: str):
+        """A stop check that, the first time the reader finds the end of the file, writes the
+        rest of the line; after that, it says stop."""
+        calls = []
+
+        def should_stop() -> bool:
+            calls.append(1)
+            if len(calls) == 1:
+                with open(path, "a") as f:
+                    f.write('1}\n')
+                return False
+            return True
+
+        return should_stop
+
+    with tempfile.TemporaryDirectory() as folder:
+        path = f"{folder}/messages.jsonl"
+        with open(path, "w") as f:
+            f.write('{"a": ')
+        assert list(whole_lines(path, split_write(path))) == ['{"a": 1}\n']
+        with open(path, "w") as f:
+            f.write('{"a": ')
+        # Dagster's `tail_file` gives the two halves apart: the first is not JSON.
+        assert list(tail_file(path, split_write(path))) == ['{"a": ', '1}\n']

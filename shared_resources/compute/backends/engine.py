@@ -34,6 +34,8 @@ from typing import ClassVar
 import dagster as dg
 from dagster._core.pipes.utils import open_pipes_session
 
+from shared_resources.catalog.pools import Pool
+from shared_resources.catalog.step_spec import StepSpec
 from shared_resources.compute.backends.base import (
     STOP_GRACE_SECONDS,
     AttemptOutcome,
@@ -46,10 +48,9 @@ from shared_resources.compute.backends.base import (
     outcome_of,
     runtime_interpreter,
 )
+from shared_resources.compute.backends.message_file import WholeLineMessageReader
 from shared_resources.compute.inflight import attempt_owner, inflight_of
 from shared_resources.compute.monitor import AttemptMonitor
-from shared_resources.catalog.pools import Pool
-from shared_resources.catalog.step_spec import StepSpec
 from shared_resources.runtime.inputs import WorkloadInputs
 from shared_resources.runtime.messages import parse_messages
 from shared_resources.runtime.storage import Storage, write_bytes_atomic
@@ -126,7 +127,7 @@ class EngineBackend(Backend):
         with open_pipes_session(
             context=context,
             context_injector=dg.PipesFileContextInjector(str(folder / "context.json")),
-            message_reader=dg.PipesFileMessageReader(str(folder / "messages.jsonl")),
+            message_reader=WholeLineMessageReader(str(folder / "messages.jsonl")),
             extras=inputs.to_extras(),
         ) as session:
             env = {**session.get_bootstrap_env_vars(), "SINEWGRID_POOL": pool.name}
