@@ -1,39 +1,14 @@
-"""Policies that act in the simulator: the scripted stand-in operator and learnt MLP policies.
+"""The policies a rollout acts with: the scripted stand-in operator, or a learnt MLP policy
+from its checkpoint (`mlp_policy.py`, imported, with torch, only for that one).
 
-Workload side: imports torch and numpy, never Dagster.
+Workload side: never Dagster.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-import numpy as np
-import torch
-from torch import nn
-
-from robotics_lane.sim.base import ACTION_NAMES, STATE_NAMES, Policy
-
-
-class MLPPolicy(nn.Module):
-    """Behaviour-cloned policy: cart-pole state → normalised cart force in [-1, 1]."""
-
-    def __init__(self, hidden: int = 64):
-        super().__init__()
-        self.net = nn.Sequential(
-            nn.Linear(len(STATE_NAMES), hidden), nn.Tanh(), nn.Linear(hidden, hidden), nn.Tanh(), nn.Linear(hidden, len(ACTION_NAMES))
-        )
-
-    def forward(self, state: torch.Tensor) -> torch.Tensor:
-        return torch.tanh(self.net(state))
-
-    def as_policy(self) -> Policy:
-        self.eval()
-
-        def act(observation: np.ndarray) -> np.ndarray:
-            with torch.no_grad():
-                return self(torch.as_tensor(observation, dtype=torch.float32).reshape(1, -1)).numpy()[0]
-
-        return act
+from robotics_lane.sim.base import Policy
 
 
 def load_policy(spec: dict[str, Any], seed: int) -> Policy:
@@ -51,6 +26,7 @@ def load_policy(spec: dict[str, Any], seed: int) -> Policy:
         controller = BalancingController()
         return NoisyOperator(controller, noise_std=noise, seed=seed) if noise > 0 else controller
     if kind == "checkpoint":
+        from robotics_lane.mlp_policy import MLPPolicy
         from shared_resources.runtime.checkpoints import CheckpointStore
 
         checkpoint = CheckpointStore(spec["uri"]).latest_valid()

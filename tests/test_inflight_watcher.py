@@ -133,6 +133,27 @@ def test_watcher_clears_a_stale_record_and_ignores_other_lanes(home: Path, tmp_p
     assert read_ledger(Storage.at(str(home)).ledger()).empty  # nothing held a pool: nothing booked
 
 
+def test_a_record_removed_while_the_records_are_read_is_left_out(home: Path, monkeypatch: pytest.MonkeyPatch):
+    """An attempt that ends between the listing of the records and their reads is no longer in
+    flight; the watcher (and a drill's fault thread) must not fail on it."""
+    import shared_resources.compute.inflight as inflight_module
+
+    inflight = InFlight(Storage.at(str(home)))
+    owner = {"run_id": "0" * 36, "step": "x", "partition": None, "attempt": 1, "gpus": 1, "asset": "counting"}
+    staying, ending = (JobHandle("local", "here", job_id, time.time(), {"create_time": 0.0}) for job_id in ("101", "102"))
+    inflight.add(staying, **owner)
+    inflight.add(ending, **owner)
+    listed = inflight_module.glob_uris
+
+    def list_then_end(pattern: str) -> list[str]:
+        uris = listed(pattern)
+        inflight.remove(ending)  # the attempt ends right after the listing
+        return uris
+
+    monkeypatch.setattr(inflight_module, "glob_uris", list_then_end)
+    assert [r["handle"]["job_id"] for r in inflight.records()] == ["101"]
+
+
 def test_local_handle_never_matches_a_reused_pid():
     process = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(300)"])
     try:

@@ -11,7 +11,7 @@ import torch
 from torch import nn
 
 from robotics_lane.episodes.lerobot_v3 import read_dataset
-from robotics_lane.policies import MLPPolicy
+from robotics_lane.mlp_policy import MLPPolicy
 from robotics_lane.workloads.config import TrainPolicyConfig
 from shared_resources.runtime.torch_state import restore_training, training_files
 from shared_resources.runtime.workload import WorkloadRun

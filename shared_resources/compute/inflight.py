@@ -54,8 +54,15 @@ class InFlight:
             fs.rm(path)
 
     def records(self) -> list[dict[str, Any]]:
-        """Every in-flight record, each with its own `uri`."""
-        return [{**read_json(uri), "uri": uri} for uri in glob_uris(self.storage.uri("state", "inflight", "*.json"))]
+        """Every in-flight record, each with its own `uri`. A record removed between the listing
+        and its read (its attempt ended meanwhile) is no longer in flight, and is left out."""
+        found = []
+        for uri in glob_uris(self.storage.uri("state", "inflight", "*.json")):
+            try:
+                found.append({**read_json(uri), "uri": uri})
+            except FileNotFoundError:
+                continue
+        return found
 
     def discard(self, record: dict[str, Any]) -> None:
         fs, path = fs_for(record["uri"])

@@ -8,6 +8,10 @@ A step folder without a manifest (torn: the writer died mid-way) or whose files 
 not match the manifest's sha256 (corrupt) is skipped with a warning, and the newest
 valid checkpoint before it is used. Files open with `safetensors.safe_open` anywhere.
 
+Tensors are torch tensors or numpy arrays (the file format is the same); a store reads
+them back as the framework it was opened with, and imports torch only when that is torch,
+so a workload without a model (a rollout shard, a test's counter) starts without it.
+
 Failure drills test the torn case for real with a failpoint that travels in the workload's
 inputs (`Failpoint` in `runtime/inputs.py`): the writer of the first checkpoint at or after
 its step kills itself (SIGKILL) after its tensor files and before its manifest, once.
@@ -24,14 +28,14 @@ import signal
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
-from safetensors.torch import load as load_safetensors
-from safetensors.torch import save as save_safetensors
+import numpy as np
 
 from shared_resources.runtime.inputs import Failpoint
 from shared_resources.runtime.storage import fs_for, read_bytes, sha256_bytes, write_bytes_atomic, write_json_atomic
 
+Framework = Literal["torch", "numpy"]
 MANIFEST = "manifest.json"
 FORMAT = "sinewgrid.checkpoint/v1"
 _STEP_DIR = re.compile(r"^step-(\d{8})$")
@@ -50,6 +54,26 @@ def _failpoint_torn(failpoint: Failpoint | None, step: int) -> None:
     os.kill(os.getpid(), signal.SIGKILL)
 
 
+def to_safetensors(tensors: Mapping[str, Any]) -> bytes:
+    """One safetensors file of torch tensors or of numpy arrays."""
+    if all(isinstance(v, np.ndarray) for v in tensors.values()):
+        from safetensors.numpy import save
+
+        return save({k: np.ascontiguousarray(v) for k, v in tensors.items()})
+    from safetensors.torch import save
+
+    return save({k: v.contiguous() for k, v in tensors.items()})
+
+
+def from_safetensors(data: bytes, framework: Framework) -> dict[str, Any]:
+    """The tensors of one safetensors file, as torch tensors or numpy arrays."""
+    if framework == "numpy":
+        from safetensors.numpy import load
+    else:
+        from safetensors.torch import load
+    return load(data)
+
+
 @dataclass(frozen=True)
 class Checkpoint:
     """A valid checkpoint: its tensors by file, and its manifest."""
@@ -66,10 +90,12 @@ class Checkpoint:
 
 
 class CheckpointStore:
-    """The checkpoints of one lineage (one training run's identity) under a URI."""
+    """The checkpoints of one lineage (one training run's identity) under a URI, read back as
+    `framework` tensors."""
 
-    def __init__(self, uri: str, warn: Callable[[str], None] | None = None, failpoint: Failpoint | None = None):
+    def __init__(self, uri: str, warn: Callable[[str], None] | None = None, failpoint: Failpoint | None = None, framework: Framework = "torch"):
         self.uri = uri.rstrip("/")
+        self.framework = framework
         self._warn = warn or (lambda msg: None)
         self._failpoint = failpoint
 
@@ -101,7 +127,7 @@ class CheckpointStore:
         where = self.step_uri(step)
         entries = {}
         for stem, tensors in files.items():
-            data = save_safetensors({k: v.contiguous() for k, v in tensors.items()})
+            data = to_safetensors(tensors)
             write_bytes_atomic(posixpath.join(where, f"{stem}.safetensors"), data)
             entries[f"{stem}.safetensors"] = {"sha256": sha256_bytes(data), "bytes": len(data)}
         _failpoint_torn(self._failpoint, step)
@@ -142,7 +168,7 @@ class CheckpointStore:
             if sha256_bytes(data) != expected.get("sha256") or len(data) != expected.get("bytes"):
                 self._warn(f"checkpoint {where}: {name} does not match its manifest sha256 (corrupt); skipped")
                 return None
-            tensors[name.removesuffix(".safetensors")] = load_safetensors(data)
+            tensors[name.removesuffix(".safetensors")] = from_safetensors(data, self.framework)
         return Checkpoint(where, int(manifest["step"]), bool(manifest.get("final")), tensors, manifest)
 
     def latest_valid(self) -> Checkpoint | None:

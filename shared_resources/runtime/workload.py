@@ -37,7 +37,7 @@ from typing import Any, TypeVar
 from dagster_pipes import PipesContext, PipesEnvVarParamsLoader, open_dagster_pipes
 from pydantic import BaseModel, ValidationError
 
-from shared_resources.runtime.checkpoints import Checkpoint, CheckpointStore
+from shared_resources.runtime.checkpoints import Checkpoint, CheckpointStore, Framework
 from shared_resources.runtime.failpoints import hold
 from shared_resources.runtime.inputs import WorkloadInputs
 from shared_resources.runtime.messages import CheckpointSaved, Preemption, Progress, Resumed, Telemetry, BaseMessage
@@ -100,10 +100,15 @@ def _standalone_inputs(argv: list[str]) -> WorkloadInputs:
 
 
 class WorkloadRun:
-    """Pipes session, resume, checkpoint cadence, preemption and productive-time accounting."""
+    """Pipes session, resume, checkpoint cadence, preemption and productive-time accounting.
 
-    def __init__(self, argv: list[str] | None = None):
+    `framework` is what `resume` hands back the checkpoint's tensors as: torch (the default)
+    or numpy, for a workload that does without torch and its seconds of start-up.
+    """
+
+    def __init__(self, argv: list[str] | None = None, framework: Framework = "torch"):
         self._argv = sys.argv[1:] if argv is None else argv
+        self._framework: Framework = framework
         self.preempt_requested = False
         self._pipes: PipesContext | _StandaloneReporter | None = None
         self._started = time.monotonic()
@@ -130,7 +135,7 @@ class WorkloadRun:
         self.checkpoint_interval = self.inputs.checkpoint_interval_seconds
         self.attempt = self.inputs.attempt
         self.telemetry_seconds = self.inputs.telemetry_seconds
-        self.checkpoints = CheckpointStore(self.inputs.checkpoint_uri, warn=self.warning, failpoint=self.inputs.failpoint)
+        self.checkpoints = CheckpointStore(self.inputs.checkpoint_uri, warn=self.warning, failpoint=self.inputs.failpoint, framework=self._framework)
         signal.signal(signal.SIGTERM, self._on_sigterm)
         return self
 
