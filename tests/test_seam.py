@@ -9,6 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import dagster as dg
 import pytest
 from pydantic import ValidationError
 
@@ -194,3 +195,34 @@ def test_a_message_line_written_in_two_parts_is_read_once_whole():
             f.write('{"a": ')
         # Dagster's `tail_file` gives the two halves apart: the first is not JSON.
         assert list(tail_file(path, split_write(path))) == ['{"a": ', '1}\n']
+
+
+# A workload that writes one Pipes message in two parts, a second apart, into the messages file
+# its bootstrap parameters name.
+SPLIT_WRITER = """
+import json, time
+from dagster_pipes import PipesEnvVarParamsLoader
+path = PipesEnvVarParamsLoader().load_messages_params()["path"]
+line = json.dumps({"__dagster_pipes_version": "0.1", "method": "report_custom_message", "params": {"payload": "whole"}})
+with open(path, "a") as stream:
+    stream.write(line[:25]); stream.flush(); time.sleep(1.0)
+    stream.write(line[25:] + "\\n"); stream.flush()
+"""
+
+
+def test_the_local_backend_reads_a_message_written_in_two_parts():
+    """The local backend's subprocess client reads its messages file whole line by whole line:
+    a message the workload writes in two parts arrives, once (Dagster's default reader stops at
+    the first half, and every later message of the step is lost)."""
+    from shared_resources.compute.backends.local import LocalBackend
+
+    received: list = []
+
+    @dg.asset
+    def split_message(context):  # no annotations: this module's are strings, and this asset is local
+        code, done = LocalBackend().client.launch(context=context, command=[sys.executable, "-c", SPLIT_WRITER])
+        received.extend([code, *done.get_custom_messages()])
+        return dg.MaterializeResult()
+
+    assert dg.materialize([split_message]).success
+    assert received == [0, "whole"]

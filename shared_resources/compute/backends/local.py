@@ -26,6 +26,7 @@ from shared_resources.compute.backends.base import (
     killed_by_lost_node,
     runtime_interpreter,
 )
+from shared_resources.compute.backends.message_file import WholeLineTempFileMessageReader
 from shared_resources.compute.causes import Cause
 from shared_resources.compute.inflight import attempt_owner, inflight_of
 from shared_resources.compute.cooldowns import pool_slot
@@ -113,7 +114,8 @@ class LocalBackend(Backend):
     kind = "local"
 
     def __init__(self) -> None:
-        self.client = PreemptiblePipesSubprocessClient(cwd=str(REPO_ROOT))
+        # Dagster's default reader can parse half a line the workload is still writing (message_file.py).
+        self.client = PreemptiblePipesSubprocessClient(cwd=str(REPO_ROOT), message_reader=WholeLineTempFileMessageReader())
 
     @staticmethod
     def interpreter(pool: Pool, spec: StepSpec) -> str:

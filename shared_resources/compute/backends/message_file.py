@@ -5,15 +5,19 @@ at the end of a file that a workload is still writing, `readline()` returns the 
 line written so far. On a busy machine the writer's line is sometimes split between two
 writes; the reader then fails on half a message ("Unterminated string"), stops reading, and
 the step loses every later message, its result among them. `WholeLineMessageReader` waits
-for the newline before it parses.
+for the newline before it parses; `WholeLineTempFileMessageReader` does the same in a file
+of its own in a temporary folder (what the local backend's subprocess client uses).
 """
 
 from __future__ import annotations
 
 import json
+import os
 import sys
+import tempfile
 import time
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from threading import Event
 
 import dagster as dg
@@ -49,3 +53,15 @@ class WholeLineMessageReader(dg.PipesFileMessageReader):
         except:  # noqa: E722 - reported to Dagster as the base class does, then raised
             handler.report_pipes_framework_exception(f"{self.__class__.__name__} reader thread", sys.exc_info())
             raise
+
+
+class WholeLineTempFileMessageReader(dg.PipesTempFileMessageReader):
+    """Dagster's `PipesTempFileMessageReader` (a messages file in a temporary folder, removed
+    with it), read with `WholeLineMessageReader`."""
+
+    @contextmanager
+    def read_messages(self, handler) -> Iterator[dg.PipesParams]:
+        with tempfile.TemporaryDirectory(prefix="sinewgrid-pipes-") as folder:
+            reader = WholeLineMessageReader(os.path.join(folder, "messages"), include_stdio_in_messages=self._include_stdio_in_messages)
+            with reader.read_messages(handler) as params:
+                yield params
