@@ -14,12 +14,13 @@ import time
 from pathlib import Path
 
 import pytest
-from ray.job_submission import JobSubmissionClient
+from ray.job_submission import JobDetails, JobSubmissionClient, JobType
+from ray.job_submission import JobStatus as RayJobStatus
 
 from shared_resources.compute.backends.base import AttemptOutcome, outcome_of
 from shared_resources.compute.backends.base import JobState
 from shared_resources.compute.backends.engine import Launch
-from shared_resources.compute.backends.ray import RayBackend
+from shared_resources.compute.backends.ray import RayBackend, job_status
 from shared_resources.accounting.ledger import read_ledger
 from shared_resources.catalog.pools import load_pools
 from shared_resources.runtime.storage import Storage
@@ -224,18 +225,37 @@ def test_a_job_stopped_by_the_backend_is_cancelled_not_preempted(tmp_path, ray):
     backend = RayBackend()
     launch = Launch(
         name=f"stopme-{tmp_path.name}",
-        command=[sys.executable, "-c", "import time; time.sleep(60)"],
+        command=[sys.executable, "-c", "import time; print('workload-' + 'started', flush=True); time.sleep(60)"],
         env={},
         workdir=str(REPO_ROOT),
         output_path=str(tmp_path / "out.log"),
     )
     handle = backend.submit(pool, counting_spec("test.ray-stopme"), launch)
-    _until(lambda: backend.status(handle).state is not JobState.pending, "Ray to start the job")
+    # Stopped once the workload runs (not merely once Ray's supervisor does), so the stop
+    # reaches the workload rather than the entrypoint shell.
+    _until(lambda: b"workload-started" in backend.collect(handle), "the workload to start")
     backend.signal(handle, signal.SIGTERM)
     status = _until(lambda: (s := backend.status(handle)).state.ended and s, "the stopped job to end")
     assert status.state is JobState.cancelled
     # Another process (the watcher) that did not stop it sees a preemption.
     assert RayBackend().status(handle).state is JobState.preempted
+
+
+def test_a_stop_that_races_the_entrypoint_is_still_a_cancellation():
+    # Ray's supervisor records a stop that lands while the entrypoint exits as a start error
+    # (psutil cannot find the process it was about to signal); seen in CI on a loaded machine.
+    raced = JobDetails(
+        type=JobType.SUBMISSION,
+        status=RayJobStatus.FAILED,
+        entrypoint="exec python -m workload",
+        error_type="JOB_ENTRYPOINT_COMMAND_START_ERROR",
+        message="Traceback (most recent call last):\n  ...\npsutil.NoSuchProcess: process no longer exists (pid=4242)",
+    )
+    assert job_status(raced, stopped_by_us=True).state is JobState.cancelled
+    # Nobody asked this one to stop: a start error is the workload's failure.
+    failed = job_status(raced, stopped_by_us=False)
+    assert failed.state is JobState.failed and "JOB_ENTRYPOINT_COMMAND_START_ERROR" in failed.reason
+    assert outcome_of(failed) is AttemptOutcome.failed
 
 
 def _until(probe, what: str, timeout_s: float = 120.0):

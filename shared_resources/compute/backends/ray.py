@@ -21,7 +21,8 @@ Endings: SUCCEEDED succeeded; FAILED with the entrypoint's exit code (Ray's
 `driver_exit_code`; 75 means the workload checkpointed and yielded, so it resumes);
 a job stopped by anyone but this backend (`ray job stop`, an operator, an autoscaler
 draining a node) or whose supervisor died with its node is preempted and resumes from its
-checkpoint. Stopping a job sends SIGTERM to its process group and SIGKILL 3 s later (the
+checkpoint. A job this backend stopped ends cancelled, also when Ray records the stop as a
+start error (its supervisor lost the race with an entrypoint that was exiting). Stopping a job sends SIGTERM to its process group and SIGKILL 3 s later (the
 head's `RAY_JOB_STOP_WAIT_TIME_S`): the workload checkpoints within that.
 
 Why the Jobs API and not dagster-ray: dagster-ray 0.4.8's `PipesRayJobClient.run` submits
@@ -58,10 +59,44 @@ UNREACHABLE_GRACE_SECONDS = 120.0
 _NEVER_PLACED = {"JOB_SUPERVISOR_ACTOR_START_TIMEOUT", "JOB_SUPERVISOR_ACTOR_UNSCHEDULABLE"}
 # The job's supervisor died with its node: the capacity was taken away.
 _NODE_LOST = {"JOB_SUPERVISOR_ACTOR_DIED"}
+# Ray 2.x: a stop that lands while the entrypoint exits fails the job with this error.
+_STOP_RACED_EXIT = {"JOB_ENTRYPOINT_COMMAND_START_ERROR"}
 
 
 def _cancel_marker(output_path: str) -> Path:
     return Path(output_path).with_name("cancelled")
+
+
+def job_status(info: Any, *, stopped_by_us: bool) -> JobStatus:
+    """What a Ray job's `JobDetails` mean for the attempt loop."""
+    state = str(getattr(info.status, "value", info.status))
+    message = (info.message or "").strip().splitlines()[0] if info.message else ""
+    error_type = str(getattr(info.error_type, "value", info.error_type) or "")
+    if state == "PENDING":
+        if stopped_by_us:
+            return JobStatus(JobState.cancelled, reason="stopped by Sinewgrid before Ray placed it")
+        return JobStatus(JobState.pending, reason=message)
+    if state == "RUNNING":
+        return JobStatus(JobState.running)
+    if state == "SUCCEEDED":
+        return JobStatus(JobState.succeeded, exit_code=0)
+    if state == "STOPPED":
+        if stopped_by_us:
+            return JobStatus(JobState.cancelled, reason="stopped by Sinewgrid")
+        return JobStatus(JobState.preempted, reason="the Ray job was stopped outside Sinewgrid (ray job stop, a drained node)")
+    # FAILED
+    if info.driver_exit_code is not None:
+        return JobStatus(JobState.failed, exit_code=int(info.driver_exit_code), reason=f"entrypoint exited {info.driver_exit_code}")
+    if error_type in _NEVER_PLACED:
+        return JobStatus(JobState.cancelled, reason=f"Ray could not place the job ({error_type}): {message}")
+    if error_type in _NODE_LOST:
+        return JobStatus(JobState.preempted, reason=f"the job's node was lost ({error_type}): {message}")
+    if error_type in _STOP_RACED_EXIT and stopped_by_us:
+        # Ray's supervisor looks the entrypoint up to signal it; when the entrypoint has just
+        # exited (a cancelled attempt's marker check, a workload ending), the lookup raises and
+        # Ray records a start error. The job was ours to stop, and it stopped.
+        return JobStatus(JobState.cancelled, reason=f"stopped by Sinewgrid as its entrypoint exited ({error_type})")
+    return JobStatus(JobState.failed, reason=f"{error_type or 'FAILED'}: {message}")
 
 
 class RayBackend(EngineBackend):
@@ -168,29 +203,7 @@ class RayBackend(EngineBackend):
         except (OSError, dg.Failure) as exc:  # the head is down or restarting
             return self._unreachable(handle, exc)
         self._unreachable_since.pop(handle.job_id, None)
-        state = str(getattr(info.status, "value", info.status))
-        message = (info.message or "").strip().splitlines()[0] if info.message else ""
-        if state == "PENDING" and handle.job_id in self._stopped_by_us:
-            return JobStatus(JobState.cancelled, reason="stopped by Sinewgrid before Ray placed it")
-        if state == "PENDING":
-            return JobStatus(JobState.pending, reason=message)
-        if state == "RUNNING":
-            return JobStatus(JobState.running)
-        if state == "SUCCEEDED":
-            return JobStatus(JobState.succeeded, exit_code=0)
-        if state == "STOPPED":
-            if handle.job_id in self._stopped_by_us:
-                return JobStatus(JobState.cancelled, reason="stopped by Sinewgrid")
-            return JobStatus(JobState.preempted, reason="the Ray job was stopped outside Sinewgrid (ray job stop, a drained node)")
-        # FAILED
-        error_type = str(getattr(info.error_type, "value", info.error_type) or "")
-        if info.driver_exit_code is not None:
-            return JobStatus(JobState.failed, exit_code=int(info.driver_exit_code), reason=f"entrypoint exited {info.driver_exit_code}")
-        if error_type in _NEVER_PLACED:
-            return JobStatus(JobState.cancelled, reason=f"Ray could not place the job ({error_type}): {message}")
-        if error_type in _NODE_LOST:
-            return JobStatus(JobState.preempted, reason=f"the job's node was lost ({error_type}): {message}")
-        return JobStatus(JobState.failed, reason=f"{error_type or 'FAILED'}: {message}")
+        return job_status(info, stopped_by_us=handle.job_id in self._stopped_by_us)
 
     def signal(self, handle: JobHandle, signum: int = signal.SIGTERM) -> None:
         """Stop the job: the Jobs API delivers SIGTERM (the head's `RAY_JOB_STOP_SIGNAL`), then
