@@ -88,8 +88,6 @@ def run_trace(context: dg.AssetExecutionContext, setup: DrillSetup, band_or_rate
     checkpoint_s = sum(t["checkpoint_seconds"] for t in calm.timeline) / writes if writes else 0.0
     first_start = _restart_seconds(calm)
     step_s = work_s / w.total
-    if baseline(context, probe_setup, w, inputs) != expected:
-        raise dg.Failure("the uninterrupted pretraining run is not reproducible; the trace comparison needs it to be")
 
     speedup = acceleration_for(published, calm.wall_seconds, expected_faults)
     replayed = published * speedup
@@ -133,4 +131,8 @@ def run_trace(context: dg.AssetExecutionContext, setup: DrillSetup, band_or_rate
             )
         )
         context.log.info(f"trace, {cadence} cadence: {result.runs[-1]}")
+    if not all(run.identical for run in result.runs) and baseline(context, probe_setup, w, inputs) != expected:
+        # Only asked when a cadence ended elsewhere: every run identical to the calm one already
+        # shows the run is reproducible, and a second uninterrupted run costs as much as a cadence.
+        raise dg.Failure("the uninterrupted pretraining run is not reproducible; the trace comparison needs it to be")
     return result
