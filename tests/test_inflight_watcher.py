@@ -154,9 +154,17 @@ def test_a_record_removed_while_the_records_are_read_is_left_out(home: Path, mon
     assert [r["handle"]["job_id"] for r in inflight.records()] == ["101"]
 
 
+# A child that dies on SIGTERM, whatever it inherits. After an in-process Dagster run, Dagster
+# leaves SIGTERM at SIGINT's original handler (dagster/_utils/interrupts.py), and a pytest-xdist
+# worker ignores SIGINT; an ignored signal stays ignored across exec, so a plain child started
+# later in the same worker ignored SIGTERM too, and `cancel` waited out its 10 s grace.
+SLEEPER = "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_DFL); print('ready', flush=True); time.sleep(300)"
+
+
 def test_local_handle_never_matches_a_reused_pid():
-    process = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(300)"])
+    process = subprocess.Popen([sys.executable, "-c", SLEEPER], stdout=subprocess.PIPE, text=True)
     try:
+        assert process.stdout.readline().strip() == "ready"  # its SIGTERM is at the default now
         pool = load_pools()["local"]
         handle = LocalBackend.handle_for(pool, process.pid)
         assert LocalBackend().status(handle).state.value == "running"
@@ -167,6 +175,7 @@ def test_local_handle_never_matches_a_reused_pid():
         assert _reaped(process.pid, handle), "cancel returns once the process it stopped is gone, not a zombie"
     finally:
         process.kill()
+        process.communicate()  # reaps it and closes its pipe
 
 
 def _reaped(pid: int, handle: JobHandle) -> bool:
