@@ -9,9 +9,12 @@ the daemon honours them (a run key already used by the sensor is not run again).
 from __future__ import annotations
 
 import importlib
+import signal
+import threading
 import time
+from contextlib import contextmanager
 from datetime import UTC, datetime
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -116,6 +119,23 @@ def tick_sensor(
     return tick
 
 
+@contextmanager
+def sigterm_kept() -> Iterator[None]:
+    """Put SIGTERM back as it was after an in-process run. Dagster leaves it at SIGINT's original
+    handler (dagster/_utils/interrupts.py), so a `sinewgrid` started in the background by a
+    script (SIGINT ignored) would ignore `kill` after its first run, and so would every
+    process it started from then on."""
+    if threading.current_thread() is not threading.main_thread():
+        yield  # Dagster changes no handler off the main thread either
+        return
+    before = signal.getsignal(signal.SIGTERM)
+    try:
+        yield
+    finally:
+        if before is not None:
+            signal.signal(signal.SIGTERM, before)
+
+
 def _run_requests(
     tick: "SensorTick",
     defs: dg.Definitions,
@@ -143,13 +163,14 @@ def _run_requests(
         if log_level:
             run_config.setdefault("loggers", {"console": {"config": {"log_level": log_level}}})
         started = time.monotonic()
-        result = job.execute_in_process(
-            instance=instance,
-            partition_key=request.partition_key,
-            run_config=run_config or None,
-            tags=tags,
-            raise_on_error=False,
-        )
+        with sigterm_kept():
+            result = job.execute_in_process(
+                instance=instance,
+                partition_key=request.partition_key,
+                run_config=run_config or None,
+                tags=tags,
+                raise_on_error=False,
+            )
         tick.runs.append(
             RunOutcome(
                 job_name,
