@@ -22,8 +22,9 @@ Endings: SUCCEEDED succeeded; FAILED with the entrypoint's exit code (Ray's
 a job stopped by anyone but this backend (`ray job stop`, an operator, an autoscaler
 draining a node) or whose supervisor died with its node is preempted and resumes from its
 checkpoint. A job this backend stopped ends cancelled, also when Ray records the stop as a
-start error (its supervisor lost the race with an entrypoint that was exiting). Stopping a job sends SIGTERM to its process group and SIGKILL 3 s later (the
-head's `RAY_JOB_STOP_WAIT_TIME_S`): the workload checkpoints within that.
+start error (its supervisor lost the race with an entrypoint that was exiting). Stopping a
+job sends SIGTERM to its process group and SIGKILL 3 s later (the head's
+`RAY_JOB_STOP_WAIT_TIME_S`): the workload checkpoints within that.
 
 Why the Jobs API and not dagster-ray: dagster-ray 0.4.8's `PipesRayJobClient.run` submits
 and waits in one blocking call, raises the same RuntimeError for FAILED and STOPPED (so a
