@@ -26,6 +26,7 @@ from drills.report import write_report
 from drills.runner import BACKENDS, SCENARIOS
 from drills.workloads import WORKLOADS
 from shared_resources.settings import child_env
+from shared_resources.signals import sigterm_kept
 
 
 def matrix(backends: list[str], scenarios: list[str], workloads: list[str]) -> list[tuple[str, str, str]]:
@@ -113,10 +114,11 @@ def run_campaign(
             for scenario, name in todo:
                 key = dg.MultiPartitionKey({"scenario": scenario, "target": f"{backend}-{name}"})
                 say(f"{SCENARIOS[scenario].title} · {backend} · {name} …")
-                outcome = dg.materialize(
-                    [failure_drill], partition_key=key, instance=instance, resources=resources, raise_on_error=False,
-                    run_config={"ops": {"platform__failure_drill": {"config": {"size": size}}}},
-                )
+                with sigterm_kept():
+                    outcome = dg.materialize(
+                        [failure_drill], partition_key=key, instance=instance, resources=resources, raise_on_error=False,
+                        run_config={"ops": {"platform__failure_drill": {"config": {"size": size}}}},
+                    )
                 path = root / "results" / f"{scenario}--{backend}-{name}.json"
                 if not outcome.success or not path.exists():
                     errors = [e.step_failure_data.error.message.strip().splitlines()[-1] for e in outcome.all_events if e.is_step_failure and e.step_failure_data.error]
@@ -132,10 +134,11 @@ def run_campaign(
                 )
     for seed in trace_seeds if trace_rate else []:
         say(f"Preemption trace at {trace_rate}, seed {seed} · local · pretrain (three cadences) …")
-        outcome = dg.materialize(
-            [preemption_trace], instance=instance, resources=resources, raise_on_error=False,
-            run_config={"ops": {"platform__preemption_trace": {"config": {"rate": trace_rate, "seed": seed, "size": size}}}},
-        )
+        with sigterm_kept():
+            outcome = dg.materialize(
+                [preemption_trace], instance=instance, resources=resources, raise_on_error=False,
+                run_config={"ops": {"platform__preemption_trace": {"config": {"rate": trace_rate, "seed": seed, "size": size}}}},
+            )
         path = root / "results" / f"trace-seed{seed}.json"
         if not outcome.success or not path.exists():
             say(f"  failed (run {outcome.run_id}); see the run in the UI")

@@ -9,12 +9,9 @@ the daemon honours them (a run key already used by the sensor is not run again).
 from __future__ import annotations
 
 import importlib
-import signal
-import threading
 import time
-from contextlib import contextmanager
 from datetime import UTC, datetime
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -23,6 +20,7 @@ import yaml
 from dagster._core.definitions.dynamic_partitions_request import AddDynamicPartitionsRequest
 
 from shared_resources.settings import REPO_ROOT
+from shared_resources.signals import sigterm_kept
 
 RUN_KEY_TAG = "dagster/run_key"
 SENSOR_NAME_TAG = "dagster/sensor_name"
@@ -117,23 +115,6 @@ def tick_sensor(
     if data.run_requests:  # a sensor without a job (the watcher) requests no runs
         _run_requests(tick, defs, instance, data.run_requests, sensor.job_name, SENSOR_NAME_TAG, sensor.name, on_run, log_level)
     return tick
-
-
-@contextmanager
-def sigterm_kept() -> Iterator[None]:
-    """Put SIGTERM back as it was after an in-process run. Dagster leaves it at SIGINT's original
-    handler (dagster/_utils/interrupts.py), so a `sinewgrid` started in the background by a
-    script (SIGINT ignored) would ignore `kill` after its first run, and so would every
-    process it started from then on."""
-    if threading.current_thread() is not threading.main_thread():
-        yield  # Dagster changes no handler off the main thread either
-        return
-    before = signal.getsignal(signal.SIGTERM)
-    try:
-        yield
-    finally:
-        if before is not None:
-            signal.signal(signal.SIGTERM, before)
 
 
 def _run_requests(
