@@ -3,14 +3,20 @@ workload run as a plain process."""
 
 from __future__ import annotations
 
+import json
+import os
+import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
+from typing import Self
 
 import dagster as dg
 import numpy as np
 import pandas as pd
+import psutil
 
 from cell_lane.plate_layout import GENES_PER_PLATE, plate_layout
 from shared_resources.intake.landing import write_drop
@@ -45,7 +51,7 @@ def drop_plate(storage: Storage, drop_id: str, table: pd.DataFrame | None = None
     )
 
 
-__all__ = ["GENES", "GENES_PER_PLATE", "good_plate", "drop_plate"]
+__all__ = ["GENES", "GENES_PER_PLATE", "drop_plate", "good_plate"]
 
 
 def sensor_ingest(sensor, assets: list, defs, instance, resources, root: str, cursor: str | None) -> tuple[list[str], dict[str, bool], str | None]:
@@ -91,3 +97,61 @@ class WorkloadProcess:
             assert self.process.poll() is None, f"the workload ended ({self.process.returncode}) before it was held:\n{self.tail()}"
             assert time.monotonic() < deadline, f"not held within {timeout:g}s:\n{self.tail()}"
             time.sleep(0.01)
+
+
+# --- preemptions fired on an event: a workload held at its step ------------------------------
+
+class Preemptor:
+    """Arms the `hold` failpoint in every attempt the compute resource launches in a test, and
+    preempts (SIGTERM) each attempt once it is held there: the fault fires on an event the test
+    can see (the marker the held workload publishes), whatever the machine's speed.
+
+    `times` preemptions in all: after each, once the stopped attempt is gone, the marker is
+    removed so that the next attempt (resumed from the checkpoint the SIGTERM wrote) holds again
+    after its first step. Use as a context manager around the run."""
+
+    def __init__(self, monkeypatch, marker: Path, *, at_step: int, times: int = 1, timeout: float = 300):
+        from shared_resources.compute import attempts
+        from shared_resources.runtime.inputs import Failpoint
+
+        self.marker, self.times, self.timeout = marker, times, timeout
+        self.preempted: list[int] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._preempt, daemon=True, name="test-preemptor")
+        failpoint = Failpoint(kind="hold", at_step=at_step, marker=str(marker))
+        launch_inputs = attempts.workload_inputs
+
+        def armed(*args, **kwargs):
+            return launch_inputs(*args, **kwargs).model_copy(update={"failpoint": failpoint})
+
+        monkeypatch.setattr(attempts, "workload_inputs", armed)
+
+    def __enter__(self) -> Self:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        self._thread.join(timeout=10)
+
+    def _preempt(self) -> None:
+        deadline = time.monotonic() + self.timeout
+        while not self._stop.is_set() and len(self.preempted) < self.times and time.monotonic() < deadline:
+            if not self.marker.exists():
+                time.sleep(0.02)
+                continue
+            pid = int(json.loads(self.marker.read_text())["pid"])
+            os.kill(pid, signal.SIGTERM)  # the capacity is taken back
+            self.preempted.append(pid)
+            while _alive(pid) and not self._stop.is_set():
+                time.sleep(0.02)
+            if len(self.preempted) < self.times:
+                self.marker.unlink()  # arm it again for the next attempt
+
+
+def _alive(pid: int) -> bool:
+    """True while `pid` runs (a zombie, exited but not yet reaped, is not running)."""
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False

@@ -3,12 +3,7 @@
 from __future__ import annotations
 
 import io
-import os
 import posixpath
-import signal
-import threading
-import time
-from pathlib import Path
 
 import anndata as ad
 import dagster as dg
@@ -16,28 +11,32 @@ import pandas as pd
 import pytest
 from typer.testing import CliRunner
 
+from cell_lane.definitions import defs
 from cell_lane.defs.assets.dataset import omics_dataset
 from cell_lane.defs.assets.design import next_plate_proposal
 from cell_lane.defs.assets.ingest import raw_assay, validated_assay
 from cell_lane.defs.assets.training import finetuned_model, foundation_model
-from cell_lane.definitions import defs
 from cell_lane.defs.sensors import assay_drop_sensor
-from cell_lane.standins.lab import LabStandIn
 from cell_lane.omics import read_dataset
-from cell_lane.plate_validation import OPTIONAL_COLUMNS, REQUIRED_COLUMNS, check_plate_file
+from cell_lane.plate_validation import (
+    OPTIONAL_COLUMNS,
+    REQUIRED_COLUMNS,
+    check_plate_file,
+)
+from cell_lane.standins.lab import LabStandIn
 from platform_location.defs.assets.data_layer import checkpoint_retention
-from shared_resources.data.checkpoint_registry import CheckpointRegistry
-from shared_resources.runtime.checkpoints import CheckpointStore
-from shared_resources.data.registry.registry import DataRegistry
-from shared_resources.data.experiments import load_run
 from shared_resources.accounting.ledger import read_ledger
+from shared_resources.data.checkpoint_registry import CheckpointRegistry
+from shared_resources.data.experiments import load_run
 from shared_resources.data.lineage import LineageStore
-from shared_resources.settings import code_version
+from shared_resources.data.registry.registry import DataRegistry
 from shared_resources.resources import StorageResource
+from shared_resources.runtime.checkpoints import CheckpointStore
 from shared_resources.runtime.storage import glob_uris, read_bytes, write_bytes_atomic
+from shared_resources.settings import code_version
 from sinewgrid.cli import app
 from tests.conftest import ROOT_KINDS
-from tests.helpers import sensor_ingest
+from tests.helpers import Preemptor, sensor_ingest
 
 pytestmark = pytest.mark.e2e  # runs workloads end to end, in their own processes
 
@@ -168,45 +167,15 @@ def _check_data_layer(instance, root, storage, tmp_path, first_dataset, first, s
     assert CheckpointStore(storage.checkpoints(foundation["run"])).latest_valid().final
 
 
-def _children_running(module: str) -> list[int]:
-    found = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            status = (entry / "status").read_text()
-            cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode()
-        except OSError:
-            continue
-        ppid = int(next(line.split()[1] for line in status.splitlines() if line.startswith("PPid:")))
-        if ppid == os.getpid() and module in cmdline:
-            found.append(int(entry.name))
-    return found
-
-
-def test_compute_resource_resumes_a_preempted_step(instance, resources, home, storage):
+def test_compute_resource_resumes_a_preempted_step(instance, resources, home, storage, tmp_path, monkeypatch):
     lab = LabStandIn(storage)
     _ingest_all(instance, resources, lab.seed_drops(plates=2, include_bad=False))
     dg.materialize([omics_dataset], instance=instance, resources=resources)
 
-    preempted: list[int] = []
-
-    def preempt_first_attempt():
-        deadline = time.monotonic() + 300
-        while time.monotonic() < deadline and not preempted:
-            manifests = list((home / "checkpoints").rglob("step-00000100/manifest.json"))
-            pids = _children_running("cell_lane.workloads.pretrain")
-            if manifests and pids:
-                os.kill(pids[0], signal.SIGTERM)  # the capacity is taken back
-                preempted.append(pids[0])
-            time.sleep(0.05)
-
-    watcher = threading.Thread(target=preempt_first_attempt, daemon=True)
-    watcher.start()
-    config = {"ops": {"cell__foundation_model": {"config": {"steps": 2000, "checkpoint_every_steps": 50}}}}
-    result = dg.materialize([omics_dataset, foundation_model], instance=instance, resources=resources, run_config=config, selection=[foundation_model])
-    watcher.join(timeout=5)
-    assert result.success and preempted
+    config = {"ops": {"cell__foundation_model": {"config": {"steps": 300, "checkpoint_every_steps": 50}}}}
+    with Preemptor(monkeypatch, tmp_path / "held", at_step=100) as preemptor:  # SIGTERM once it has done step 100
+        result = dg.materialize([omics_dataset, foundation_model], instance=instance, resources=resources, run_config=config, selection=[foundation_model])
+    assert result.success and preemptor.preempted
     md = _md(result, "cell/foundation_model")
     assert md["attempts"] == 2 and md["preemptions"] == 1
     ledger = read_ledger(storage.ledger())

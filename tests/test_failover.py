@@ -3,9 +3,6 @@ plan and cooled down; a preempted step resumes on the next pool; a retry budget 
 
 from __future__ import annotations
 
-import os
-import signal
-import threading
 import time
 from pathlib import Path
 
@@ -16,13 +13,13 @@ import torch
 from cell_lane.defs.assets.dataset import omics_dataset
 from cell_lane.defs.assets.training import foundation_model
 from cell_lane.standins.lab import LabStandIn
-from shared_resources.compute.cooldowns import SLOTS_ENV, Cooldowns, pool_slot
-from shared_resources.runtime.checkpoints import CheckpointStore
 from shared_resources.accounting.ledger import read_ledger
 from shared_resources.catalog.pools import load_pools
+from shared_resources.compute.cooldowns import SLOTS_ENV, Cooldowns, pool_slot
 from shared_resources.resources import platform_resources
+from shared_resources.runtime.checkpoints import CheckpointStore
 from shared_resources.runtime.storage import Storage
-from tests.test_cell_graph import _children_running
+from tests.helpers import Preemptor
 
 pytestmark = pytest.mark.e2e  # runs workloads end to end, in their own processes
 
@@ -52,7 +49,7 @@ pools:
     max_concurrent_steps: 1
     tenants: [cell]
 """
-CONFIG = {"ops": {"cell__foundation_model": {"config": {"steps": 1200, "checkpoint_every_steps": 50}}}}
+CONFIG = {"ops": {"cell__foundation_model": {"config": {"steps": 300, "checkpoint_every_steps": 50}}}}
 
 
 @pytest.fixture
@@ -108,46 +105,25 @@ def test_no_capacity_anywhere_is_a_clear_failure(instance, home, catalog):
     assert "No pool had capacity" in failure.step_failure_data.error.message
 
 
-def _manifests(home: Path) -> int:
-    return len(list((home / "checkpoints").rglob("manifest.json")))
+HELD_AT = 100  # each attempt is held (and preempted) once it has done this step or later
 
 
-def _preempt(home: Path, times: int, stop: threading.Event, done: list[int]) -> None:
-    """Send SIGTERM to the pretraining workload each time the running attempt has written a
-    checkpoint of its own (an event: it is running, with its SIGTERM handler in place). The
-    count is taken again once the stopped attempt is gone, its SIGTERM checkpoint included,
-    so the next SIGTERM waits for a checkpoint the next attempt writes."""
-    seen = 0
-    while not stop.is_set() and len(done) < times:
-        pids = _children_running("cell_lane.workloads.pretrain")
-        if pids and _manifests(home) > seen:
-            os.kill(pids[0], signal.SIGTERM)
-            done.append(pids[0])
-            while pids[0] in _children_running("cell_lane.workloads.pretrain"):
-                time.sleep(0.05)
-            seen = _manifests(home)
-        time.sleep(0.05)
-
-
-def test_a_preempted_step_resumes_on_the_next_pool_with_the_same_result(instance, home, catalog, tmp_path):
+def test_a_preempted_step_resumes_on_the_next_pool_with_the_same_result(instance, home, catalog, tmp_path, monkeypatch):
     resources = _prepare(instance, home, catalog)
-    stop, done = threading.Event(), []
-    watcher = threading.Thread(target=_preempt, args=(home, 1, stop, done), daemon=True)
-    watcher.start()
-    result = _train(instance, resources)
-    stop.set()
-    watcher.join(timeout=5)
+    with Preemptor(monkeypatch, tmp_path / "held", at_step=HELD_AT, times=1) as preemptor:
+        result = _train(instance, resources)
     md = _md(result)
-    assert done and md["preemptions"] == 1 and md["pools_tried"] == "steady-a, steady-b"
+    assert preemptor.preempted and md["preemptions"] == 1 and md["pools_tried"] == "steady-a, steady-b"
     ledger = read_ledger(Storage.at(str(home)).ledger())
     assert list(ledger["outcome"]) == ["preempted", "succeeded"]
 
-    # The same step, never interrupted, on a fresh root gives the same weights.
+    # The same step, never interrupted, on a fresh root gives the same weights (the failpoint's
+    # marker is still there, so it holds nothing).
     other = tmp_path / "reference"
     (other / "dagster").mkdir(parents=True)
     with dg.instance_for_test(temp_dir=str(other / "dagster")) as reference_instance:
         reference = _prepare(reference_instance, other, catalog)
-        _train(reference_instance, reference)
+        assert _md(_train(reference_instance, reference))["preemptions"] == 0
     ours = CheckpointStore(str(md["checkpoints"])).latest_valid().tensors["model"]
     theirs_uri = next(p.parent.parent for p in (other / "checkpoints").rglob("manifest.json"))
     theirs = CheckpointStore(str(theirs_uri)).latest_valid().tensors["model"]
@@ -155,15 +131,12 @@ def test_a_preempted_step_resumes_on_the_next_pool_with_the_same_result(instance
         assert torch.equal(ours[name], theirs[name]), name
 
 
-def test_the_retry_budget_bounds_preemptions(instance, home, catalog):
+def test_the_retry_budget_bounds_preemptions(instance, home, catalog, tmp_path, monkeypatch):
     resources = _prepare(instance, home, catalog)
-    stop, done = threading.Event(), []
-    watcher = threading.Thread(target=_preempt, args=(home, 10, stop, done), daemon=True)
-    watcher.start()
-    result = _train(instance, resources, raise_on_error=False)
-    stop.set()
-    watcher.join(timeout=5)
+    with Preemptor(monkeypatch, tmp_path / "held", at_step=HELD_AT, times=10) as preemptor:
+        result = _train(instance, resources, raise_on_error=False)
     assert not result.success
+    assert len(preemptor.preempted) == 4  # the fourth preemption ended the step: no fifth attempt
     failure = next(e for e in result.all_events if e.is_step_failure)
     assert "preempted 4 times, more than its limit of 3" in failure.step_failure_data.error.message
 

@@ -64,7 +64,7 @@ def _extras(tmp_path: Path, dataset: str, name: str, hold: Path | None = None) -
     """Training inputs; with `hold`, it waits after step 250 (creating `hold`) until it is
     signalled, so the kill lands mid-interval on any machine (the `hold` failpoint)."""
     path = tmp_path / f"{name}.json"
-    inputs = {"config": {"datasets": [dataset], "steps": 4000, "seed": 1}, "checkpoint_uri": str(tmp_path / name), "checkpoint_every_steps": 100}
+    inputs = {"config": {"datasets": [dataset], "steps": 600, "seed": 1}, "checkpoint_uri": str(tmp_path / name), "checkpoint_every_steps": 100}
     if hold is not None:
         inputs["failpoint"] = Failpoint(kind="hold", at_step=250, marker=str(hold)).model_dump()
     path.write_text(json.dumps(inputs))
