@@ -72,10 +72,20 @@ def _restart_seconds(step: StepRun) -> float:
     return sum(gaps) / len(gaps) if gaps else 0.0
 
 
-def run_trace(context: dg.AssetExecutionContext, setup: DrillSetup, band_or_rate: str | float, *, seed: int = 1, size: str = "small", expected_faults: float = 3.0) -> TraceResult:
+def run_trace(
+    context: dg.AssetExecutionContext, setup: DrillSetup, band_or_rate: str | float, *,
+    seed: int = 1, size: str = "small", steps: int | None = None, expected_faults: float = 3.0,
+) -> TraceResult:
     storage = Storage.at(setup.storage_root)
     # Longer than a scenario's run, so work (not process start-up) fills most of the wall time.
     w = replace(workload("pretrain", size), total=2400 if size == "small" else 9000, checkpoint_every=200 if size == "small" else 500)
+    if steps is not None:
+        if steps < 2 * w.checkpoint_every:
+            raise ValueError(
+                f"A preemption trace of {steps} steps is too short: the fixed cadence checkpoints every {w.checkpoint_every} "
+                f"steps at size {size!r}, so a run needs at least {2 * w.checkpoint_every}. Raise `steps` or leave it unset."
+            )
+        w = replace(w, total=steps)
     inputs = prepare_inputs(setup.drill_root)
     tag = f"trace-{size}"
     published, band = rate_for(band_or_rate)

@@ -198,7 +198,7 @@ def test_preemption_trace_compares_three_cadences_to_the_same_end_state(drill_ho
     from drills.goodput import young_daly_interval
     from platform_location.defs.assets.drills import preemption_trace
 
-    dg.materialize([preemption_trace], resources=platform_resources(root=str(drill_home)), run_config={"ops": {"platform__preemption_trace": {"config": {"size": "small", "seed": 3}}}})
+    dg.materialize([preemption_trace], resources=platform_resources(root=str(drill_home)), run_config={"ops": {"platform__preemption_trace": {"config": {"size": "small", "seed": 3, "steps": 800}}}})
     trace = json.loads((drill_home / "drills" / "results" / "trace-seed3.json").read_text())
     runs = {r["cadence"]: r for r in trace["runs"]}
     assert list(runs) == ["none", "fixed", "young-daly"]

@@ -5,12 +5,13 @@ import json
 from pathlib import Path
 
 import dagster as dg
+from pydantic import Field
 
 from drills import runner
 from drills.runner import BACKENDS, SCENARIOS, DrillSetup, drill_catalog, run_scenario
 from drills.workloads import SIZES, WORKLOADS
-from shared_resources.settings import settings
 from shared_resources.resources import StorageResource
+from shared_resources.settings import settings
 
 FAILURE_DRILL = dg.AssetKey(["platform", "failure_drill"])
 DRILL_GROUP = "platform_drills"
@@ -112,10 +113,11 @@ PREEMPTION_TRACE = dg.AssetKey(["platform", "preemption_trace"])
 class TraceConfig(dg.Config):
     """Which interruption rate to replay, and how."""
 
-    rate: str = "10-15%"  # a Spot Instance Advisor band ("<5%" … ">20%") or interruptions per hour
-    seed: int = 1
-    size: str = "small"
-    expected_faults: float = 3.0
+    rate: str = Field("10-15%", description='A Spot Instance Advisor band ("<5%", "5-10%", "10-15%", "15-20%", ">20%") or interruptions per hour.')
+    seed: int = Field(1, description="Seed of the Poisson draw: the same seed replays the same interruption times.")
+    size: str = Field("small", description="Drill size: small (2400 training steps per run) or full (9000).")
+    steps: int | None = Field(None, description="Training steps in each run, instead of the size's; fewer is quicker, with process start-up a larger share of each run.")
+    expected_faults: float = Field(3.0, description="Interruptions an uninterrupted run would meet: the replayed rate is time-compressed to this.")
 
 
 @dg.asset(key=PREEMPTION_TRACE, group_name=DRILL_GROUP, kinds={"python"})
@@ -136,7 +138,7 @@ def preemption_trace(context: dg.AssetExecutionContext, config: TraceConfig, sto
 
     root = drill_root(storage)
     setup = DrillSetup(storage_root=storage.root, drill_root=root, backend="local")
-    result = run_trace(context, setup, config.rate, seed=config.seed, size=config.size, expected_faults=config.expected_faults)
+    result = run_trace(context, setup, config.rate, seed=config.seed, size=config.size, steps=config.steps, expected_faults=config.expected_faults)
     out = root / "results" / f"trace-seed{config.seed}.json"
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(result.to_json(), indent=2, default=str))
