@@ -108,14 +108,14 @@ def read_json(uri: str) -> Any:
 def write_bytes_atomic(uri: str, data: bytes) -> None:
     """Write so that readers see the old object or the whole new one, never a torn one.
 
-    Object stores publish a PUT atomically; on a file system we write a temporary
-    sibling and rename it into place.
+    Object stores publish a PUT atomically (and have no folders to make: asking s3fs to make
+    one costs a request per write); on a file system we write a temporary sibling and rename
+    it into place.
     """
     fs, path = fs_for(uri)
-    parent = posixpath.dirname(path)
-    if parent:
-        fs.makedirs(parent, exist_ok=True)
     if isinstance(fs, LocalFileSystem):
+        if parent := posixpath.dirname(path):
+            fs.makedirs(parent, exist_ok=True)
         tmp = f"{path}.tmp-{uuid.uuid4().hex[:8]}"
         with fs.open(tmp, "wb") as fh:
             fh.write(data)
