@@ -46,9 +46,11 @@ demo: $(STAMP) isaaclab-runtime
 # cluster, a Ray head and a PostgreSQL server itself (testbed/); `slurm-packages` and
 # `postgres-packages` install their Debian packages if missing; `ui-packages` installs the
 # Chromium the UI test drives (tests/test_ui.py).
-# Two workers (pytest-xdist): tests sharing the Slurm cluster and the Ray head, or the demo's
-# instance, stay on one worker, and so does each module (tests/conftest.py, `_worker_group`).
-TEST_WORKERS ?= 2
+# Three workers (pytest-xdist) on two cores: a test often waits (on a workload's start, Slurm's
+# or Ray's scheduler, a page to render), and a third worker fills the CPU it leaves idle. Tests
+# sharing the Slurm cluster and the Ray head, or the demo's instance, stay on one worker, and so
+# does each module (tests/conftest.py, `_worker_group`).
+TEST_WORKERS ?= 3
 test: $(STAMP) isaaclab-runtime slurm-packages postgres-packages ui-packages
 	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadgroup
 
