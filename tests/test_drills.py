@@ -233,6 +233,16 @@ def test_drill_command_writes_the_report(drill_home, tmp_path):
         assert instance.get_runs_count() >= 1
 
 
+def test_a_trace_too_short_for_its_cadence_is_refused_with_the_fix(tmp_path):
+    from drills.replay import run_trace
+    from drills.runner import DrillSetup
+
+    setup = DrillSetup(storage_root=str(tmp_path), drill_root=tmp_path / "drills", backend="local")
+    with pytest.raises(ValueError, match=r"trace of 300 steps is too short.*at least 400.*Raise `steps`"):
+        run_trace(None, setup, "10-15%", steps=300)
+    assert not (tmp_path / "drills").exists()  # refused before anything ran
+
+
 def test_unknown_matrix_entries_are_named():
     from drills.campaign import matrix
 
