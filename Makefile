@@ -52,17 +52,17 @@ demo: $(STAMP) isaaclab-runtime
 # does each module (tests/conftest.py, `_worker_group`).
 TEST_WORKERS ?= 3
 test: $(STAMP) isaaclab-runtime slurm-packages postgres-packages ui-packages
-	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadgroup
+	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadgroup --no-loadscope-reorder
 
 # Tiers (pyproject.toml): `engines` start Slurm, Ray, PostgreSQL or the S3 API server, `e2e`
 # run workloads or a loop end to end, `ui` drives the Dagster UI. None of them here.
 test-fast: $(STAMP)
-	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadgroup -m "not engines and not e2e and not ui"
+	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadgroup --no-loadscope-reorder -m "not engines and not e2e and not ui"
 
 # Every test passes alone and in any order: modules and the tests in each, shuffled.
 SEED ?= $(shell echo $$RANDOM)
 test-random: $(STAMP) isaaclab-runtime slurm-packages postgres-packages ui-packages
-	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadgroup -p random_order --random-order-bucket=module --random-order-seed=$(SEED)
+	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadgroup --no-loadscope-reorder -p random_order --random-order-bucket=module --random-order-seed=$(SEED)
 
 ui: $(STAMP)
 	@mkdir -p "$(DAGSTER_HOME)"

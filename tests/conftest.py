@@ -162,6 +162,7 @@ def pytest_collection_modifyitems(config, items):
         for tier in sorted(tiers):
             item.add_marker(tier)
         item.add_marker(pytest.mark.xdist_group(_worker_group(item)))
+    _longest_groups_first(items)
     yield
     if getattr(config.option, "loadgroup", False) and items and "@" not in items[0].nodeid:
         # pytest-xdist 3.8 names the group in the test's id, which pytest 9.2 no longer reads
@@ -174,9 +175,23 @@ def pytest_collection_modifyitems(config, items):
 
 
 # Tests that share an expensive session fixture run on one worker (`make test` runs the
-# suite on two, pytest-xdist's `--dist loadgroup`), so each starts once; every other module
+# suite on three, pytest-xdist's `--dist loadgroup`), so each starts once; every other module
 # stays whole on one worker, so its module-scoped fixtures run once too.
 SHARED_ON_ONE_WORKER = {"slurm_cluster": "engines", "ray_head": "engines", "demo_run": "demo"}
+
+
+def _longest_groups_first(items) -> None:
+    """Order the groups so the long ones start first: the groups sharing a session fixture (the
+    demo and the UI on its instance, the engines), then the modules that run workloads end to
+    end, then the rest, each in collection order. pytest-xdist hands groups to workers in this
+    order (`make test` passes `--no-loadscope-reorder`; by default it would order them by their
+    number of tests), so the short ones fill in at the end instead of a long one running alone."""
+    rank: dict[str, int] = {}
+    for item in items:
+        group = _worker_group(item)
+        here = 0 if group in SHARED_ON_ONE_WORKER.values() else 1 if item.get_closest_marker("e2e") else 2
+        rank[group] = min(rank.get(group, here), here)
+    items.sort(key=lambda item: rank[_worker_group(item)])  # stable: collection order within a rank
 
 
 def _worker_group(item) -> str:
