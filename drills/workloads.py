@@ -88,6 +88,7 @@ def build_spec(w: DrillWorkload, drill: str, inputs: dict[str, str], output_uri:
         spec = {
             "name": f"drills.{drill}.rollouts",
             "entry_point": "robotics_lane.workloads.rollouts",
+            "imports": ["numpy", "pyarrow", "mujoco"],
             "config": {
                 "backend": "mujoco",
                 "seeds": [_SEEDS_BASE + i for i in range(w.total)],

@@ -22,6 +22,7 @@ def counting_spec(name: str = "test.counting", **overrides: Any) -> StepSpec:
         "tenant": "test",
         "gpus": 1,
         "checkpoint_every_steps": 5,
+        "imports": ["numpy"],  # all the counting workload needs
         "config": config,
         **overrides,
     }

@@ -63,16 +63,24 @@ def test_a_pool_that_sells_gpus_it_does_not_have_fails_its_probe(home, tmp_path)
 
 def test_a_qualification_pass_is_remembered_with_what_the_probe_saw(home, tmp_path):
     catalog = _catalog(tmp_path)
-    materialize_counting(home, catalog, counting_spec())
-    passed = Qualifications(Storage.at(str(home))).fresh(load_pools(catalog)["first"], "default")
-    assert passed is not None
-    assert "torch" in passed["checks"]["runtime"] and "round trip" in passed["checks"]["storage"]
+    first = load_pools(catalog)["first"]
+    qualifications = Qualifications(Storage.at(str(home)))
+    materialize_counting(home, catalog, counting_spec())  # it needs numpy only: the probe imports that
+    passed = qualifications.fresh(first, "default", ["numpy"])
+    assert passed is not None and passed["imports"] == ["numpy"]
+    assert "numpy" in passed["checks"]["runtime"] and "torch" not in passed["checks"]["runtime"]
+    assert "round trip" in passed["checks"]["storage"]
+    # A step that needs torch is not covered by that pass: the pool is qualified again for it.
+    assert qualifications.fresh(first, "default", ["torch", "safetensors"]) is None
+    materialize_counting(home, catalog, counting_spec(imports=["numpy", "torch", "safetensors"]))
+    again = qualifications.fresh(first, "default", ["torch"])
+    assert again is not None and "torch" in again["checks"]["runtime"] and again["at"] > passed["at"]
     # A pool set not to qualify is never probed.
     other = tmp_path / "other"
     (other / "home").mkdir(parents=True)
     unqualified, home2 = _catalog(other, qualify=False), other / "home"
     materialize_counting(home2, unqualified, counting_spec())
-    assert Qualifications(Storage.at(str(home2))).fresh(load_pools(unqualified)["first"], "default") is None
+    assert Qualifications(Storage.at(str(home2))).fresh(load_pools(unqualified)["first"], "default", ["numpy"]) is None
 
 
 def test_every_pool_drained_is_a_clear_failure(home, tmp_path):

@@ -347,8 +347,8 @@ def test_a_qualifying_kubernetes_pool_runs_its_probe_as_a_pod_and_the_verdict_de
     drain = Drains(storage).active("k8s-spot")
     assert drain is not None and "health_check check failed" in drain.reason and "`false`" in drain.reason
     pools = load_pools(catalog)
-    assert Qualifications(storage).fresh(pools["k8s-spot"], "default") is None
-    passed = Qualifications(storage).fresh(pools["k8s-on-demand"], "default")
+    assert Qualifications(storage).fresh(pools["k8s-spot"], "default", ["numpy"]) is None
+    passed = Qualifications(storage).fresh(pools["k8s-on-demand"], "default", ["numpy"])
     assert passed is not None and passed["checks"]["health_check"] == "passed" and "round trip" in passed["checks"]["storage"]
     assert [(a["pool"], a["outcome"]) for a in _ledger(home)] == [("k8s-on-demand", "succeeded")]  # a disqualified pool ran no step
 

@@ -11,6 +11,9 @@ from shared_resources.catalog.accelerators import check_accelerator
 from shared_resources.catalog.pools import Capacity
 from shared_resources.runtime.inputs import DEFAULT_CHECKPOINT_EVERY_STEPS, DEFAULT_TELEMETRY_SECONDS, Failpoint
 
+# What a training step imports on its pool, and so what qualifying a pool for it imports there.
+TRAINING_IMPORTS = ("torch", "safetensors")
+
 
 class DatasetRef(BaseModel):
     """An input dataset and where it sits: placement prefers compute next to it."""
@@ -60,6 +63,10 @@ class StepSpec(BaseModel):
     deadline_hours: Annotated[float, Field(gt=0)] | None = Field(default=None, description="Or: hours after its start by which it must be done.")
     config: dict[str, Any] = Field(
         default_factory=dict, description="Handed to the workload as its config: the workload's config model, or the same as a mapping."
+    )
+    imports: list[str] = Field(
+        default_factory=lambda: list(TRAINING_IMPORTS),
+        description="Modules the workload needs on the pool: the qualification probe imports each there and reports its version.",
     )
     failpoint: Failpoint | None = Field(default=None, description="Failure drills only: a fault armed inside the workload.")
 

@@ -47,7 +47,7 @@ def qualify(context: dg.AssetExecutionContext, pool: Pool, spec: StepSpec, stora
     if problem:
         return Qualification(AttemptOutcome.failed, problem)
     qualifications = Qualifications(storage)
-    if qualifications.fresh(pool, spec.runtime):
+    if qualifications.fresh(pool, spec.runtime, spec.imports):
         return Qualification(AttemptOutcome.succeeded)
     probe = probe_spec(spec, pool)
     inputs = WorkloadInputs(
@@ -60,7 +60,7 @@ def qualify(context: dg.AssetExecutionContext, pool: Pool, spec: StepSpec, stora
     result = backend.run_attempt(context, pool, probe, inputs)
     if result.outcome is AttemptOutcome.succeeded:
         checks = next((m.checks for m in of_kind(result.messages, Qualified)), {})
-        qualifications.record(pool, spec.runtime, checks)
+        qualifications.record(pool, spec.runtime, spec.imports, checks)
         context.log.info(f"{pool.name} qualified for {spec.name}: " + "; ".join(f"{k}: {v}" for k, v in checks.items()))
         return Qualification(AttemptOutcome.succeeded, probe=result)
     if result.outcome is AttemptOutcome.refused:

@@ -3,9 +3,11 @@
 - **Qualification.** Before an attempt is submitted to a pool, the backend says whether the
   pool can take work (Slurm: its partition is up and has a node that is not drained), and a
   probe job (`shared_resources.runtime.probe`, run on the pool like any step, in the step's runtime)
-  checks that the runtime starts, the storage root is reachable from the node, the GPUs
+  checks that the runtime starts and imports the modules the step needs (`StepSpec.imports`:
+  torch and safetensors for training), the storage root is reachable from the node, the GPUs
   answer where the pool has GPUs, and the pool's own `health_check` command passes. A pass is
-  remembered for the pool's `qualify_ttl_seconds` under `state/health/qualified/`.
+  remembered for the pool's `qualify_ttl_seconds` under `state/health/qualified/`, with the
+  modules it imported: a step that needs another one qualifies the pool again.
 - **Drains.** A pool that fails qualification, whose node fails its health check during a
   step, or that ran a straggler whose policy is `replace`, is drained: no step is placed on
   it for its `drain_seconds`, or until `sinewgrid pools undrain POOL`. Drains live under
@@ -76,7 +78,7 @@ class Drains:
 
 
 class Qualifications:
-    """Recent qualification passes, per pool and runtime."""
+    """Recent qualification passes, per pool and runtime, with the modules each imported."""
 
     def __init__(self, storage: Storage):
         self.storage = storage
@@ -84,15 +86,18 @@ class Qualifications:
     def _uri(self, pool: str, runtime: str) -> str:
         return self.storage.uri("state", "health", "qualified", f"{pool}--{runtime}.json")
 
-    def fresh(self, pool: Pool, runtime: str) -> dict[str, Any] | None:
+    def fresh(self, pool: Pool, runtime: str, imports: list[str]) -> dict[str, Any] | None:
+        """The pool's last pass in `runtime`, if it is recent and imported every module in `imports`."""
         uri = self._uri(pool.name, runtime)
         if not exists(uri):
             return None
         doc = read_json(uri)
-        return doc if time.time() - float(doc["at"]) < pool.qualify_ttl_seconds else None
+        recent = time.time() - float(doc["at"]) < pool.qualify_ttl_seconds
+        return doc if recent and set(imports) <= set(doc.get("imports", [])) else None
 
-    def record(self, pool: Pool, runtime: str, checks: dict[str, Any]) -> None:
-        write_json_atomic(self._uri(pool.name, runtime), {"pool": pool.name, "runtime": runtime, "at": time.time(), "checks": checks})
+    def record(self, pool: Pool, runtime: str, imports: list[str], checks: dict[str, Any]) -> None:
+        doc = {"pool": pool.name, "runtime": runtime, "imports": sorted(imports), "at": time.time(), "checks": checks}
+        write_json_atomic(self._uri(pool.name, runtime), doc)
 
     def forget(self, pool: str) -> None:
         for uri in glob_uris(self.storage.uri("state", "health", "qualified", f"{pool}--*.json")):
@@ -133,7 +138,7 @@ def probe_spec(spec: StepSpec, pool: Pool) -> StepSpec:
         config={
             "pool": pool.name,
             "gpus": spec.gpus if pool.accelerator not in ("local", "cpu") else 0,
-            "imports": ["torch", "safetensors"],
+            "imports": list(spec.imports),
             "health_check": list(pool.health_check),
         },
     )

@@ -35,6 +35,12 @@ def shard_seeds(seeds: list[int], shards: int) -> list[list[int]]:
     return [seeds[i::shards] for i in range(shards) if seeds[i::shards]]
 
 
+def sweep_imports(backend: str) -> list[str]:
+    """What a scripted sweep imports on its pool (qualification imports the same): the
+    simulator, and pyarrow for the episode files; Isaac Lab's runtime runs on torch."""
+    return ["numpy", "pyarrow", "torch" if backend == "isaaclab" else backend]
+
+
 def sweep_spec(sweep: SweepConfig, seeds: list[int], output_uri: str) -> StepSpec:
     return StepSpec(
         name="robotics.sim_rollouts",
@@ -47,6 +53,7 @@ def sweep_spec(sweep: SweepConfig, seeds: list[int], output_uri: str) -> StepSpe
         checkpoint_seconds=0.5,
         expected_hours=0.05,
         max_preemptions=5,
+        imports=sweep_imports(sweep.backend),
         config=RolloutConfig(
             backend=sweep.backend,
             seeds=seeds,
