@@ -85,10 +85,12 @@ def build_spec(w: DrillWorkload, drill: str, inputs: dict[str, str], output_uri:
             "config": {"datasets": [inputs["episodes"]], "steps": w.total, "batch_size": 256, "seed": 7},
         }
     else:
+        from robotics_lane.defs.assets.rollouts import sweep_imports
+
         spec = {
             "name": f"drills.{drill}.rollouts",
             "entry_point": "robotics_lane.workloads.rollouts",
-            "imports": ["numpy", "pyarrow", "mujoco"],
+            "imports": sweep_imports("mujoco"),
             "config": {
                 "backend": "mujoco",
                 "seeds": [_SEEDS_BASE + i for i in range(w.total)],

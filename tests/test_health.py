@@ -70,11 +70,13 @@ def test_a_qualification_pass_is_remembered_with_what_the_probe_saw(home, tmp_pa
     assert passed is not None and passed["imports"] == ["numpy"]
     assert "numpy" in passed["checks"]["runtime"] and "torch" not in passed["checks"]["runtime"]
     assert "round trip" in passed["checks"]["storage"]
-    # A step that needs torch is not covered by that pass: the pool is qualified again for it.
+    # A step that needs torch is not covered by that pass: the pool is qualified for it too, and
+    # each keeps its own pass (a numpy step and a torch step on one pool do not undo each other).
     assert qualifications.fresh(first, "default", ["torch", "safetensors"]) is None
-    materialize_counting(home, catalog, counting_spec(imports=["numpy", "torch", "safetensors"]))
-    again = qualifications.fresh(first, "default", ["torch"])
+    materialize_counting(home, catalog, counting_spec(imports=["torch", "safetensors"]))
+    again = qualifications.fresh(first, "default", ["safetensors", "torch"])
     assert again is not None and "torch" in again["checks"]["runtime"] and again["at"] > passed["at"]
+    assert qualifications.fresh(first, "default", ["numpy"]) == passed
     # A pool set not to qualify is never probed.
     other = tmp_path / "other"
     (other / "home").mkdir(parents=True)

@@ -6,8 +6,8 @@
   checks that the runtime starts and imports the modules the step needs (`StepSpec.imports`:
   torch and safetensors for training), the storage root is reachable from the node, the GPUs
   answer where the pool has GPUs, and the pool's own `health_check` command passes. A pass is
-  remembered for the pool's `qualify_ttl_seconds` under `state/health/qualified/`, with the
-  modules it imported: a step that needs another one qualifies the pool again.
+  remembered for the pool's `qualify_ttl_seconds` under `state/health/qualified/`, per set of
+  modules imported: a step that needs other modules qualifies the pool for those.
 - **Drains.** A pool that fails qualification, whose node fails its health check during a
   step, or that ran a straggler whose policy is `replace`, is drained: no step is placed on
   it for its `drain_seconds`, or until `sinewgrid pools undrain POOL`. Drains live under
@@ -78,26 +78,27 @@ class Drains:
 
 
 class Qualifications:
-    """Recent qualification passes, per pool and runtime, with the modules each imported."""
+    """Recent qualification passes, one per pool, runtime and set of modules imported: steps
+    that need different modules on one pool each keep their own pass."""
 
     def __init__(self, storage: Storage):
         self.storage = storage
 
-    def _uri(self, pool: str, runtime: str) -> str:
-        return self.storage.uri("state", "health", "qualified", f"{pool}--{runtime}.json")
+    def _uri(self, pool: str, runtime: str, imports: list[str]) -> str:
+        modules = "+".join(sorted(set(imports))) or "none"
+        return self.storage.uri("state", "health", "qualified", f"{pool}--{runtime}--{modules}.json")
 
     def fresh(self, pool: Pool, runtime: str, imports: list[str]) -> dict[str, Any] | None:
-        """The pool's last pass in `runtime`, if it is recent and imported every module in `imports`."""
-        uri = self._uri(pool.name, runtime)
+        """The pool's pass in `runtime` for these modules, if it is recent."""
+        uri = self._uri(pool.name, runtime, imports)
         if not exists(uri):
             return None
         doc = read_json(uri)
-        recent = time.time() - float(doc["at"]) < pool.qualify_ttl_seconds
-        return doc if recent and set(imports) <= set(doc.get("imports", [])) else None
+        return doc if time.time() - float(doc["at"]) < pool.qualify_ttl_seconds else None
 
     def record(self, pool: Pool, runtime: str, imports: list[str], checks: dict[str, Any]) -> None:
-        doc = {"pool": pool.name, "runtime": runtime, "imports": sorted(imports), "at": time.time(), "checks": checks}
-        write_json_atomic(self._uri(pool.name, runtime), doc)
+        doc = {"pool": pool.name, "runtime": runtime, "imports": sorted(set(imports)), "at": time.time(), "checks": checks}
+        write_json_atomic(self._uri(pool.name, runtime, imports), doc)
 
     def forget(self, pool: str) -> None:
         for uri in glob_uris(self.storage.uri("state", "health", "qualified", f"{pool}--*.json")):
