@@ -11,6 +11,8 @@ For each backend:
   local: `python -c pass` as a subprocess; Slurm: `sbatch --wait --wrap 'exec python -c pass'`;
   Ray: `ray job submit --address … -- python -c pass` (waits and tails the logs).
 - **overhead** = platform − bare: what the platform adds on top of what the engine costs anyway.
+- **cold start** (local only): the same step with `SINEWGRID_WARM_START=0`, so the workload's
+  interpreter starts from nothing instead of being forked from the backend's warm forkserver.
 - **qualification**: the same step with the pool's qualification pass forgotten, so the probe
   job (runtime, storage, GPUs, health check) runs before it — the cost of a pool's first step
   in each `qualify_ttl_seconds`; the steady-state platform figure excludes it.
@@ -114,8 +116,17 @@ def _measure(
             Qualifications(Storage.at(str(home))).forget("bench")
             materialize_counting(home, pools, spec, lineage=f"dispatch-cold-{time.perf_counter_ns()}", log_level="ERROR")
 
-        baselines = {**baselines, QUALIFYING: unqualified}
-        result.baselines[QUALIFYING] = []
+        def cold(i: int = 0) -> None:
+            # The local backend's warm start turned off: the workload's interpreter starts from nothing.
+            os.environ["SINEWGRID_WARM_START"] = "0"
+            try:
+                materialize_counting(home, pools, spec, lineage=f"dispatch-cold-start-{time.perf_counter_ns()}", log_level="ERROR")
+            finally:
+                del os.environ["SINEWGRID_WARM_START"]
+
+        extra = {COLD: cold} if backend == "local" else {}
+        baselines = {**baselines, **extra, QUALIFYING: unqualified}
+        result.baselines.update({label: [] for label in (*extra, QUALIFYING)})
         platform(-1)  # warm-up: first imports, first Ray worker, Slurm's first job
         for fn in baselines.values():
             fn()
@@ -161,6 +172,7 @@ def _ray_api(address: str) -> Callable[[], None]:
 
 
 BARE = "bare engine, empty job"
+COLD = "the same step started cold (SINEWGRID_WARM_START=0: no forkserver)"
 # Not a baseline but the platform's own first step on a pool in each qualification TTL: the
 # probe job runs first. Platform minus it (negative) is what qualification costs that step.
 QUALIFYING = "the same step on a pool not qualified yet (its probe job runs first)"

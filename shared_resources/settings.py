@@ -17,6 +17,7 @@ not read this module: what they need travels in their Pipes extras
 | `SINEWGRID_LOG_LEVEL` | `log_level` | `ERROR` for runs started from the command line |
 | `SINEWGRID_SLOTS_DIR` | `slots_dir` | `sinewgrid-slots/` in the temporary folder |
 | `SINEWGRID_DRILL_DIR` | `drill_dir` | `drills/` under a local storage root |
+| `SINEWGRID_WARM_START` | `warm_start` | on: local pools fork workloads from a warm interpreter |
 """
 
 from __future__ import annotations
@@ -50,6 +51,7 @@ class PlatformSettings(BaseSettings):
     log_level: str = Field("", description="Dagster log level for runs started from the command line.")
     slots_dir: str = Field("", description="Where local pools keep their slot locks.")
     drill_dir: str = Field("", description="A local folder for the failure drills' files.")
+    warm_start: bool = Field(True, description="Local pools fork each workload from an interpreter that has imported its libraries (`0`: start each cold).")
     dagster_home: str = Field("", validation_alias="DAGSTER_HOME")
     aws_region: str = Field("", validation_alias=AliasChoices("AWS_DEFAULT_REGION", "AWS_REGION"))
     cache_home: str = Field("", validation_alias="XDG_CACHE_HOME")

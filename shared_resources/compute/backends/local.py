@@ -7,13 +7,15 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable, Mapping, Sequence
-from subprocess import STDOUT, Popen, TimeoutExpired
+from subprocess import TimeoutExpired
 from typing import IO, Any
 
 import dagster as dg
 import psutil
 from dagster._core.pipes.utils import open_pipes_session
 
+from shared_resources.catalog.pools import Pool
+from shared_resources.catalog.step_spec import StepSpec
 from shared_resources.compute.backends.base import (
     STOP_GRACE_SECONDS,
     AttemptOutcome,
@@ -26,19 +28,20 @@ from shared_resources.compute.backends.base import (
     killed_by_lost_node,
     runtime_interpreter,
 )
-from shared_resources.compute.backends.message_file import WholeLineTempFileMessageReader
+from shared_resources.compute.backends.message_file import (
+    WholeLineTempFileMessageReader,
+)
+from shared_resources.compute.backends.warm_start import Process, start_process
 from shared_resources.compute.causes import Cause
-from shared_resources.compute.inflight import attempt_owner, inflight_of
 from shared_resources.compute.cooldowns import pool_slot
 from shared_resources.compute.health import run_health_check
+from shared_resources.compute.inflight import attempt_owner, inflight_of
 from shared_resources.compute.monitor import AttemptMonitor
-from shared_resources.catalog.pools import Pool
-from shared_resources.catalog.step_spec import StepSpec
 from shared_resources.runtime.inputs import WorkloadInputs
 from shared_resources.runtime.messages import parse_messages
 from shared_resources.runtime.storage import write_bytes_atomic
-from shared_resources.settings import REPO_ROOT, child_env
 from shared_resources.runtime.workload import PREEMPTED_EXIT_CODE
+from shared_resources.settings import REPO_ROOT, child_env
 
 
 class PreemptiblePipesSubprocessClient(dg.PipesSubprocessClient):
@@ -58,16 +61,18 @@ class PreemptiblePipesSubprocessClient(dg.PipesSubprocessClient):
         env: Mapping[str, str] | None = None,
         cwd: str | None = None,
         output: IO[bytes] | None = None,
-        on_started: Callable[[Popen], None] | None = None,
-        on_ended: Callable[[Popen], None] | None = None,
-        on_poll: Callable[[Popen, Any], None] | None = None,
+        on_started: Callable[[Process], None] | None = None,
+        on_ended: Callable[[Process], None] | None = None,
+        on_poll: Callable[[Process, Any], None] | None = None,
+        imports: Sequence[str] = (),
     ) -> tuple[int, dg.PipesClientCompletedInvocation]:
         """Run `command` in a Pipes session; return its exit code and what it reported.
 
         `output`, if given, receives the process's stdout and stderr (the workload's own
         reports travel through Pipes either way). `on_started`/`on_ended` see the process
         (the backend records it as in flight between the two); `on_poll` sees it and the
-        Pipes session a few times a second while it runs (the attempt monitor).
+        Pipes session a few times a second while it runs (the attempt monitor). `imports`: the
+        libraries the workload needs, imported ahead when it starts warm (`warm_start.py`).
         """
         with open_pipes_session(
             context=context,
@@ -75,12 +80,12 @@ class PreemptiblePipesSubprocessClient(dg.PipesSubprocessClient):
             message_reader=self.message_reader,
             extras=extras,
         ) as session:
-            process = Popen(
+            process = start_process(
                 command,
                 cwd=cwd or self.cwd,
                 env=child_env({**self.env, **(env or {}), **session.get_bootstrap_env_vars()}),
-                stdout=output,
-                stderr=STDOUT if output is not None else None,
+                output=output,
+                imports=imports,
             )
             if on_started:
                 on_started(process)
@@ -104,7 +109,8 @@ class PreemptiblePipesSubprocessClient(dg.PipesSubprocessClient):
 
 
 class LocalBackend(Backend):
-    """Runs the workload with this interpreter on this machine.
+    """Runs the workload with this interpreter on this machine, forked from a warm interpreter
+    that has imported the step's libraries (`warm_start.py`; `SINEWGRID_WARM_START=0`: cold).
 
     While it runs, the process is recorded in flight (pid and start time, so a reused pid
     is never mistaken for it) and the watcher sensor can stop it if the run that owns it
@@ -150,7 +156,7 @@ class LocalBackend(Backend):
             inflight = inflight_of(inputs) if inputs.storage_root else None
             handles: list[JobHandle] = []
 
-            def started(process: Popen) -> None:
+            def started(process: Process) -> None:
                 handles.append(self.handle_for(pool, process.pid))
                 if inflight:
                     inflight.add(handles[0], **attempt_owner(context, spec, inputs))
@@ -159,12 +165,12 @@ class LocalBackend(Backend):
             monitor: list[AttemptMonitor] = []
             stop_by: list[float] = []
 
-            def ended(process: Popen) -> None:
+            def ended(process: Process) -> None:
                 times["ended"] = time.time()
                 if inflight and handles:
                     inflight.remove(handles[0])
 
-            def poll(process: Popen, session) -> None:
+            def poll(process: Process, session) -> None:
                 if not monitor:
                     times["running"] = time.time()
                     monitor.append(
@@ -182,7 +188,8 @@ class LocalBackend(Backend):
             started_at = time.time()
             with tempfile.TemporaryFile() as output:
                 exit_code, invocation = self.client.launch(
-                    context=context, command=command, extras=inputs.to_extras(), output=output, on_started=started, on_ended=ended, on_poll=poll
+                    context=context, command=command, extras=inputs.to_extras(), output=output, on_started=started, on_ended=ended, on_poll=poll,
+                    imports=spec.imports,
                 )
                 output.seek(0)
                 log = output.read()

@@ -22,25 +22,31 @@ from threading import Event
 
 import dagster as dg
 
+# A line is read within POLL_SECONDS of its writing while messages flow; an idle file is looked
+# at every MAX_POLL_SECONDS (a reader per running step, so idle polling is CPU the machine loses).
 POLL_SECONDS = 0.01
+MAX_POLL_SECONDS = 0.1
 
 
 def whole_lines(path: str, should_stop: Callable[[], bool]) -> Iterator[str]:
     """The lines of the file at `path` as it grows, each once its newline is written, until
     `should_stop()` and nothing more is there (a last line with no newline is given then)."""
     partial = ""
+    pause = POLL_SECONDS
     with open(path, encoding="utf-8") as stream:
         while True:
             partial += stream.readline()
             if partial.endswith("\n"):
                 yield partial
                 partial = ""
+                pause = POLL_SECONDS
             elif should_stop():
                 if partial.strip():
                     yield partial
                 return
             else:
-                time.sleep(POLL_SECONDS)
+                time.sleep(pause)
+                pause = min(2 * pause, MAX_POLL_SECONDS)
 
 
 class WholeLineMessageReader(dg.PipesFileMessageReader):
