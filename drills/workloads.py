@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 
 from shared_resources.runtime.checkpoints import MANIFEST, CheckpointStore
-from shared_resources.catalog.step_spec import StepSpec
+from shared_resources.catalog.step_spec import TRAINING_IMPORTS, StepSpec
 from shared_resources.runtime.storage import fs_for, glob_uris, read_bytes, read_json
 
 SIZES = ("small", "full")
@@ -76,12 +76,14 @@ def build_spec(w: DrillWorkload, drill: str, inputs: dict[str, str], output_uri:
         spec = {
             "name": f"drills.{drill}.pretrain",
             "entry_point": "cell_lane.workloads.pretrain",
+            "imports": [*TRAINING_IMPORTS, "anndata"],  # as the Cell lane's foundation_model asset
             "config": {"dataset_uri": inputs["omics"], "steps": w.total, "batch_size": 128, "seed": 7},
         }
     elif w.name == "policy":
         spec = {
             "name": f"drills.{drill}.policy",
             "entry_point": "robotics_lane.workloads.train_policy",
+            "imports": [*TRAINING_IMPORTS, "pandas", "pyarrow"],  # as the Robotics lane's policy asset
             "config": {"datasets": [inputs["episodes"]], "steps": w.total, "batch_size": 256, "seed": 7},
         }
     else:

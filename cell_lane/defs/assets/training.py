@@ -13,7 +13,7 @@ from shared_resources.compute.resource import ComputeResource
 from shared_resources.catalog.pools import Capacity
 from shared_resources.data.provenance import dataset_ref, find_version, record_result, track_run, trained_on
 from shared_resources.resources import StorageResource
-from shared_resources.catalog.step_spec import StepSpec
+from shared_resources.catalog.step_spec import TRAINING_IMPORTS, StepSpec
 from shared_resources.runtime.storage import read_json, write_json_atomic
 
 FOUNDATION_MODEL = dg.AssetKey(["cell", "foundation_model"])
@@ -64,6 +64,7 @@ def foundation_model(
         capacity=Capacity.steady,
         checkpoint_every_steps=config.checkpoint_every_steps,
         expected_hours=0.5,
+        imports=[*TRAINING_IMPORTS, "anndata"],
         datasets=[dataset_ref(find_version(store, dataset["ref"]))],
         config=job,
     )
@@ -109,6 +110,7 @@ def finetuned_model(
         capacity=Capacity.burst,
         checkpoint_every_steps=config.checkpoint_every_steps,
         expected_hours=0.1,
+        imports=[*TRAINING_IMPORTS, "anndata", "pandas"],
         datasets=[dataset_ref(find_version(store, dataset["ref"]))],
         config=job,
     )

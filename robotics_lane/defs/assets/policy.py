@@ -9,7 +9,7 @@ import dagster as dg
 from pydantic import Field
 import pandas as pd
 
-from robotics_lane.defs.assets.rollouts import SIM_ROLLOUTS, rollouts_version
+from robotics_lane.defs.assets.rollouts import SIM_ROLLOUTS, rollouts_version, sweep_imports
 from robotics_lane.defs.assets.teleop import TELEOP_EPISODES
 from robotics_lane.stats import wilson_interval
 from robotics_lane.workloads.config import PolicySettings, RolloutConfig, TrainPolicyConfig
@@ -18,7 +18,7 @@ from shared_resources.compute.resource import ComputeResource
 from shared_resources.catalog.pools import Capacity
 from shared_resources.data.provenance import dataset_ref, find_version, record_result, track_evaluation, track_run, trained_on
 from shared_resources.resources import StorageResource
-from shared_resources.catalog.step_spec import StepSpec
+from shared_resources.catalog.step_spec import TRAINING_IMPORTS, StepSpec
 from shared_resources.runtime.storage import Storage, glob_uris, read_json, write_bytes_atomic, write_json_atomic
 
 POLICY = dg.AssetKey(["robotics", "policy"])
@@ -77,6 +77,7 @@ def policy(context: dg.AssetExecutionContext, config: PolicyLaunchpad, storage: 
         tightly_coupled=True,
         checkpoint_every_steps=config.checkpoint_every_steps,
         expected_hours=0.2,
+        imports=[*TRAINING_IMPORTS, "pandas", "pyarrow"],  # and the LeRobot episodes' Parquet
         datasets=[dataset_ref(find_version(store, ref)) for ref in datasets],
         config=TrainPolicyConfig.of(config, datasets=list(datasets.values())),
     )
@@ -108,6 +109,7 @@ def evaluation_spec(name: str, capacity: Capacity, backend: str, runtime: str, s
         capacity=capacity,
         checkpoint_seconds=0.5,
         expected_hours=0.05,
+        imports=list(dict.fromkeys([*sweep_imports(backend), *TRAINING_IMPORTS])),  # the simulator, and torch for the policy
         config=RolloutConfig(backend=backend, seeds=seeds, output_uri=output_uri, task=task, policy={"kind": "checkpoint", "uri": policy_uri}),
     )
 

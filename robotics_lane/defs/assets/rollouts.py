@@ -37,8 +37,8 @@ def shard_seeds(seeds: list[int], shards: int) -> list[list[int]]:
 
 def sweep_imports(backend: str) -> list[str]:
     """What a scripted sweep imports on its pool (qualification imports the same): the
-    simulator, and pyarrow for the episode files; Isaac Lab's runtime runs on torch."""
-    return ["numpy", "pyarrow", "torch" if backend == "isaaclab" else backend]
+    simulator, and pyarrow and pandas for the episode files; Isaac Lab's runtime runs on torch."""
+    return ["numpy", "pyarrow", "pandas", "torch" if backend == "isaaclab" else backend]
 
 
 def sweep_spec(sweep: SweepConfig, seeds: list[int], output_uri: str) -> StepSpec:

@@ -28,9 +28,7 @@ from shared_resources.compute.backends.base import (
     killed_by_lost_node,
     runtime_interpreter,
 )
-from shared_resources.compute.backends.message_file import (
-    WholeLineTempFileMessageReader,
-)
+from shared_resources.compute.backends.message_file import WholeLineTempFileMessageReader
 from shared_resources.compute.backends.warm_start import Process, start_process
 from shared_resources.compute.causes import Cause
 from shared_resources.compute.cooldowns import pool_slot
