@@ -116,3 +116,18 @@ def test_a_workload_outlives_a_lost_forkserver_and_reads_as_failed(tmp_path: Pat
     assert not server.alive
     again, code, _, _ = _run(tmp_path, _workload(tmp_path), PYTHONHASHSEED="11")  # a new forkserver takes over
     assert isinstance(again, WarmProcess) and code == 0
+
+
+def test_a_workload_has_a_fresh_interpreters_sigterm(tmp_path: Path):
+    """A forkserver started while this process ignored SIGTERM (what Dagster's in-process runs
+    leave behind where SIGINT is ignored) still forks workloads that SIGTERM stops."""
+    (tmp_path / "sleeper.py").write_text("import time\nprint('up', flush=True)\ntime.sleep(300)\n")
+    before = signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    try:
+        with (tmp_path / "sleeper.log").open("wb") as output:
+            process = start_process([sys.executable, "-m", "sleeper"], env=child_env({"PYTHONHASHSEED": "13"}), cwd=str(tmp_path), output=output, imports=())
+    finally:
+        signal.signal(signal.SIGTERM, before)
+    assert isinstance(process, WarmProcess)
+    process.terminate()
+    assert process.wait(timeout=60) == -signal.SIGTERM

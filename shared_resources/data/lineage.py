@@ -24,7 +24,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from shared_resources.settings import code_version
-from shared_resources.runtime.storage import fs_for, glob_uris, read_json, write_json_atomic
+from shared_resources.runtime.storage import glob_uris, read_json, write_json_atomic
 
 
 class LineageNotFound(LookupError):
@@ -88,10 +88,10 @@ class LineageStore:
 
     def get(self, node_id: str) -> Node:
         uri = self._uri(node_id)
-        fs, path = fs_for(uri)
-        if not fs.exists(path):
-            raise LineageNotFound(f"no lineage record for {node_id!r} (looked for {uri})")
-        return Node(**read_json(uri))
+        try:
+            return Node(**read_json(uri))
+        except FileNotFoundError:
+            raise LineageNotFound(f"no lineage record for {node_id!r} (looked for {uri})") from None
 
     def ids(self) -> list[str]:
         prefix = self.base + "/"
@@ -121,7 +121,17 @@ class LineageStore:
         raise LineageNotFound(f"nothing in {self.base} matches {thing!r}. Known: {hint}")
 
     def tree(self, node_id: str) -> Tree:
-        """The whole chain below `node_id`; each node expanded once."""
+        """The whole chain below `node_id`; each node read and expanded once."""
+        read: dict[str, Node | None] = {}
+
+        def get(input_id: str) -> Node | None:
+            if input_id not in read:
+                try:
+                    read[input_id] = self.get(input_id)
+                except LineageNotFound:
+                    read[input_id] = None
+            return read[input_id]
+
         seen: set[str] = set()
 
         def build(node: Node) -> Tree:
@@ -130,10 +140,10 @@ class LineageStore:
             seen.add(node.id)
             children, missing = [], []
             for input_id in node.inputs:
-                try:
-                    children.append(build(self.get(input_id)))
-                except LineageNotFound:
+                if (child := get(input_id)) is None:
                     missing.append(input_id)
+                else:
+                    children.append(build(child))
             return Tree(node, children, missing)
 
         return build(self.get(node_id))

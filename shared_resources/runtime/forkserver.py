@@ -76,6 +76,7 @@ def serve(sock: socket.socket) -> tuple[dict[str, Any], int | None] | None:
     os.set_blocking(wake_w, False)
     signal.signal(signal.SIGCHLD, lambda *_: None)  # a handler, so the wake-up fd hears it
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # ^C in the terminal reaches the workloads, not the server
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)  # even if the process that started it ignored SIGTERM then
     signal.set_wakeup_fd(wake_w)
     imported: set[str] = set()
     with selectors.DefaultSelector() as selector:
@@ -120,6 +121,9 @@ def become_workload(request: dict[str, Any], log_fd: int | None) -> None:
     signal.set_wakeup_fd(-1)
     signal.signal(signal.SIGCHLD, signal.SIG_DFL)
     signal.signal(signal.SIGINT, signal.default_int_handler)
+    # A fresh interpreter's SIGTERM, whatever the launching process had when this server started
+    # (Dagster's in-process runs leave SIGTERM ignored in a process that ignores SIGINT).
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
     if log_fd is not None:
         os.dup2(log_fd, 1)
         os.dup2(log_fd, 2)
