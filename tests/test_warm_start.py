@@ -23,7 +23,7 @@ REPORTER = """
 import json, os, sys
 print(json.dumps({
     "name": __name__, "argv0": sys.argv[0], "cwd": os.getcwd(), "path0": sys.path[0], "answer": os.environ.get("ANSWER"),
-    "preloaded": "wave" in sys.modules, "pid": os.getpid(), "version": VERSION,
+    "preloaded": "wave" in sys.modules, "pid": os.getpid(), "version": VERSION, "comm": open("/proc/self/comm").read().strip(),
 }))
 print("to stderr", file=sys.stderr)
 sys.exit(int(os.environ.get("EXIT", "0")))
@@ -52,6 +52,7 @@ def test_a_warm_workload_runs_as_python_dash_m_would(tmp_path: Path):
     assert seen["name"] == "__main__" and seen["argv0"] == str(tmp_path / "reporter.py")
     assert seen["cwd"] == str(tmp_path) and seen["path0"] == str(tmp_path)
     assert seen["answer"] == "42" and seen["pid"] == process.pid
+    assert seen["comm"] == "reporter"  # what `top` shows for it
     assert seen["preloaded"], "the step's imports (here the standard library's `wave`) were imported ahead, in the forkserver"
     assert "to stderr" in log  # stdout and stderr both in the attempt's log
 

@@ -128,6 +128,9 @@ def become_workload(request: dict[str, Any], log_fd: int | None) -> None:
         os.dup2(log_fd, 1)
         os.dup2(log_fd, 2)
         os.close(log_fd)
+    with contextlib.suppress(OSError):  # `top` and `ps -o comm` name the workload, not the server
+        with open("/proc/self/comm", "w") as comm:
+            comm.write(request["entry"].rsplit(".", 1)[-1][:15])
     os.chdir(request["cwd"])
     os.environ.clear()
     os.environ.update(request["env"])
