@@ -74,6 +74,25 @@ def test_exit_codes_come_back_as_popen_reports_them(tmp_path: Path):
     process.kill()  # an ended process is never signalled again (its pid may name another process now)
 
 
+def test_a_workload_ends_as_the_interpreter_ends(tmp_path: Path):
+    """The child skips the teardown of every module, not the end of its work: a running
+    non-daemon thread is joined, `atexit` handlers run, buffered output is flushed."""
+    (tmp_path / "ending.py").write_text(
+        "import atexit, sys, threading, time\n"
+        "atexit.register(lambda: print('atexit ran'))\n"
+        "threading.Thread(target=lambda: (time.sleep(0.5), print('thread finished'))).start()\n"
+        "sys.stdout.write('buffered, no newline')\n"
+        "sys.exit('a message for stderr')\n"
+    )
+    _, code, _, log = _run(tmp_path, "ending")
+    assert code == 1  # sys.exit with a message: printed, exit 1
+    for said in ("atexit ran", "thread finished", "buffered, no newline", "a message for stderr"):
+        assert said in log
+    (tmp_path / "interrupted.py").write_text("raise KeyboardInterrupt\n")
+    _, code, _, log = _run(tmp_path, "interrupted")
+    assert code == -signal.SIGINT and "KeyboardInterrupt" in log  # as a cold interpreter ends on an uncaught ^C
+
+
 def test_an_edited_workload_runs_its_new_code(tmp_path: Path):
     """Only third-party libraries are imported ahead: the project's code is read at each start."""
     entry = _workload(tmp_path, version=1)
