@@ -161,6 +161,9 @@ def _start_once(resources: dict[str, float], num_cpus: int) -> RayHead:
         "--object-store-memory=100000000",
         "--disable-usage-stats",
         "--include-dashboard=true",
+        # Jobs write their own log files, read through the Jobs API; the log monitor only streams
+        # worker output to an attached driver, which the tests never are (10 CPU-seconds a run).
+        "--include-log-monitor=false",
     ]  # fmt: skip
     # The dashboard agent's reporter walks every process on the machine every 5 s (psutil) for
     # node metrics nobody reads here; once a minute keeps it from costing the suite CPU.

@@ -10,6 +10,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Self
 
@@ -19,10 +20,12 @@ import pandas as pd
 import psutil
 
 from cell_lane.plate_layout import GENES_PER_PLATE, plate_layout
+from shared_resources.catalog.step_spec import TRAINING_IMPORTS
+from shared_resources.compute.backends.warm_start import Process, start_process
 from shared_resources.intake.landing import write_drop
 from shared_resources.resources import StorageResource
 from shared_resources.runtime.storage import Storage
-from shared_resources.settings import REPO_ROOT
+from shared_resources.settings import REPO_ROOT, child_env
 
 GENES = ["CD3E", "CD14", "LYZ", "MS4A1", "NKG7", "GNLY", "FCGR3A", "CST3", "PPBP", "IL7R"]
 
@@ -77,12 +80,18 @@ def sensor_ingest(sensor, assets: list, defs, instance, resources, root: str, cu
 
 class WorkloadProcess:
     """A workload module run as `python -m MODULE --extras FILE`, its output in a file beside the
-    extras (a pipe nobody reads would fill and block it)."""
+    extras (a pipe nobody reads would fill and block it). Started as a local pool starts it,
+    forked from the warm interpreter with `imports` loaded (`warm_start.py`); `cold=True` starts
+    a fresh interpreter, as a person running it by hand does."""
 
-    def __init__(self, module: str, extras: Path, label: str):
+    def __init__(self, module: str, extras: Path, label: str, *, imports: Sequence[str] = TRAINING_IMPORTS, cold: bool = False):
         self.log = extras.with_name(f"{extras.stem}-{label}.log")
+        command = [sys.executable, "-m", module, "--extras", str(extras)]
         with self.log.open("ab") as out:
-            self.process = subprocess.Popen([sys.executable, "-m", module, "--extras", str(extras)], cwd=REPO_ROOT, stdout=out, stderr=out)
+            if cold:
+                self.process: Process = subprocess.Popen(command, cwd=REPO_ROOT, stdout=out, stderr=out)
+            else:
+                self.process = start_process(command, env=child_env(), cwd=str(REPO_ROOT), output=out, imports=imports)
 
     def tail(self) -> str:
         return self.log.read_text(errors="replace")[-2000:]

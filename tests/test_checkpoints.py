@@ -12,6 +12,7 @@ import pytest
 import torch
 
 from cell_lane.omics import join_labels, publish_dataset
+from shared_resources.catalog.step_spec import TRAINING_IMPORTS
 from shared_resources.runtime.checkpoints import CheckpointStore
 from shared_resources.runtime.inputs import Failpoint
 from shared_resources.runtime.workload import PREEMPTED_EXIT_CODE
@@ -96,21 +97,22 @@ def _final_model(folder: Path) -> dict[str, torch.Tensor]:
 
 STEPS = 300  # past both holds (70, 120): enough to resume and finish, no more
 PRETRAIN = "cell_lane.workloads.pretrain"
+PRETRAIN_IMPORTS = [*TRAINING_IMPORTS, "anndata"]  # as the foundation_model asset declares
 
 
 def test_killed_pretraining_resumes_to_the_same_weights(tmp_path, dataset_uri):
-    reference = WorkloadProcess(PRETRAIN, _extras(tmp_path, dataset_uri, "uninterrupted", STEPS), "first")
+    reference = WorkloadProcess(PRETRAIN, _extras(tmp_path, dataset_uri, "uninterrupted", STEPS), "first", imports=PRETRAIN_IMPORTS)
     assert reference.wait(timeout=600) == 0, reference.tail()
 
     # Killed at step 120, mid-interval: held there (an event), so the kill lands at the same step on any machine.
     extras = _extras(tmp_path, dataset_uri, "killed", STEPS, hold_at=120)
-    victim = WorkloadProcess(PRETRAIN, extras, "first")
+    victim = WorkloadProcess(PRETRAIN, extras, "first", imports=PRETRAIN_IMPORTS)
     victim.wait_until_held(_held_marker(tmp_path, "killed"))
     victim.process.send_signal(signal.SIGKILL)  # no warning, no last checkpoint: like a lost node
     assert victim.wait(timeout=60) == -signal.SIGKILL
     assert CheckpointStore(str(tmp_path / "killed")).steps() == [50, 100]  # 20 steps of work lost
 
-    resumed = WorkloadProcess(PRETRAIN, extras, "resumed")  # the marker exists: no hold this time
+    resumed = WorkloadProcess(PRETRAIN, extras, "resumed", imports=PRETRAIN_IMPORTS)  # the marker exists: no hold this time
     assert resumed.wait(timeout=600) == 0, resumed.tail()
     assert "resuming from" in resumed.log.read_text() and "(step 100)" in resumed.log.read_text()
 
@@ -122,13 +124,13 @@ def test_killed_pretraining_resumes_to_the_same_weights(tmp_path, dataset_uri):
 
 def test_sigterm_checkpoints_and_exits_with_the_preempted_code(tmp_path, dataset_uri):
     extras = _extras(tmp_path, dataset_uri, "preempted", STEPS, hold_at=70)
-    process = WorkloadProcess(PRETRAIN, extras, "first")
+    process = WorkloadProcess(PRETRAIN, extras, "first", imports=PRETRAIN_IMPORTS)
     process.wait_until_held(_held_marker(tmp_path, "preempted"))
     os.kill(process.process.pid, signal.SIGTERM)
     assert process.wait(timeout=60) == PREEMPTED_EXIT_CODE, process.tail()
     store = CheckpointStore(str(tmp_path / "preempted"))
     last = store.latest_valid()
     assert last is not None and last.step == 70 and not last.final  # the step it was at when SIGTERM came
-    resumed = WorkloadProcess(PRETRAIN, extras, "resumed")
+    resumed = WorkloadProcess(PRETRAIN, extras, "resumed", imports=PRETRAIN_IMPORTS)
     assert resumed.wait(timeout=600) == 0, resumed.tail()
     assert store.latest_valid().final

@@ -16,6 +16,7 @@ from robotics_lane.defs.sensors import teleop_session_sensor
 from robotics_lane.episodes.lerobot_v3 import Episode, write_dataset
 from robotics_lane.sim.base import ACTION_NAMES, STATE_NAMES
 from robotics_lane.standins.teleop_operator import TeleopOperatorStandIn
+from shared_resources.catalog.step_spec import TRAINING_IMPORTS
 from shared_resources.resources import StorageResource
 from shared_resources.runtime.checkpoints import CheckpointStore
 from shared_resources.runtime.inputs import Failpoint
@@ -24,6 +25,7 @@ from tests.helpers import WorkloadProcess
 pytestmark = pytest.mark.e2e  # runs workloads end to end, in their own processes
 
 TRAIN_POLICY = "robotics_lane.workloads.train_policy"
+POLICY_IMPORTS = [*TRAINING_IMPORTS, "pandas", "pyarrow"]  # as the policy asset declares
 
 
 def _tick(instance, home, cursor=None):
@@ -73,17 +75,17 @@ def _extras(tmp_path: Path, dataset: str, name: str, hold: Path | None = None) -
 
 def test_killed_policy_training_resumes_to_the_same_weights(tmp_path):
     dataset = _dataset(tmp_path / "demos")
-    reference = WorkloadProcess(TRAIN_POLICY, _extras(tmp_path, dataset, "reference"), "run")
+    reference = WorkloadProcess(TRAIN_POLICY, _extras(tmp_path, dataset, "reference"), "run", imports=POLICY_IMPORTS)
     assert reference.wait() == 0, reference.tail()
 
     held = tmp_path / "held.json"
     extras = _extras(tmp_path, dataset, "killed", hold=held)
-    victim = WorkloadProcess(TRAIN_POLICY, extras, "killed")
+    victim = WorkloadProcess(TRAIN_POLICY, extras, "killed", imports=POLICY_IMPORTS)
     victim.wait_until_held(held)  # step 250 done, and it waits
     victim.process.send_signal(signal.SIGKILL)
     assert victim.wait(timeout=60) == -signal.SIGKILL
     assert CheckpointStore(str(tmp_path / "killed")).steps() == [100, 200]
-    resumed = WorkloadProcess(TRAIN_POLICY, extras, "resumed")  # the marker exists: no hold this time
+    resumed = WorkloadProcess(TRAIN_POLICY, extras, "resumed", imports=POLICY_IMPORTS)  # the marker exists: no hold this time
     assert resumed.wait() == 0, resumed.tail()
 
     expected = CheckpointStore(str(tmp_path / "reference")).latest_valid().tensors["policy"]

@@ -14,6 +14,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
+from robotics_lane.defs.assets.rollouts import sweep_imports
 from robotics_lane.episodes.shards import read_episode_file
 from robotics_lane.workloads.rollout_output import committed_seeds
 from shared_resources.runtime.inputs import Failpoint
@@ -66,7 +67,7 @@ def _episodes(folder: Path) -> dict[int, tuple]:
 @pytest.fixture(scope="module")
 def uninterrupted(tmp_path_factory) -> dict:
     tmp = tmp_path_factory.mktemp("reference")
-    reference = WorkloadProcess(ROLLOUTS, _extras(tmp, "reference"), "run")
+    reference = WorkloadProcess(ROLLOUTS, _extras(tmp, "reference"), "run", cold=True)  # by hand: a fresh interpreter
     assert reference.wait() == 0, reference.tail()
     episodes = _episodes(tmp / "reference")
     assert sorted(episodes) == SEEDS
@@ -77,7 +78,7 @@ def uninterrupted(tmp_path_factory) -> dict:
 def test_interrupted_shard_resumes_to_exactly_the_same_episodes(tmp_path, uninterrupted, sig):
     held = tmp_path / "held.json"
     extras = _extras(tmp_path, "shard", hold=held)
-    victim = WorkloadProcess(ROLLOUTS, extras, "interrupted")
+    victim = WorkloadProcess(ROLLOUTS, extras, "interrupted", cold=True)
     victim.wait_until_held(held)  # the third episode is committed and the shard waits
     os.kill(victim.process.pid, sig)
     code = victim.wait(timeout=60)
@@ -85,7 +86,7 @@ def test_interrupted_shard_resumes_to_exactly_the_same_episodes(tmp_path, uninte
     partial = committed_seeds(str(tmp_path / "shard"))
     assert partial == set(SEEDS[:HELD_AT]), "interrupted mid-shard, with exactly the episodes committed before it"
 
-    resumed = WorkloadProcess(ROLLOUTS, extras, "resumed")  # the marker exists: no hold this time
+    resumed = WorkloadProcess(ROLLOUTS, extras, "resumed", imports=sweep_imports("mujoco"))  # the marker exists: no hold this time
     assert resumed.wait() == 0, resumed.tail()
     assert f"{HELD_AT} already committed" in resumed.log.read_text()
     assert _episodes(tmp_path / "shard") == uninterrupted

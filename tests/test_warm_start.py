@@ -22,7 +22,7 @@ from shared_resources.settings import child_env
 REPORTER = """
 import json, os, sys
 print(json.dumps({
-    "name": __name__, "argv0": sys.argv[0], "cwd": os.getcwd(), "path0": sys.path[0], "answer": os.environ.get("ANSWER"),
+    "name": __name__, "argv0": sys.argv[0], "args": sys.argv[1:], "cwd": os.getcwd(), "path0": sys.path[0], "answer": os.environ.get("ANSWER"),
     "preloaded": "wave" in sys.modules, "pid": os.getpid(), "version": VERSION, "comm": open("/proc/self/comm").read().strip(),
 }))
 print("to stderr", file=sys.stderr)
@@ -35,10 +35,10 @@ def _workload(folder: Path, version: int = 1) -> str:
     return "reporter"
 
 
-def _run(folder: Path, entry: str, imports: tuple[str, ...] = ("wave",), **env: str) -> tuple[subprocess.Popen | WarmProcess, int, dict, str]:
+def _run(folder: Path, entry: str, imports: tuple[str, ...] = ("wave",), args: tuple[str, ...] = (), **env: str) -> tuple[subprocess.Popen | WarmProcess, int, dict, str]:
     log = folder / f"log-{len(list(folder.glob('log-*')))}.txt"
     with log.open("wb") as output:
-        process = start_process([sys.executable, "-m", entry], env=child_env(env), cwd=str(folder), output=output, imports=imports)
+        process = start_process([sys.executable, "-m", entry, *args], env=child_env(env), cwd=str(folder), output=output, imports=imports)
         code = process.wait(timeout=120)
     text = log.read_text()
     first = text.splitlines()[0] if text.strip() else "{}"
@@ -47,9 +47,9 @@ def _run(folder: Path, entry: str, imports: tuple[str, ...] = ("wave",), **env: 
 
 def test_a_warm_workload_runs_as_python_dash_m_would(tmp_path: Path):
     entry = _workload(tmp_path)
-    process, code, seen, log = _run(tmp_path, entry, ANSWER="42")
+    process, code, seen, log = _run(tmp_path, entry, args=("--extras", "x y.json"), ANSWER="42")
     assert isinstance(process, WarmProcess) and code == 0
-    assert seen["name"] == "__main__" and seen["argv0"] == str(tmp_path / "reporter.py")
+    assert seen["name"] == "__main__" and seen["argv0"] == str(tmp_path / "reporter.py") and seen["args"] == ["--extras", "x y.json"]
     assert seen["cwd"] == str(tmp_path) and seen["path0"] == str(tmp_path)
     assert seen["answer"] == "42" and seen["pid"] == process.pid
     assert seen["comm"] == "reporter"  # what `top` shows for it

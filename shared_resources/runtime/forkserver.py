@@ -4,13 +4,13 @@
 `FD` (`shared_resources/compute/backends/warm_start.py` starts it and talks to it). Each request
 is one JSON message, with the attempt's log file attached as a file descriptor:
 
-    {"id": 7, "entry": "cell_lane.workloads.pretrain", "env": {...}, "cwd": "...", "imports": ["torch", "anndata"]}
+    {"id": 7, "entry": "cell_lane.workloads.pretrain", "args": [], "env": {...}, "cwd": "...", "imports": ["torch", "anndata"]}
 
 The server imports `imports` it has not imported yet (what a cold start spends its first
 seconds on), forks, and answers `{"id": 7, "pid": 1234}`; when the child ends it says
 `{"pid": 1234, "returncode": 75}`, negative for a signal, as `subprocess.Popen` would.
 
-The child is the workload as `python -m ENTRY` would run it: its own environment, working
+The child is the workload as `python -m ENTRY ARGS` would run it: its own environment, working
 directory, `sys.argv` and `sys.path[0]`, stdout and stderr into the log, the signal handlers a
 fresh interpreter has, the module run as `__main__`, and the interpreter's exit (`finish`). Only
 third-party libraries are imported ahead; the project's own code (the workload, `shared_resources`)
@@ -118,7 +118,7 @@ def _drain(fd: int) -> None:
 
 
 def become_workload(request: dict[str, Any], log_fd: int | None) -> NoReturn:
-    """Turn this forked child into `python -m ENTRY` as the request describes it, and run it."""
+    """Turn this forked child into `python -m ENTRY ARGS` as the request describes it, and run it."""
     signal.set_wakeup_fd(-1)
     signal.signal(signal.SIGCHLD, signal.SIG_DFL)
     signal.signal(signal.SIGINT, signal.default_int_handler)
@@ -135,7 +135,7 @@ def become_workload(request: dict[str, Any], log_fd: int | None) -> NoReturn:
     os.environ.clear()
     os.environ.update(request["env"])
     sys.path[0] = request["cwd"]  # what `python -m` puts first
-    sys.argv = [request["entry"]]
+    sys.argv = [request["entry"], *request.get("args", [])]
     finish(run(request["entry"]))
 
 

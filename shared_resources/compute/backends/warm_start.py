@@ -121,12 +121,12 @@ class ForkServer:
             self.alive = False
             self._changed.notify_all()
 
-    def start(self, entry: str, env: Mapping[str, str], cwd: str, output: IO[bytes] | None, imports: Sequence[str]) -> int | None:
-        """Fork `python -m entry`; its pid, or None when this forkserver cannot (the caller starts it cold)."""
+    def start(self, entry: str, args: Sequence[str], env: Mapping[str, str], cwd: str, output: IO[bytes] | None, imports: Sequence[str]) -> int | None:
+        """Fork `python -m entry *args`; its pid, or None when this forkserver cannot (the caller starts it cold)."""
         with self._send_lock:
             self._next_id += 1
             request_id = self._next_id
-            request = json.dumps({"id": request_id, "entry": entry, "env": dict(env), "cwd": cwd, "imports": list(imports)}).encode()
+            request = json.dumps({"id": request_id, "entry": entry, "args": list(args), "env": dict(env), "cwd": cwd, "imports": list(imports)}).encode()
             try:
                 socket.send_fds(self.sock, [request], [output.fileno()] if output is not None else [])
             except OSError:
@@ -209,11 +209,11 @@ def _server(interpreter: str, env: Mapping[str, str]) -> ForkServer | None:
 def start_process(
     command: Sequence[str], *, env: Mapping[str, str], cwd: str, output: IO[bytes] | None, imports: Sequence[str] = ()
 ) -> Process:
-    """Start `command` (`[python, "-m", entry]`) warm when warm starts are on, else (or when the
+    """Start `command` (`[python, "-m", entry, *args]`) warm when warm starts are on, else (or when the
     forkserver cannot) as a plain subprocess; stdout and stderr go to `output`."""
-    if settings().warm_start and len(command) == 3 and command[1] == "-m":
+    if settings().warm_start and len(command) >= 3 and command[1] == "-m":
         server = _server(command[0], env)
-        pid = server.start(command[2], env, cwd, output, warm_imports(imports)) if server else None
+        pid = server.start(command[2], command[3:], env, cwd, output, warm_imports(imports)) if server else None
         if server and pid is not None:
             return WarmProcess(command, pid, server)
     return subprocess.Popen(command, cwd=cwd, env=dict(env), stdout=output, stderr=subprocess.STDOUT if output is not None else None)
