@@ -109,9 +109,15 @@ def resources(root: str) -> dict:
     return platform_resources(root=root, pools_file="")
 
 
+# A step's stdout and stderr are not captured in the tests' own instances: capturing starts a
+# `tail -F` and a watcher process per stream and step (hundreds in a run), and no test reads them.
+# The demo's instance and the production instance (tests/test_production_instance.py) do capture.
+NO_COMPUTE_LOGS = {"compute_logs": {"module": "dagster._core.storage.noop_compute_log_manager", "class": "NoOpComputeLogManager"}}
+
+
 @pytest.fixture
 def instance(home: Path):
-    with dg.instance_for_test(temp_dir=str(home / "dagster")) as inst:
+    with dg.instance_for_test(temp_dir=str(home / "dagster"), overrides=NO_COMPUTE_LOGS) as inst:
         yield inst
 
 
