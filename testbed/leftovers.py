@@ -1,7 +1,7 @@
 """Engines left behind by a test run that was killed: found by their own markers, stopped.
 
 Each engine the testbed starts lives in a temporary folder named with its prefix
-(`sinewgrid-slurm-`, `sgray-`, `sinewgrid-pg-`) and holds an `owner.pid` file with the
+(`sinewgrid-slurm-`, `sgray-`, `sinewgrid-pg-`, `sinewgrid-s3-`) and holds an `owner.pid` file with the
 process id of whoever started it. A run killed with SIGKILL never reaches its teardown, so
 its daemons go on holding ports, cores and folders. `sweep(prefix)` finds the folders whose
 owner is gone, stops every process that names the folder on its command line or in its

@@ -19,6 +19,13 @@ import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
+from shared_resources.settings import child_env
+from testbed import leftovers
+
+PREFIX = "sinewgrid-s3-"
+# Names the server's folder in its environment, so a later run finds a server a killed run left
+# (testbed/leftovers.py): moto's command line does not name it.
+FOLDER_ENV = "SINEWGRID_TESTBED_FOLDER"
 START_TIMEOUT_S = 60.0
 RUNNING_ON = re.compile(r"Running on http://127\.0\.0\.1:(\d+)")
 
@@ -38,14 +45,16 @@ def moto_server_bin() -> Path:
 def s3_server(timeout_s: float = START_TIMEOUT_S) -> Iterator[str]:
     """Start `moto_server` on a port it picks itself, yield its endpoint URL once it answers
     an S3 request, stop it on exit (even when the block raises)."""
-    with tempfile.TemporaryDirectory(prefix="sinewgrid-s3-") as folder:
+    leftovers.sweep(PREFIX)  # servers a killed earlier run left behind
+    with tempfile.TemporaryDirectory(prefix=PREFIX) as folder:
+        leftovers.claim(Path(folder))
         log_path = Path(folder) / "moto.log"
         with log_path.open("wb") as log:
             # Port 0: the server binds a free port itself and prints it, so no other process can
             # take it between choosing and binding.
             server = subprocess.Popen(
                 [str(moto_server_bin()), "-H", "127.0.0.1", "-p", "0"],
-                stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=child_env({FOLDER_ENV: folder}),
             )
         try:
             yield _wait_until_it_answers(server, log_path, timeout_s)
