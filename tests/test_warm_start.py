@@ -151,3 +151,26 @@ def test_a_workload_has_a_fresh_interpreters_sigterm(tmp_path: Path):
     assert isinstance(process, WarmProcess)
     process.terminate()
     assert process.wait(timeout=60) == -signal.SIGTERM
+
+
+def test_a_workload_that_ends_at_once_still_has_its_handle(tmp_path: Path):
+    """The forkserver reaps a child the moment it ends, so its start time (what tells it from a
+    later process with the same pid) comes with its pid, not from a later look in /proc."""
+    import psutil
+
+    from shared_resources.catalog.pools import Pool
+    from shared_resources.compute.backends.base import JobState
+    from shared_resources.compute.backends.local import LocalBackend
+
+    (tmp_path / "sleeper.py").write_text("import time\ntime.sleep(300)\n")
+    with (tmp_path / "sleeper.log").open("wb") as output:
+        sleeper = start_process([sys.executable, "-m", "sleeper"], env=child_env(), cwd=str(tmp_path), output=output, imports=())
+    assert sleeper.create_time == psutil.Process(sleeper.pid).create_time()  # as psutil reckons it
+    sleeper.kill()
+    (tmp_path / "quick.py").write_text("")
+    with (tmp_path / "quick.log").open("wb") as output:
+        quick = start_process([sys.executable, "-m", "quick"], env=child_env(), cwd=str(tmp_path), output=output, imports=())
+    assert quick.wait(timeout=60) == 0 and not psutil.pid_exists(quick.pid)  # ended and reaped
+    pool = Pool.model_validate({"name": "here", "provider": "local", "region": "local", "backend": "local", "purchasing": "on_demand", "accelerator": "local", "gpus_per_node": 1, "price_per_gpu_hour": 0})
+    handle = LocalBackend.handle_for(pool, quick.pid, quick.create_time)
+    assert LocalBackend().status(handle).state is JobState.gone

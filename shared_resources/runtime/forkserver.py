@@ -106,7 +106,22 @@ def serve(sock: socket.socket) -> tuple[dict[str, Any], int | None] | None:
                     return request, log_fd
                 if log_fd is not None:
                     os.close(log_fd)
-                _send(sock, {"id": request["id"], "pid": pid})
+                # Its start time, read before it can end and be reaped: the backend tells it from a
+                # later process with the same pid by it.
+                _send(sock, {"id": request["id"], "pid": pid, "create_time": create_time(pid)})
+
+
+def create_time(pid: int) -> float | None:
+    """When `pid` started, in seconds since the epoch, as psutil reckons it (boot time plus the
+    start tick in /proc); None off Linux."""
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            ticks = int(stat.read().rsplit(")", 1)[1].split()[19])
+        with open("/proc/stat") as machine:
+            boot = next(int(line.split()[1]) for line in machine if line.startswith("btime"))
+    except (OSError, StopIteration, ValueError, IndexError):
+        return None
+    return boot + ticks / os.sysconf("SC_CLK_TCK")
 
 
 def _drain(fd: int) -> None:

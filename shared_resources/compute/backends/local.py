@@ -155,7 +155,7 @@ class LocalBackend(Backend):
             handles: list[JobHandle] = []
 
             def started(process: Process) -> None:
-                handles.append(self.handle_for(pool, process.pid))
+                handles.append(self.handle_for(pool, process.pid, getattr(process, "create_time", None)))
                 if inflight:
                     inflight.add(handles[0], **attempt_owner(context, spec, inputs))
 
@@ -228,8 +228,10 @@ class LocalBackend(Backend):
 
     # Handles, for the watcher ---------------------------------------------------------
     @staticmethod
-    def handle_for(pool: Pool, pid: int) -> JobHandle:
-        created = psutil.Process(pid).create_time()
+    def handle_for(pool: Pool, pid: int, create_time: float | None = None) -> JobHandle:
+        """A handle on process `pid`. `create_time`: its start time when already known (a forked
+        workload that ended at once is reaped by its forkserver before it could be looked up)."""
+        created = create_time if create_time is not None else psutil.Process(pid).create_time()
         return JobHandle("local", pool.name, str(pid), time.time(), {"create_time": created})
 
     @staticmethod

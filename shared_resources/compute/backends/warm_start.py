@@ -48,9 +48,10 @@ LOST_RETURNCODE = 1
 class WarmProcess:
     """The parts of `subprocess.Popen` the local backend uses, for a process a forkserver forked."""
 
-    def __init__(self, args: Sequence[str], pid: int, server: ForkServer) -> None:
+    def __init__(self, args: Sequence[str], pid: int, server: ForkServer, create_time: float | None = None) -> None:
         self.args = list(args)
         self.pid = pid
+        self.create_time = create_time  # read by the forkserver before the process could end
         self.returncode: int | None = None
         self._server = server
 
@@ -121,8 +122,8 @@ class ForkServer:
             self.alive = False
             self._changed.notify_all()
 
-    def start(self, entry: str, args: Sequence[str], env: Mapping[str, str], cwd: str, output: IO[bytes] | None, imports: Sequence[str]) -> int | None:
-        """Fork `python -m entry *args`; its pid, or None when this forkserver cannot (the caller starts it cold)."""
+    def start(self, entry: str, args: Sequence[str], env: Mapping[str, str], cwd: str, output: IO[bytes] | None, imports: Sequence[str]) -> tuple[int, float | None] | None:
+        """Fork `python -m entry *args`; its pid and start time, or None when this forkserver cannot (the caller starts it cold)."""
         with self._send_lock:
             self._next_id += 1
             request_id = self._next_id
@@ -139,7 +140,7 @@ class ForkServer:
             self.alive = False
             self.refusal = reply.get("error")  # it said why and has ended
             return None
-        return int(reply["pid"])
+        return int(reply["pid"]), reply.get("create_time")
 
     def returncode(self, pid: int) -> int | None:
         with self._changed:
@@ -213,9 +214,9 @@ def start_process(
     forkserver cannot) as a plain subprocess; stdout and stderr go to `output`."""
     if settings().warm_start and len(command) >= 3 and command[1] == "-m":
         server = _server(command[0], env)
-        pid = server.start(command[2], command[3:], env, cwd, output, warm_imports(imports)) if server else None
-        if server and pid is not None:
-            return WarmProcess(command, pid, server)
+        started = server.start(command[2], command[3:], env, cwd, output, warm_imports(imports)) if server else None
+        if server and started is not None:
+            return WarmProcess(command, started[0], server, started[1])
     return subprocess.Popen(command, cwd=cwd, env=dict(env), stdout=output, stderr=subprocess.STDOUT if output is not None else None)
 
 
