@@ -1,6 +1,13 @@
 """Pretrain the Cell foundation model by masked-expression modelling (steady pool).
 
-Run by the platform through Dagster Pipes; by hand: `python -m cell_lane.workloads.pretrain --extras extras.json`.
+Run by the platform through Dagster Pipes; by hand: `python -m cell_lane.workloads.pretrain --extras extras.json`,
+or data-parallel on N processes: `torchrun --nproc-per-node N -m cell_lane.workloads.pretrain --extras extras.json`.
+
+Data-parallel runs train the same model as one process: every rank draws the same global batch
+and mask from the shared seed, trains on its share, and the loss is the mean over the global
+batch's masked values (each rank's sum over the global count), so DDP's averaged gradient is the
+one-process gradient. Checkpoints are sharded (`torch.distributed.checkpoint`) and load onto any
+number of ranks; the final one is safetensors for the registry.
 """
 
 from __future__ import annotations
@@ -12,8 +19,14 @@ from torch import nn
 from cell_lane.omics import read_dataset
 from cell_lane.workloads.config import PretrainConfig
 from cell_lane.workloads.models import MaskedExpressionModel
-from shared_resources.runtime.torch_state import pick_device, restore_training, training_files
-from shared_resources.runtime.workload import WorkloadRun
+from shared_resources.runtime.torch_state import (
+    pick_device,
+    restore_sharded,
+    restore_training,
+    sharded_state,
+    training_files,
+)
+from shared_resources.runtime.workload import ShardedState, WorkloadRun
 
 
 def main() -> None:
@@ -21,7 +34,8 @@ def main() -> None:
         cfg = run.config_as(PretrainConfig)
         torch.set_num_threads(cfg.threads)
         torch.manual_seed(cfg.seed)
-        device = pick_device(cfg.device)
+        gang = run.gang  # None when it runs as one process
+        device = gang.device if gang else pick_device(cfg.device)
 
         checkpoint = run.resume()
         if checkpoint is not None and checkpoint.final:
@@ -36,33 +50,44 @@ def main() -> None:
         generator = torch.Generator().manual_seed(cfg.seed)
         losses: list[float] = []
         start = 0
-        if checkpoint is not None:
+        if checkpoint is not None and checkpoint.sharded:
+            from shared_resources.runtime.sharded import load_sharded
+
+            state = sharded_state(model, optimizer, generator)
+            load_sharded(checkpoint, state)
+            restore_sharded(state, model, optimizer, generator)
+        elif checkpoint is not None:  # written by one process before checkpoints were sharded
             restore_training(checkpoint.tensors, "model", model, optimizer, generator)
+        if checkpoint is not None:
             losses = list(checkpoint.meta.get("losses", []))
             start = checkpoint.step
+        trained = gang.wrap(model) if gang else model
+        ranks = gang.world_size if gang else 1
 
-        def state() -> dict:
-            return training_files("model", model, optimizer, generator)
+        def state() -> ShardedState:
+            return ShardedState(sharded_state(model, optimizer, generator))
 
         autocast = torch.autocast(device_type="cuda", dtype=torch.bfloat16) if device.type == "cuda" else torch.autocast("cpu", enabled=False)
-        run.info(f"pretraining on {n_cells} cells × {n_genes} genes, {device}, steps {start}→{cfg.steps}")
+        run.info(f"pretraining on {n_cells} cells × {n_genes} genes, {device} × {ranks}, steps {start}→{cfg.steps}")
         for step in range(start, cfg.steps):
             rows = torch.randint(0, n_cells, (cfg.batch_size,), generator=generator)
             mask = (torch.rand(cfg.batch_size, n_genes, generator=generator) < cfg.mask_fraction).to(device)
-            batch = expression[rows.to(device)]
+            masked_values = mask.sum()  # over the global batch
+            share = gang.shard(torch.arange(cfg.batch_size)) if gang else slice(None)
+            batch, mask = expression[rows[share].to(device)], mask[share]
             with autocast:
-                prediction = model(batch.masked_fill(mask, 0.0))
-            loss = nn.functional.mse_loss(prediction.float()[mask], batch[mask])
+                prediction = trained(batch.masked_fill(mask, 0.0))
+            loss = nn.functional.mse_loss(prediction.float()[mask], batch[mask], reduction="sum") * ranks / masked_values
             optimizer.zero_grad(set_to_none=True)
             loss.backward()
             optimizer.step()
-            losses.append(round(loss.item(), 6))
+            losses.append(round((gang.all_sum(loss.item()) if gang else loss.item()) / ranks, 6))
             run.step_done(step + 1, state, meta=lambda: {"losses": losses}, loss=losses[-1])
 
         curve = losses[:: max(1, len(losses) // 20)]
         run.finish(
             cfg.steps,
-            state(),
+            training_files("model", model, optimizer, generator),  # safetensors, for the registry
             meta={"losses": losses, "config": cfg.model_dump()},
             metadata={
                 "final_loss": round(float(np.mean(losses[-20:])), 5),

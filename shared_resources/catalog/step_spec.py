@@ -37,6 +37,13 @@ class StepSpec(BaseModel):
     runtime: str = Field(default="default", description="Named runtime the workload needs (e.g. `isaaclab`); pools map it to a venv or image.")
     gpus: Annotated[int, Field(ge=0)] = 1
     nodes: Annotated[int, Field(ge=1)] = 1
+    ranks_per_node: Annotated[int, Field(ge=1)] | None = Field(
+        default=None,
+        description=(
+            "Processes per node for a step that trains data-parallel (usually one per GPU). With `nodes` it makes the "
+            "step a gang of `nodes × ranks_per_node` ranks that start together or not at all. None: one process per node."
+        ),
+    )
     accelerators: list[str] | None = Field(default=None, description="Acceptable accelerators; None: any.")
     capacity: Capacity = Capacity.any
     tightly_coupled: bool = False
@@ -84,6 +91,15 @@ class StepSpec(BaseModel):
     @classmethod
     def _utc(cls, moment: dt.datetime | None) -> dt.datetime | None:
         return moment.replace(tzinfo=dt.UTC) if moment is not None and moment.tzinfo is None else moment
+
+    @property
+    def world_size(self) -> int:
+        """How many processes run the step: more than one makes it a gang (`runtime/gang.py`)."""
+        return self.nodes * (self.ranks_per_node or 1)
+
+    @property
+    def gang(self) -> bool:
+        return self.world_size > 1
 
     def deadline_at(self, start: dt.datetime) -> dt.datetime | None:
         """The latest end: the earlier of `deadline` and `start + deadline_hours`."""

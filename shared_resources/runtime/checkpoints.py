@@ -4,6 +4,10 @@
     <lineage>/step-00000050/optimizer.safetensors
     <lineage>/step-00000050/manifest.json      <- written last; its presence publishes
 
+A gang's checkpoint (`runtime/sharded.py`) keeps its tensors as a `torch.distributed.checkpoint`
+folder, `dcp/`, written by every rank, under the same manifest (layout `dcp`), and loads onto
+any number of ranks.
+
 A step folder without a manifest (torn: the writer died mid-way) or whose files do
 not match the manifest's sha256 (corrupt) is skipped with a warning, and the newest
 valid checkpoint before it is used. Files open with `safetensors.safe_open` anywhere.
@@ -38,6 +42,7 @@ from shared_resources.runtime.storage import fs_for, read_bytes, sha256_bytes, w
 Framework = Literal["torch", "numpy"]
 MANIFEST = "manifest.json"
 FORMAT = "sinewgrid.checkpoint/v1"
+SHARDS = "dcp"  # the folder of a sharded checkpoint's `torch.distributed.checkpoint` files
 _STEP_DIR = re.compile(r"^step-(\d{8})$")
 
 
@@ -81,12 +86,22 @@ class Checkpoint:
     uri: str
     step: int
     final: bool
-    tensors: dict[str, dict[str, Any]]  # file stem -> name -> tensor
+    tensors: dict[str, dict[str, Any]]  # file stem -> name -> tensor (empty when sharded)
     manifest: dict[str, Any]
 
     @property
     def meta(self) -> dict[str, Any]:
         return self.manifest.get("meta", {})
+
+    @property
+    def sharded(self) -> bool:
+        """Its tensors are a `torch.distributed.checkpoint` folder (`shards_uri`), loaded with
+        `runtime/sharded.py` onto any number of ranks, not safetensors files."""
+        return self.manifest.get("layout") == SHARDS
+
+    @property
+    def shards_uri(self) -> str:
+        return posixpath.join(self.uri, SHARDS)
 
 
 class CheckpointStore:
@@ -130,20 +145,43 @@ class CheckpointStore:
             data = to_safetensors(tensors)
             write_bytes_atomic(posixpath.join(where, f"{stem}.safetensors"), data)
             entries[f"{stem}.safetensors"] = {"sha256": sha256_bytes(data), "bytes": len(data)}
+        return self.publish(step, entries, meta=meta, lineage=lineage, final=final)
+
+    def publish(
+        self,
+        step: int,
+        entries: Mapping[str, Mapping[str, Any]],
+        *,
+        meta: Mapping[str, Any] | None = None,
+        lineage: Mapping[str, Any] | None = None,
+        final: bool = False,
+        layout: str = "safetensors",
+    ) -> str:
+        """Write the manifest of step `step` (its files, already written, with their sha256 and
+        size): from now on readers see the checkpoint."""
+        where = self.step_uri(step)
         _failpoint_torn(self._failpoint, step)
         write_json_atomic(
             posixpath.join(where, MANIFEST),
             {
                 "format": FORMAT,
+                "layout": layout,
                 "step": step,
                 "final": final,
                 "created_at": dt.datetime.now(dt.UTC).isoformat(),
-                "files": entries,
+                "files": dict(entries),
                 "lineage": dict(lineage or {}),
                 "meta": dict(meta or {}),
             },
         )
         return where
+
+    def drop_shards(self, step: int) -> None:
+        """Remove the sharded files of step `step` once its final checkpoint replaced them (the
+        last training step checkpoints on its cadence, then the run publishes its final one)."""
+        fs, path = fs_for(posixpath.join(self.step_uri(step), SHARDS))
+        if fs.exists(path):
+            fs.rm(path, recursive=True)
 
     def _load(self, step: int) -> Checkpoint | None:
         where = self.step_uri(step)
@@ -168,7 +206,8 @@ class CheckpointStore:
             if sha256_bytes(data) != expected.get("sha256") or len(data) != expected.get("bytes"):
                 self._warn(f"checkpoint {where}: {name} does not match its manifest sha256 (corrupt); skipped")
                 return None
-            tensors[name.removesuffix(".safetensors")] = from_safetensors(data, self.framework)
+            if name.endswith(".safetensors"):
+                tensors[name.removesuffix(".safetensors")] = from_safetensors(data, self.framework)
         return Checkpoint(where, int(manifest["step"]), bool(manifest.get("final")), tensors, manifest)
 
     def latest_valid(self) -> Checkpoint | None:

@@ -64,9 +64,14 @@ class Progress(BaseMessage):
 
 
 class Telemetry(BaseMessage):
+    """Mean seconds per step since the last report. A gang's rank 0 adds each rank's busy time
+    per step (its step time less the time it waited for its peers) and the node of each rank."""
+
     event: Literal[Event.telemetry] = Event.telemetry
     step: int
     step_seconds: float
+    rank_seconds: list[float] | None = None
+    nodes: list[str] | None = None
 
 
 class Preemption(BaseMessage):

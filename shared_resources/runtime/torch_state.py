@@ -5,6 +5,8 @@ Workload side only: imports torch, never Dagster.
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 
 
@@ -55,3 +57,21 @@ def pick_device(requested: str = "auto") -> torch.device:
     if requested == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     return torch.device(requested)
+
+
+def sharded_state(model: torch.nn.Module, optimizer: torch.optim.Optimizer, generator: torch.Generator) -> dict[str, Any]:
+    """The training state as a `torch.distributed.checkpoint` state dict: parameter names without
+    DDP's `module.` prefix, so one process and a gang of any size read and write the same keys.
+    A fresh optimizer gets its (zero) state first, so that a load has somewhere to put it."""
+    from torch.distributed.checkpoint.state_dict import get_state_dict
+
+    model_state, optimizer_state = get_state_dict(model, optimizer)
+    return {"model": model_state, "optimizer": optimizer_state, "rng": rng_tensors(generator)}
+
+
+def restore_sharded(state: dict[str, Any], model: torch.nn.Module, optimizer: torch.optim.Optimizer, generator: torch.Generator) -> None:
+    """Load what `sharded_state` gave (filled in by `sharded.load_sharded`) back into training."""
+    from torch.distributed.checkpoint.state_dict import set_state_dict
+
+    set_state_dict(model, optimizer, model_state_dict=state["model"], optim_state_dict=state["optimizer"])
+    load_rng_tensors(generator, state["rng"])

@@ -16,6 +16,12 @@ local machine, in a Slurm job, a Kubernetes pod or a Ray job::
 arrives (preemption on every backend here), checkpoints at once and exits with
 PREEMPTED_EXIT_CODE so the platform relaunches it instead of calling it a failure.
 
+Started as one rank of a gang (`torchrun`, `srun`, the Ray and Kubernetes launchers: see
+`runtime/gang.py`), the same loop runs on every rank: `run.gang` is this rank's membership
+(None alone), the ranks agree at every `step_done` on checkpoints and preemption, checkpoints
+returned as `ShardedState` are written by all ranks together (`runtime/sharded.py`), and only
+rank 0 talks to Dagster Pipes (it reports every rank's step time).
+
 What the platform passes besides the config is one typed model, `WorkloadInputs`
 (`runtime/inputs.py`); what the workload reports back are the typed messages of
 `runtime/messages.py`. Outside Dagster (by hand, in a test) the inputs come from
@@ -32,7 +38,7 @@ import signal
 import sys
 import time
 from collections.abc import Callable, Mapping
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from dagster_pipes import PipesContext, PipesEnvVarParamsLoader, open_dagster_pipes
 from pydantic import BaseModel, ValidationError
@@ -42,6 +48,9 @@ from shared_resources.runtime.failpoints import hold
 from shared_resources.runtime.inputs import WorkloadInputs
 from shared_resources.runtime.messages import CheckpointSaved, Preemption, Progress, Resumed, Telemetry, BaseMessage
 
+if TYPE_CHECKING:
+    from shared_resources.runtime.gang import Gang
+
 # EX_TEMPFAIL: "temporary failure; the user is invited to retry". Distinct from a
 # crash (1) and from death by signal (128 + n), so the platform can tell them apart.
 PREEMPTED_EXIT_CODE = 75
@@ -49,6 +58,12 @@ EXTRAS_ENV = "SINEWGRID_WORKLOAD_EXTRAS"
 
 Files = Mapping[str, Mapping[str, Any]]
 C = TypeVar("C", bound=BaseModel)
+
+
+class ShardedState(dict):
+    """A checkpoint's state as a `torch.distributed.checkpoint` state dict (nested mappings of
+    tensors, e.g. `torch_state.sharded_state(...)`): `WorkloadRun` writes it with every rank of
+    the gang (`runtime/sharded.py`) instead of as safetensors files from one process."""
 
 
 class WorkloadConfigError(SystemExit):
@@ -62,14 +77,15 @@ class Preempted(Exception):
 class _StandaloneReporter:
     """Stands in for the Pipes context when a workload is run by hand."""
 
-    def __init__(self, extras: Mapping[str, Any]):
+    def __init__(self, extras: Mapping[str, Any], rank: int | None = None, level: int = logging.INFO):
         self.extras = extras
-        self.log = logging.getLogger("sinewgrid.workload")
+        self.log = logging.getLogger("sinewgrid.workload" if rank is None else f"sinewgrid.workload.rank{rank}")
         if not self.log.handlers:
             handler = logging.StreamHandler(sys.stderr)
-            handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(message)s"))
+            where = "" if rank is None else f"rank {rank}: "
+            handler.setFormatter(logging.Formatter(f"%(asctime)s %(levelname)s {where}%(message)s"))
             self.log.addHandler(handler)
-            self.log.setLevel(logging.INFO)
+            self.log.setLevel(level)
         self.messages: list[Any] = []
 
     def report_custom_message(self, payload: Any) -> None:
@@ -119,12 +135,23 @@ class WorkloadRun:
         # Step-time telemetry: mean seconds per step since the last report, every `telemetry_seconds`.
         self._telemetry_mark: tuple[float, int] | None = None
         self._telemetry_reports = 0
+        self._rank_busy: list[float] = []  # gang leader: each rank's busy seconds since the last report
+        self.gang: Gang | None = None
 
     # Life cycle ---------------------------------------------------------------
     def __enter__(self) -> WorkloadRun:
-        if PipesEnvVarParamsLoader().is_dagster_pipes_process():
+        member = None
+        if os.environ.get("WORLD_SIZE", "1") != "1" or os.environ.get("SLURM_NTASKS", "1") != "1":
+            from shared_resources.runtime.gang import member_from_env
+
+            member = member_from_env()
+        if PipesEnvVarParamsLoader().is_dagster_pipes_process() and (member is None or member.leader):
             self._pipes = open_dagster_pipes()
             self.inputs = WorkloadInputs.from_extras(self._pipes.extras)
+        elif member is not None and not member.leader:
+            # The other ranks stay off Pipes (rank 0 speaks for the gang); they read the same inputs.
+            self._pipes = _StandaloneReporter({}, rank=member.rank, level=logging.WARNING)
+            self.inputs = self._rank_inputs()
         else:
             self.inputs = _standalone_inputs(self._argv)
             self._pipes = _StandaloneReporter(self.inputs.to_extras())
@@ -137,7 +164,23 @@ class WorkloadRun:
         self.telemetry_seconds = self.inputs.telemetry_seconds
         self.checkpoints = CheckpointStore(self.inputs.checkpoint_uri, warn=self.warning, failpoint=self.inputs.failpoint, framework=self._framework)
         signal.signal(signal.SIGTERM, self._on_sigterm)
+        if member is not None:
+            from shared_resources.runtime.gang import Gang
+
+            self.gang = Gang.join(member)
+            self.info(f"rank 0 of a gang of {member.world_size} ranks on {member.nodes} node(s): {', '.join(sorted(set(self.gang.nodes_by_rank)))}")
         return self
+
+    def _rank_inputs(self) -> WorkloadInputs:
+        """A non-leader rank's inputs: the Pipes extras read without opening the session, or
+        the standalone sources when started by hand."""
+        loader = PipesEnvVarParamsLoader()
+        if loader.is_dagster_pipes_process():
+            from dagster_pipes import PipesDefaultContextLoader
+
+            with PipesDefaultContextLoader().load_context(loader.load_context_params()) as data:
+                return WorkloadInputs.from_extras(data.get("extras") or {})
+        return _standalone_inputs(self._argv)
 
     def config_as(self, model: type[C]) -> C:
         """The workload's config as its model; exits with every bad field named otherwise."""
@@ -149,9 +192,13 @@ class WorkloadRun:
             raise WorkloadConfigError(f"this workload's config does not fit {model.__name__}: {problems}") from None
 
     def __exit__(self, exc_type, exc, tb) -> bool:
+        if self.gang is not None and exc is None:
+            self.gang.leave()
         if isinstance(exc, Preempted):
             self.report(Preemption(step=self._last_saved_step))
             self.info(f"preempted: checkpoint at step {self._last_saved_step} is safe; exiting {PREEMPTED_EXIT_CODE}")
+            if self.gang is not None:
+                self.gang.leave()
             self._close()
             sys.exit(PREEMPTED_EXIT_CODE)
         # Close the Pipes session either way; with an exception, Pipes reports it to Dagster.
@@ -181,6 +228,8 @@ class WorkloadRun:
     def report(self, message: BaseMessage) -> None:
         """A typed event for the platform (`runtime/messages.py`: checkpoints, progress,
         telemetry, preemption), stamped with the wall-clock time (`at`, unix seconds)."""
+        if self.gang is not None and not self.gang.leader:
+            return  # rank 0 speaks for the gang
         stamped = message.model_copy(update={"at": round(time.time(), 4)})
         self._pipes.report_custom_message(stamped.payload())  # type: ignore[union-attr]
 
@@ -196,18 +245,20 @@ class WorkloadRun:
             self._telemetry_mark = (now, step)
             self._telemetry_reports += 1
 
-    def _hold(self, step: int) -> None:
+    def _hold(self, step: int) -> float:
         """A drill's `hold` failpoint (see `Failpoint`): wait here, between units, for its fault.
-        The wait is neither work, nor step time, nor time towards a time-based checkpoint."""
+        The wait is neither work, nor step time, nor time towards a time-based checkpoint.
+        Returns the seconds held (0 when it did not fire)."""
         began = time.monotonic()
         if not hold(self.inputs.failpoint, step, reports=self._telemetry_reports, stop=lambda: self.preempt_requested):
-            return
+            return 0.0
         held = time.monotonic() - began
         self._last_save_at += held
         if self._work_mark is not None:
             self._work_mark += held
         if self._telemetry_mark is not None:
             self._telemetry_mark = (self._telemetry_mark[0] + held, self._telemetry_mark[1])
+        return held
 
     # Resume and checkpoint -------------------------------------------------------
     def resume(self) -> Checkpoint | None:
@@ -233,7 +284,13 @@ class WorkloadRun:
         committed = self._committed_seconds()  # work up to here; the write itself is not work
         began = time.monotonic()
         lineage = self.inputs.lineage.model_dump() if self.inputs.lineage else {}
-        where = self.checkpoints.save(step, files, meta=meta, lineage=lineage, final=final)
+        if isinstance(files, ShardedState):
+            from shared_resources.runtime.sharded import save_sharded
+
+            leader = self.gang is None or self.gang.leader
+            where = save_sharded(self.checkpoints, step, files, leader=leader, meta=meta, lineage=lineage)
+        else:
+            where = self.checkpoints.save(step, files, meta=meta, lineage=lineage, final=final)
         written = time.monotonic() - began
         if self._work_mark is not None:
             self._work_mark = time.monotonic()
@@ -271,8 +328,12 @@ class WorkloadRun:
         Checkpoints every `checkpoint_every_steps` steps, and also once `checkpoint_interval_seconds`
         (the Young/Daly interval placement worked out for the pool, if it is interruptible) have
         passed since the last checkpoint, and at once when SIGTERM has arrived. A drill's `hold`
-        failpoint may make it wait here, after any checkpoint due at `step`.
+        failpoint may make it wait here, after any checkpoint due at `step` (in a gang: before it,
+        so that its peers wait for it in the step's agreement).
         """
+        if self.gang is not None:
+            self._gang_step_done(step, files, meta, metrics)
+            return
         self._telemetry(step)
         on_cadence = step % self.checkpoint_every == 0
         if self.checkpoint_interval and time.monotonic() - self._last_save_at >= self.checkpoint_interval:
@@ -285,19 +346,62 @@ class WorkloadRun:
                 self._checkpoint(step, files, meta, metrics)
             raise Preempted()
 
+    def _gang_step_done(self, step: int, files: Callable[[], Files], meta: Callable[[], Mapping[str, Any]] | None, metrics: Mapping[str, float]) -> None:
+        """`step_done` for one rank of a gang: every rank takes the same decision at the same step."""
+        assert self.gang is not None
+        held = self._hold(step)
+        interval_due = bool(self.checkpoint_interval and time.monotonic() - self._last_save_at >= self.checkpoint_interval)
+        agreed = self.gang.agree(preempt=self.preempt_requested, checkpoint_due=interval_due, idle_seconds=held)
+        if self.gang.leader:
+            self._gang_telemetry(step, agreed.busy_seconds)
+        if step % self.checkpoint_every == 0 or agreed.checkpoint_due or agreed.preempt:
+            self._checkpoint(step, files, meta, metrics)
+            self.gang.restart_step_clock()
+        if agreed.preempt:
+            self.preempt_requested = True
+            raise Preempted()
+
+    def _gang_telemetry(self, step: int, busy: list[float]) -> None:
+        """The gang leader's step-time report: the gang's pace and each rank's busy time per step."""
+        self._rank_busy = [a + b for a, b in zip(self._rank_busy, busy, strict=True)] if self._rank_busy else list(busy)
+        now = time.monotonic()
+        if self._telemetry_mark is None:
+            self._telemetry_mark, self._rank_busy = (now, step), []
+            return
+        since, first = self._telemetry_mark
+        if now - since >= self.telemetry_seconds and step > first:
+            steps = step - first
+            assert self.gang is not None
+            self.report(
+                Telemetry(
+                    step=step,
+                    step_seconds=round((now - since) / steps, 6),
+                    rank_seconds=[round(b / steps, 6) for b in self._rank_busy],
+                    nodes=self.gang.nodes_by_rank,
+                )
+            )
+            self._telemetry_mark, self._rank_busy = (now, step), []
+            self._telemetry_reports += 1
+
     def _checkpoint(self, step: int, files: Callable[[], Files], meta: Callable[[], Mapping[str, Any]] | None, metrics: Mapping[str, float]) -> None:
         self.save(step, files(), meta=meta() if meta else None)
         self.report(Progress(step=step, **{k: float(v) for k, v in metrics.items()}))
 
     def finish(self, step: int, files: Files, *, meta: Mapping[str, Any] | None = None, metadata: Mapping[str, Any] | None = None) -> None:
-        """Publish the final checkpoint and report the result's metadata."""
+        """Publish the final checkpoint and report the result's metadata (in a gang: rank 0
+        writes it, from its copy of the weights, which every rank holds alike)."""
+        if self.gang is not None and not self.gang.leader:
+            return
         metadata = dict(metadata or {})
         where = self.save(step, files, meta={**dict(meta or {}), "result": metadata}, final=True)
+        self.checkpoints.drop_shards(step)
         self._report_result(where, step, metadata, resumed_complete=False)
 
     def report_already_complete(self, checkpoint: Checkpoint) -> None:
         """The run finished before (its final checkpoint exists): report that result again."""
         self.info(f"{checkpoint.uri} is final: nothing left to train")
+        if self.gang is not None and not self.gang.leader:
+            return
         self._report_result(checkpoint.uri, checkpoint.step, checkpoint.meta.get("result", {}), resumed_complete=True)
 
     def _report_result(self, where: str, step: int, metadata: Mapping[str, Any], *, resumed_complete: bool) -> None:

@@ -28,6 +28,7 @@ from shared_resources.compute.backends.base import (
     killed_by_lost_node,
     runtime_interpreter,
 )
+from shared_resources.compute.backends.gang import GangProcess, gang_starter, kill_node
 from shared_resources.compute.backends.message_file import WholeLineTempFileMessageReader
 from shared_resources.compute.backends.warm_start import Process, start_process
 from shared_resources.compute.causes import Cause
@@ -36,7 +37,7 @@ from shared_resources.compute.health import run_health_check
 from shared_resources.compute.inflight import attempt_owner, inflight_of
 from shared_resources.compute.monitor import AttemptMonitor
 from shared_resources.runtime.inputs import WorkloadInputs
-from shared_resources.runtime.messages import parse_messages
+from shared_resources.runtime.messages import Preemption, of_kind, parse_messages
 from shared_resources.runtime.storage import write_bytes_atomic
 from shared_resources.runtime.workload import PREEMPTED_EXIT_CODE
 from shared_resources.settings import REPO_ROOT, child_env
@@ -63,6 +64,7 @@ class PreemptiblePipesSubprocessClient(dg.PipesSubprocessClient):
         on_ended: Callable[[Process], None] | None = None,
         on_poll: Callable[[Process, Any], None] | None = None,
         imports: Sequence[str] = (),
+        start: Callable[..., Process] | None = None,
     ) -> tuple[int, dg.PipesClientCompletedInvocation]:
         """Run `command` in a Pipes session; return its exit code and what it reported.
 
@@ -71,6 +73,7 @@ class PreemptiblePipesSubprocessClient(dg.PipesSubprocessClient):
         (the backend records it as in flight between the two); `on_poll` sees it and the
         Pipes session a few times a second while it runs (the attempt monitor). `imports`: the
         libraries the workload needs, imported ahead when it starts warm (`warm_start.py`).
+        `start`: how to start it (`start_process` unless given; a gang's `GangProcess.start`).
         """
         with open_pipes_session(
             context=context,
@@ -78,7 +81,7 @@ class PreemptiblePipesSubprocessClient(dg.PipesSubprocessClient):
             message_reader=self.message_reader,
             extras=extras,
         ) as session:
-            process = start_process(
+            process = (start or start_process)(
                 command,
                 cwd=cwd or self.cwd,
                 env=child_env({**self.env, **(env or {}), **session.get_bootstrap_env_vars()}),
@@ -144,6 +147,7 @@ class LocalBackend(Backend):
         inputs: WorkloadInputs,
     ) -> AttemptResult:
         command = [self.interpreter(pool, spec), "-m", spec.entry_point]
+        start = gang_starter(self.interpreter(pool, spec), pool, spec) if spec.gang else None
         with pool_slot(pool) as slot:
             if slot is None:
                 return AttemptResult(
@@ -155,7 +159,10 @@ class LocalBackend(Backend):
             handles: list[JobHandle] = []
 
             def started(process: Process) -> None:
-                handles.append(self.handle_for(pool, process.pid, getattr(process, "create_time", None)))
+                if isinstance(process, GangProcess):
+                    handles.append(self.handle_for_gang(pool, process.pids))
+                else:
+                    handles.append(self.handle_for(pool, process.pid, getattr(process, "create_time", None)))
                 if inflight:
                     inflight.add(handles[0], **attempt_owner(context, spec, inputs))
 
@@ -187,7 +194,7 @@ class LocalBackend(Backend):
             with tempfile.TemporaryFile() as output:
                 exit_code, invocation = self.client.launch(
                     context=context, command=command, extras=inputs.to_extras(), output=output, on_started=started, on_ended=ended, on_poll=poll,
-                    imports=spec.imports,
+                    imports=spec.imports, start=start,
                 )
                 output.seek(0)
                 log = output.read()
@@ -196,6 +203,8 @@ class LocalBackend(Backend):
             write_bytes_atomic(log_uri, log)
         tail = "\n".join(log.decode("utf-8", errors="replace").rstrip().splitlines()[-25:])
         messages = parse_messages(invocation.get_custom_messages())
+        if spec.gang and exit_code not in (0, None) and not killed_by_lost_node(exit_code) and of_kind(messages, Preemption):
+            exit_code = PREEMPTED_EXIT_CODE  # torchrun exits 1 whatever its ranks' codes; rank 0 said they checkpointed
         metadata: dict[str, Any] = {}
         if exit_code == 0:
             outcome = AttemptOutcome.succeeded
@@ -235,12 +244,28 @@ class LocalBackend(Backend):
         return JobHandle("local", pool.name, str(pid), time.time(), {"create_time": created})
 
     @staticmethod
+    def handle_for_gang(pool: Pool, pids: list[int]) -> JobHandle:
+        """A handle on a gang's node agents (`gang.py`): the first is the job id."""
+        created = [psutil.Process(pid).create_time() for pid in pids]
+        return JobHandle("local", pool.name, str(pids[0]), time.time(), {"create_time": created[0], "nodes": [list(n) for n in zip(pids, created)]})
+
+    @classmethod
+    def _processes(cls, handle: JobHandle) -> list[psutil.Process]:
+        """The handle's processes still alive: the one workload, or each node of a gang."""
+        nodes = handle.info.get("nodes") or [[int(handle.job_id), handle.info["create_time"]]]
+        return [p for pid, created in nodes if (p := cls._alive(int(pid), float(created)))]
+
+    @staticmethod
     def _process(handle: JobHandle) -> psutil.Process | None:
         """The handle's process while it lives: None once it has ended (a zombie, exited but
         not yet reaped by its parent, has ended too) or when its pid now names another process."""
+        return LocalBackend._alive(int(handle.job_id), float(handle.info["create_time"]))
+
+    @staticmethod
+    def _alive(pid: int, create_time: float) -> psutil.Process | None:
         try:
-            process = psutil.Process(int(handle.job_id))
-            if abs(process.create_time() - float(handle.info["create_time"])) > 0.01:
+            process = psutil.Process(pid)
+            if abs(process.create_time() - create_time) > 0.01:
                 return None  # the pid was reused by another process
             if process.status() in (psutil.STATUS_ZOMBIE, psutil.STATUS_DEAD):
                 return None
@@ -251,27 +276,32 @@ class LocalBackend(Backend):
     def status(self, handle: JobHandle) -> JobStatus:
         # Only a look: reaping a zombie here would take its exit code from the parent that waits
         # for it (a `Popen` reaped by someone else reports exit 0, a crash read as a success).
-        process = self._process(handle)
-        return JobStatus(JobState.running) if process else JobStatus(JobState.gone, reason="process not found or ended")
+        alive = self._processes(handle)
+        return JobStatus(JobState.running) if alive else JobStatus(JobState.gone, reason="process not found or ended")
 
     def signal(self, handle: JobHandle, signum: int = signal.SIGTERM) -> None:
-        if process := self._process(handle):
+        for process in self._processes(handle):
             process.send_signal(signum)
 
     def cancel(self, handle: JobHandle, grace_seconds: float = 10.0) -> None:
         """SIGTERM (the workload checkpoints and exits), SIGKILL after `grace_seconds`; returns
         once the process has ended, reaped if it is this process's child (psutil's `wait` reaps
-        its own children), so its status reads `gone` from then on."""
-        process = self._process(handle)
-        if process is None:
-            return
-        try:
-            process.terminate()
+        its own children), so its status reads `gone` from then on. A gang's nodes are stopped
+        together, each with the ranks in its process group."""
+        processes = self._processes(handle)
+        for process in processes:
             try:
-                process.wait(grace_seconds)
-                return
-            except psutil.TimeoutExpired:
-                process.kill()
-            process.wait(STOP_GRACE_SECONDS)  # SIGKILL cannot be caught: only a stuck kernel call delays it
-        except (psutil.NoSuchProcess, psutil.TimeoutExpired):
-            pass  # ended on its own meanwhile, or stuck in the kernel: nothing more a signal can do
+                process.terminate()
+            except psutil.NoSuchProcess:
+                pass
+        _, alive = psutil.wait_procs(processes, timeout=grace_seconds)
+        for process in alive:
+            if "nodes" in handle.info:
+                kill_node(process.pid)  # the node's ranks too
+            else:
+                try:
+                    process.kill()
+                except psutil.NoSuchProcess:
+                    pass
+        # SIGKILL cannot be caught: only a stuck kernel call delays it, and then no signal can help.
+        psutil.wait_procs(alive, timeout=STOP_GRACE_SECONDS)

@@ -1,0 +1,56 @@
+"""Sharded checkpoints: `torch.distributed.checkpoint` (DCP) under the usual step folder.
+
+    <lineage>/step-00000050/dcp/.metadata         DCP's index of every tensor and its shards
+    <lineage>/step-00000050/dcp/__0_0.distcp      what rank 0 wrote (one file per rank)
+    <lineage>/step-00000050/manifest.json         written last, by rank 0: sha256 of each file
+
+Every rank of a gang writes its part at once (`dcp.save`, replicated tensors written once), to
+the object store through fsspec; rank 0 then publishes the step with the same manifest as a
+safetensors checkpoint, so a torn or corrupt one is skipped the same way. Loading reshards: the
+same folder loads onto one process or any number of ranks (`load_sharded`), which is how a gang
+resumes on fewer or more nodes, or on another backend. The folder is DCP's own format:
+`torch.distributed.checkpoint.format_utils.dcp_to_torch_save` turns it into one `torch.save`
+file; a run's final checkpoint is written as safetensors files for the registry.
+"""
+
+from __future__ import annotations
+
+import posixpath
+from collections.abc import Mapping
+from typing import Any
+
+import torch.distributed as dist
+import torch.distributed.checkpoint as dcp
+from torch.distributed.checkpoint._fsspec_filesystem import FsspecReader, FsspecWriter
+
+from shared_resources.runtime.checkpoints import SHARDS, Checkpoint, CheckpointStore
+from shared_resources.runtime.storage import fs_for, read_bytes, sha256_bytes
+
+
+def save_sharded(
+    store: CheckpointStore,
+    step: int,
+    state: dict[str, Any],
+    *,
+    leader: bool = True,
+    meta: Mapping[str, Any] | None = None,
+    lineage: Mapping[str, Any] | None = None,
+) -> str:
+    """Write `state` (a DCP state dict) at `step` from every rank; rank 0 (`leader`) publishes it."""
+    where = store.step_uri(step)
+    shards = posixpath.join(where, SHARDS)
+    dcp.save(state, storage_writer=FsspecWriter(shards), no_dist=not dist.is_initialized())
+    if leader:
+        fs, root = fs_for(shards)
+        entries = {}
+        for path in sorted(fs.find(root)):
+            data = read_bytes(fs.unstrip_protocol(path) if "://" in shards else path)
+            entries[posixpath.join(SHARDS, posixpath.relpath(path, root))] = {"sha256": sha256_bytes(data), "bytes": len(data)}
+        store.publish(step, entries, meta=meta, lineage=lineage, layout=SHARDS)
+    return where
+
+
+def load_sharded(checkpoint: Checkpoint, state: dict[str, Any]) -> None:
+    """Fill `state` (a DCP state dict of this rank's model and optimizer) from `checkpoint`,
+    whatever number of ranks wrote it."""
+    dcp.load(state, storage_reader=FsspecReader(checkpoint.shards_uri), no_dist=not dist.is_initialized())

@@ -1,0 +1,239 @@
+"""Gangs: a step that trains data-parallel as nodes × ranks, all of them or none.
+
+The real pretraining workload runs as a gang of 2 nodes × 2 ranks on a local pool (one
+`torchrun` per node, gloo on the CPU) through the compute resource, and is checked against the
+same training on one process with the same global batch; a node killed mid-run takes its ranks
+with it, the gang is relaunched and resumes from its sharded checkpoint to the same weights; a
+gang's checkpoint resumes on another number of ranks.
+
+(No `from __future__ import annotations`: Dagster reads the asset's annotations.)
+"""
+
+import json
+import os
+import signal
+import sys
+import threading
+import time
+from pathlib import Path
+
+import dagster as dg
+import pandas as pd
+import pytest
+import torch
+
+from cell_lane.omics import join_labels, publish_dataset
+from shared_resources.accounting.ledger import read_ledger
+from shared_resources.catalog.step_spec import TRAINING_IMPORTS, StepSpec
+from shared_resources.compute.backends.gang import (
+    GangProcess,
+    free_port,
+    kill_node,
+    torchrun_command,
+)
+from shared_resources.compute.cooldowns import SLOTS_ENV
+from shared_resources.compute.inflight import InFlight
+from shared_resources.compute.resource import ComputeResource
+from shared_resources.runtime.checkpoints import CheckpointStore
+from shared_resources.runtime.gang import member_from_env
+from shared_resources.runtime.inputs import Failpoint
+from shared_resources.runtime.storage import Storage
+from tests.helpers import WorkloadProcess
+
+pytestmark = pytest.mark.xdist_group("gang")
+
+STEPS, EVERY = 60, 20
+PRETRAIN = "cell_lane.workloads.pretrain"
+IMPORTS = [*TRAINING_IMPORTS, "anndata"]
+
+CATALOG = """
+pools:
+  steady:
+    provider: local
+    region: local
+    backend: local
+    purchasing: reserved
+    accelerator: local
+    gpus_per_node: 2
+    nodes: 3
+    price_per_gpu_hour: 1.0
+    qualify: false
+    recovery: stay
+"""
+
+
+# Where a rank stands ----------------------------------------------------------------------------
+
+
+def test_a_rank_reads_its_place_from_torchrun_or_srun():
+    torchrun = member_from_env(
+        {"RANK": "3", "WORLD_SIZE": "4", "LOCAL_RANK": "1", "LOCAL_WORLD_SIZE": "2", "GROUP_RANK": "1", "MASTER_ADDR": "10.0.0.1", "MASTER_PORT": "29500", "SINEWGRID_NODE": "n1"}
+    )
+    assert torchrun is not None and (torchrun.rank, torchrun.world_size, torchrun.local_rank, torchrun.node_rank, torchrun.nodes, torchrun.node) == (3, 4, 1, 1, 2, "n1")
+    srun = member_from_env(
+        {"SLURM_PROCID": "2", "SLURM_NTASKS": "4", "SLURM_LOCALID": "0", "SLURM_NTASKS_PER_NODE": "1", "SLURM_NODEID": "2", "SLURMD_NODENAME": "node3", "MASTER_ADDR": "10.0.0.1", "MASTER_PORT": "29500"}
+    )
+    assert srun is not None and (srun.rank, srun.world_size, srun.node_rank, srun.nodes, srun.node, srun.leader) == (2, 4, 2, 4, "node3", False)
+    assert member_from_env({"SLURM_NTASKS": "1", "SLURM_PROCID": "0"}) is None  # a batch job of one task is no gang
+    assert member_from_env({}) is None
+
+
+def test_a_rank_without_a_meeting_point_says_what_to_set():
+    with pytest.raises(RuntimeError, match=r"rank 1 of 2: MASTER_ADDR and MASTER_PORT are not set.*torchrun"):
+        member_from_env({"RANK": "1", "WORLD_SIZE": "2"})
+
+
+def test_a_step_is_a_gang_when_it_runs_as_more_than_one_process():
+    step = StepSpec(name="s", entry_point="m", tenant="t", nodes=2, ranks_per_node=2)
+    assert (step.world_size, step.gang) == (4, True)
+    assert not StepSpec(name="s", entry_point="m", tenant="t", gpus=8).gang  # one process that uses its GPUs itself
+    assert StepSpec(name="s", entry_point="m", tenant="t", nodes=2).world_size == 2
+
+
+# The real workload as a gang ------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def dataset_uri(tmp_path_factory, reference_expression) -> str:
+    uri, _ = publish_dataset(join_labels(reference_expression, pd.DataFrame()), str(tmp_path_factory.mktemp("omics")))
+    return uri
+
+
+def _spec(dataset_uri: str, nodes: int, ranks: int, failpoint: Failpoint | None = None) -> StepSpec:
+    return StepSpec(
+        name="cell.foundation_model", entry_point=PRETRAIN, tenant="cell", gpus=0, nodes=nodes, ranks_per_node=ranks,
+        checkpoint_every_steps=EVERY, telemetry_seconds=0.2, imports=IMPORTS, failpoint=failpoint,
+        config={"dataset_uri": dataset_uri, "steps": STEPS, "seed": 3},
+    )  # fmt: skip
+
+
+def _pretrain(spec: StepSpec) -> dg.AssetsDefinition:
+    @dg.asset(name="foundation", description="Pretraining, run as the step spec says.")
+    def foundation(context: dg.AssetExecutionContext, compute: ComputeResource) -> dg.MaterializeResult:
+        return dg.MaterializeResult(metadata=compute.run(context, spec, lineage="gang").metadata())
+
+    return foundation
+
+
+def _materialize(home: Path, spec: StepSpec) -> dict:
+    catalog = home.parent / "pools.yaml"
+    catalog.write_text(CATALOG)
+    result = dg.materialize(
+        [_pretrain(spec)],
+        resources={"compute": ComputeResource(storage_root=str(home), pools_file=str(catalog))},
+        instance=dg.DagsterInstance.ephemeral(),
+    )
+    (mat,) = result.asset_materializations_for_node("foundation")
+    return {k: v.value for k, v in mat.metadata.items()}
+
+
+def _final_weights(home: Path) -> dict[str, torch.Tensor]:
+    (lineage,) = [p for p in (home / "checkpoints").iterdir() if p.is_dir()]
+    checkpoint = CheckpointStore(str(lineage)).latest_valid()
+    assert checkpoint is not None and checkpoint.final
+    return checkpoint.tensors["model"]
+
+
+@pytest.fixture(scope="module")
+def one_process(tmp_path_factory, dataset_uri) -> dict[str, torch.Tensor]:
+    """The same training on one process: the reference every gang is held to."""
+    folder = tmp_path_factory.mktemp("one-process")
+    extras = folder / "extras.json"
+    extras.write_text(json.dumps({"config": {"dataset_uri": dataset_uri, "steps": STEPS, "seed": 3}, "checkpoint_uri": str(folder / "ck"), "checkpoint_every_steps": EVERY}))
+    run = WorkloadProcess(PRETRAIN, extras, "one", imports=IMPORTS)
+    assert run.wait() == 0, run.tail()
+    checkpoint = CheckpointStore(str(folder / "ck")).latest_valid()
+    assert checkpoint is not None and checkpoint.final
+    return checkpoint.tensors["model"]
+
+
+@pytest.fixture
+def home(tmp_path, monkeypatch) -> Path:
+    monkeypatch.setenv(SLOTS_ENV, str(tmp_path / "slots"))
+    return tmp_path / "home"
+
+
+@pytest.fixture(scope="module")
+def gang_run(tmp_path_factory, dataset_uri) -> tuple[Path, dict]:
+    """One uninterrupted run of the 2 × 2 gang through the compute resource."""
+    folder = tmp_path_factory.mktemp("gang")
+    os.environ[SLOTS_ENV] = str(folder / "slots")
+    try:
+        meta = _materialize(folder / "home", _spec(dataset_uri, nodes=2, ranks=2))
+    finally:
+        os.environ.pop(SLOTS_ENV, None)
+    return folder / "home", meta
+
+
+def _assert_close(expected: dict[str, torch.Tensor], actual: dict[str, torch.Tensor]) -> None:
+    assert expected.keys() == actual.keys()
+    for name, value in expected.items():
+        torch.testing.assert_close(actual[name], value, rtol=1e-4, atol=1e-5, msg=lambda m, n=name: f"{n}: {m}")
+
+
+def test_a_two_by_two_gang_trains_the_model_one_process_trains(gang_run, one_process):
+    home, meta = gang_run
+    assert meta["final_step"] == STEPS
+    _assert_close(one_process, _final_weights(home))
+    (row,) = read_ledger(Storage.at(str(home))).itertuples()
+    assert (row.pool, row.outcome) == ("steady", "succeeded")
+
+
+def test_a_killed_node_takes_its_ranks_and_the_gang_resumes_to_the_same_weights(home, tmp_path, dataset_uri, gang_run):
+    marker = tmp_path / "held.json"
+    spec = _spec(dataset_uri, nodes=2, ranks=2, failpoint=Failpoint(kind="hold", at_step=30, marker=str(marker)))
+    killed: list[int] = []
+
+    def kill_a_node_once_held() -> None:
+        deadline = time.monotonic() + 300
+        while not marker.exists() and time.monotonic() < deadline:
+            time.sleep(0.02)
+        (record,) = InFlight(Storage.at(str(home))).records()
+        node1_pid = record["handle"]["info"]["nodes"][1][0]
+        kill_node(node1_pid)  # the node and its ranks, without notice
+        killed.append(node1_pid)
+
+    killer = threading.Thread(target=kill_a_node_once_held, daemon=True)
+    killer.start()
+    meta = _materialize(home, spec)
+    killer.join(timeout=10)
+    assert killed, "the node was never killed"
+    ledger = read_ledger(Storage.at(str(home))).sort_values("attempt")
+    assert [(r.pool, r.outcome, r.cause) for r in ledger.itertuples()] == [("steady", "preempted", "lost-node"), ("steady", "succeeded", "")]
+    resumed_row = meta["recovery"].splitlines()[-1]  # the relaunched gang's row of the recovery timeline
+    assert resumed_row.startswith("| 2 |") and "(20)" in resumed_row  # the last checkpoint before the kill at step 30
+    uninterrupted, resumed = _final_weights(gang_run[0]), _final_weights(home)
+    for name in uninterrupted:  # the same ranks, the same reductions: the same bits
+        assert torch.equal(uninterrupted[name], resumed[name]), f"{name} differs after the node was replaced"
+
+
+def test_a_gang_checkpoint_resumes_on_one_process(tmp_path, dataset_uri, one_process):
+    """Four ranks write sharded checkpoints and are preempted at step 30; one process resumes."""
+    extras = tmp_path / "extras.json"
+    marker = tmp_path / "held.json"
+    inputs = {
+        "config": {"dataset_uri": dataset_uri, "steps": STEPS, "seed": 3}, "checkpoint_uri": str(tmp_path / "ck"),
+        "checkpoint_every_steps": EVERY, "failpoint": Failpoint(kind="hold", at_step=30, marker=str(marker)).model_dump(),
+    }  # fmt: skip
+    extras.write_text(json.dumps(inputs))
+    env = {k: v for k, v in os.environ.items() if not k.startswith("DAGSTER_PIPES")}
+    spec = StepSpec(name="s", entry_point=PRETRAIN, tenant="cell", nodes=1, ranks_per_node=4)
+    command = [*torchrun_command(sys.executable, spec, 0, free_port()), "--extras", str(extras)]
+    with (tmp_path / "gang.log").open("ab") as out:
+        gang = GangProcess.start([command], ["local-node0"], env=env, cwd=str(Path(__file__).parents[1]), output=out)
+        deadline = time.monotonic() + 300
+        while not marker.exists():
+            assert gang.poll() is None and time.monotonic() < deadline, (tmp_path / "gang.log").read_text()[-3000:]
+            time.sleep(0.02)
+        gang.send_signal(signal.SIGTERM)  # every rank checkpoints step 30 and exits 75
+        gang.wait(timeout=120)
+    store = CheckpointStore(str(tmp_path / "ck"))
+    last = store.latest_valid()
+    assert last is not None and (last.step, last.sharded) == (30, True), (tmp_path / "gang.log").read_text()[-3000:]
+
+    resumed = WorkloadProcess(PRETRAIN, extras, "resumed", imports=IMPORTS)
+    assert resumed.wait() == 0, resumed.tail()
+    assert "(step 30)" in resumed.log.read_text()
+    final = store.latest_valid()
+    assert final is not None and final.final
+    _assert_close(one_process, final.tensors["model"])
