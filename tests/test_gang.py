@@ -19,10 +19,12 @@ from pathlib import Path
 
 import dagster as dg
 import pandas as pd
+import psutil
 import pytest
 import torch
 
 from cell_lane.omics import join_labels, publish_dataset
+from drills.faults import Injector, Throttle
 from shared_resources.accounting.ledger import read_ledger
 from shared_resources.catalog.step_spec import TRAINING_IMPORTS, StepSpec
 from shared_resources.compute.backends.gang import (
@@ -33,18 +35,33 @@ from shared_resources.compute.backends.gang import (
 )
 from shared_resources.compute.cooldowns import SLOTS_ENV
 from shared_resources.compute.inflight import InFlight
+from shared_resources.compute.monitor import slow_rank
 from shared_resources.compute.resource import ComputeResource
 from shared_resources.runtime.checkpoints import CheckpointStore
 from shared_resources.runtime.gang import member_from_env
 from shared_resources.runtime.inputs import Failpoint
+from shared_resources.runtime.messages import Telemetry
 from shared_resources.runtime.storage import Storage
 from tests.helpers import WorkloadProcess
 
-pytestmark = pytest.mark.xdist_group("gang")
+e2e = pytest.mark.e2e  # runs the workload end to end, as a gang of processes
 
 STEPS, EVERY = 60, 20
 PRETRAIN = "cell_lane.workloads.pretrain"
 IMPORTS = [*TRAINING_IMPORTS, "anndata"]
+
+SPARE_POOL = """
+  spare:
+    provider: local
+    region: local
+    backend: local
+    purchasing: on_demand
+    accelerator: local
+    gpus_per_node: 2
+    nodes: 3
+    price_per_gpu_hour: 2.0
+    qualify: false
+"""
 
 CATALOG = """
 pools:
@@ -90,6 +107,32 @@ def test_a_step_is_a_gang_when_it_runs_as_more_than_one_process():
     assert StepSpec(name="s", entry_point="m", tenant="t", nodes=2).world_size == 2
 
 
+# Finding the one slow rank -----------------------------------------------------------------------
+
+
+def _report(*seconds: float) -> Telemetry:
+    return Telemetry(step=1, step_seconds=max(seconds), rank_seconds=list(seconds), nodes=["n0", "n0", "n1", "n1"])
+
+
+def test_the_one_slow_rank_is_found_among_its_peers_and_named_with_its_node():
+    slow = slow_rank([_report(0.02, 0.021, 0.02, 0.11)] * 3, factor=3.0, patience=3)
+    assert slow is not None and (slow.rank, slow.node, slow.seconds, slow.peers) == (3, "n1", 0.11, 0.02)
+
+
+@pytest.mark.parametrize(
+    "reports",
+    [
+        [_report(0.02, 0.021, 0.02, 0.11)] * 2,  # not yet `patience` reports
+        [_report(0.02, 0.021, 0.02, 0.11), _report(0.02, 0.021, 0.02, 0.02), _report(0.02, 0.021, 0.02, 0.11)],  # not in a row
+        [_report(0.02, 0.021, 0.02, 0.05)] * 3,  # under the factor
+        [_report(0.001, 0.001, 0.001, 0.008)] * 3,  # 8× but a few milliseconds: noise
+        [_report(0.02, 0.021, 0.11, 0.11)] * 3,  # two slow ranks: a slow gang, not one rank
+    ],
+)
+def test_no_rank_is_blamed_without_a_clear_case(reports):
+    assert slow_rank(reports, factor=3.0, patience=3) is None
+
+
 # The real workload as a gang ------------------------------------------------------------------------
 
 
@@ -99,11 +142,11 @@ def dataset_uri(tmp_path_factory, reference_expression) -> str:
     return uri
 
 
-def _spec(dataset_uri: str, nodes: int, ranks: int, failpoint: Failpoint | None = None) -> StepSpec:
+def _spec(dataset_uri: str, nodes: int, ranks: int, failpoint: Failpoint | None = None, **fields) -> StepSpec:
     return StepSpec(
         name="cell.foundation_model", entry_point=PRETRAIN, tenant="cell", gpus=0, nodes=nodes, ranks_per_node=ranks,
         checkpoint_every_steps=EVERY, telemetry_seconds=0.2, imports=IMPORTS, failpoint=failpoint,
-        config={"dataset_uri": dataset_uri, "steps": STEPS, "seed": 3},
+        config={"dataset_uri": dataset_uri, "steps": STEPS, "seed": 3}, **fields,
     )  # fmt: skip
 
 
@@ -115,14 +158,17 @@ def _pretrain(spec: StepSpec) -> dg.AssetsDefinition:
     return foundation
 
 
-def _materialize(home: Path, spec: StepSpec) -> dict:
+def _materialize(home: Path, spec: StepSpec, catalog_text: str = CATALOG, logs: list[str] | None = None) -> dict:
     catalog = home.parent / "pools.yaml"
-    catalog.write_text(CATALOG)
+    catalog.write_text(catalog_text)
+    instance = dg.DagsterInstance.ephemeral()
     result = dg.materialize(
         [_pretrain(spec)],
         resources={"compute": ComputeResource(storage_root=str(home), pools_file=str(catalog))},
-        instance=dg.DagsterInstance.ephemeral(),
+        instance=instance,
     )
+    if logs is not None:
+        logs.extend(e.user_message for e in instance.all_logs(result.run_id))
     (mat,) = result.asset_materializations_for_node("foundation")
     return {k: v.value for k, v in mat.metadata.items()}
 
@@ -171,6 +217,7 @@ def _assert_close(expected: dict[str, torch.Tensor], actual: dict[str, torch.Ten
         torch.testing.assert_close(actual[name], value, rtol=1e-4, atol=1e-5, msg=lambda m, n=name: f"{n}: {m}")
 
 
+@e2e
 def test_a_two_by_two_gang_trains_the_model_one_process_trains(gang_run, one_process):
     home, meta = gang_run
     assert meta["final_step"] == STEPS
@@ -179,6 +226,7 @@ def test_a_two_by_two_gang_trains_the_model_one_process_trains(gang_run, one_pro
     assert (row.pool, row.outcome) == ("steady", "succeeded")
 
 
+@e2e
 def test_a_killed_node_takes_its_ranks_and_the_gang_resumes_to_the_same_weights(home, tmp_path, dataset_uri, gang_run):
     marker = tmp_path / "held.json"
     spec = _spec(dataset_uri, nodes=2, ranks=2, failpoint=Failpoint(kind="hold", at_step=30, marker=str(marker)))
@@ -207,6 +255,7 @@ def test_a_killed_node_takes_its_ranks_and_the_gang_resumes_to_the_same_weights(
         assert torch.equal(uninterrupted[name], resumed[name]), f"{name} differs after the node was replaced"
 
 
+@e2e
 def test_a_gang_checkpoint_resumes_on_one_process(tmp_path, dataset_uri, one_process):
     """Four ranks write sharded checkpoints and are preempted at step 30; one process resumes."""
     extras = tmp_path / "extras.json"
@@ -237,3 +286,42 @@ def test_a_gang_checkpoint_resumes_on_one_process(tmp_path, dataset_uri, one_pro
     final = store.latest_valid()
     assert final is not None and final.final
     _assert_close(one_process, final.tensors["model"])
+
+
+def _rank_process(home: Path, node: int, rank: int) -> psutil.Process:
+    """The process of global rank `rank`, found under its node's agent (the in-flight record)."""
+    (record,) = InFlight(Storage.at(str(home))).records()
+    agent = psutil.Process(record["handle"]["info"]["nodes"][node][0])
+    (found,) = [p for p in agent.children(recursive=True) if p.environ().get("RANK") == str(rank)]
+    return found
+
+
+@e2e
+def test_one_slow_rank_is_named_with_its_node_and_the_gang_moves_on(home, tmp_path, dataset_uri, gang_run):
+    marker = tmp_path / "held.json"
+    failpoint = Failpoint(kind="hold", at_step=10, marker=str(marker))
+    spec = _spec(dataset_uri, nodes=2, ranks=2, failpoint=failpoint, on_straggler="replace", straggler_patience=3)
+    throttles: list[Throttle] = []
+
+    def slow_down_rank_3() -> None:  # a node with a failing fan: its rank runs a fifth of the time
+        throttles.append(Throttle([_rank_process(home, node=1, rank=3).pid], share=0.2, period=0.05))
+        throttles[0].start()
+
+    injector = Injector(slow_down_rank_3, failpoint)
+    injector.start()
+    logs: list[str] = []
+    try:
+        meta = _materialize(home, spec, CATALOG + SPARE_POOL, logs)
+    finally:
+        injector.cancelled.set()
+        for throttle in throttles:
+            throttle.stop()
+    assert injector.error is None and throttles, injector.error
+    ledger = read_ledger(Storage.at(str(home))).sort_values("attempt")
+    assert [(r.pool, r.outcome, r.cause) for r in ledger.itertuples()] == [("steady", "preempted", "straggler"), ("spare", "succeeded", "")]
+    (flagged,) = [line for line in logs if "straggler: rank" in line]
+    assert "rank 3 on steady-node1 works" in flagged and "the gang" not in flagged, flagged
+    assert meta["final_step"] == STEPS
+    uninterrupted, moved = _final_weights(gang_run[0]), _final_weights(home)
+    for name in uninterrupted:  # checkpointed on SIGTERM, resumed on the spare pool: the same bits
+        assert torch.equal(uninterrupted[name], moved[name]), f"{name} differs after the slow rank's gang moved"

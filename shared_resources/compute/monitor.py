@@ -7,7 +7,10 @@ runs on (`node_problem`: a failing health check, a node Slurm drained), at most 
 `health_check_interval_seconds` of the pool.
 
 A **straggler** is an attempt whose recent steps are `straggler_factor` times slower than
-its own earlier ones, for `straggler_patience` reports in a row. What the platform does is
+its own earlier ones, for `straggler_patience` reports in a row; in a gang, it is also one
+rank whose busy time per step (its step less the time it waited for its peers) is
+`straggler_factor` times its peers' median for `straggler_patience` reports: the flag names
+that rank and its node (a slow rank slows the whole gang, so its own past cannot show it). What the platform does is
 the step's policy (`StepSpec.on_straggler`): `replace` drains the pool for a while and moves
 the step (the workload gets SIGTERM, checkpoints, and resumes elsewhere); `report` logs it
 and lets the step run on. An **unhealthy node** is always replaced.
@@ -36,6 +39,7 @@ class Flag:
     detail: str  # in words, with the numbers
     action: str  # replace | report
     at: float  # unix time it was flagged
+    node: str = ""  # the node at fault, when the monitor knows it (a gang's slow rank)
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -62,6 +66,42 @@ def straggling(step_seconds: Sequence[float], factor: float, patience: int, warm
     return all(s > factor * baseline for s in recent), baseline, statistics.median(recent)
 
 
+# A rank must be this much slower than its peers' median, besides `factor` times: a few
+# milliseconds of work per step vary by more than a factor between ranks without meaning anything.
+MIN_SLOWER_SECONDS = 0.01
+
+
+@dataclass(frozen=True)
+class SlowRank:
+    rank: int
+    node: str
+    seconds: float  # its busy time per step, in the latest report
+    peers: float  # the median of its peers' in the same report
+
+
+def slow_rank(reports: Sequence[Telemetry], factor: float, patience: int) -> SlowRank | None:
+    """The one rank of a gang whose busy time per step is over `factor` × its peers' median
+    (and `MIN_SLOWER_SECONDS` more) in each of the last `patience` reports, or None."""
+    recent = [m for m in reports if m.rank_seconds and len(m.rank_seconds) > 1][-patience:]
+    if patience < 1 or len(recent) < patience:
+        return None
+    suspects: set[int] | None = None
+    for report in recent:
+        ranks = report.rank_seconds or []
+        slow = set()
+        for rank, seconds in enumerate(ranks):
+            peers = statistics.median(ranks[:rank] + ranks[rank + 1 :])
+            if seconds > factor * peers and seconds - peers > MIN_SLOWER_SECONDS:
+                slow.add(rank)
+        suspects = slow if suspects is None else suspects & slow
+    if not suspects or len(suspects) != 1:
+        return None
+    (rank,) = suspects
+    last = recent[-1].rank_seconds or []
+    nodes = recent[-1].nodes or []
+    return SlowRank(rank, nodes[rank] if rank < len(nodes) else "", last[rank], statistics.median(last[:rank] + last[rank + 1 :]))
+
+
 class AttemptMonitor:
     """Flags stragglers and unhealthy nodes while one attempt runs.
 
@@ -86,21 +126,37 @@ class AttemptMonitor:
         self.flags: list[Flag] = []
         self.acted: Flag | None = None
 
-    def _flag(self, cause: Cause, detail: str, action: str) -> Flag:
-        flag = Flag(cause, detail, action, time.time())
+    def _flag(self, cause: Cause, detail: str, action: str, node: str = "") -> Flag:
+        flag = Flag(cause, detail, action, time.time(), node)
         self.flags.append(flag)
         self._log(f"{self.spec.name} on {self.pool.name}: {cause}: {detail} ({'moving the step' if action == 'replace' else 'reported only'})")
         return flag
 
+    def telemetry(self) -> list[Telemetry]:
+        return [m for m in parse_messages(self._messages()) if isinstance(m, Telemetry) and m.step_seconds]
+
     def step_times(self) -> list[float]:
-        return [m.step_seconds for m in parse_messages(self._messages()) if isinstance(m, Telemetry) and m.step_seconds]
+        return [m.step_seconds for m in self.telemetry()]
 
     def poll(self) -> Flag | None:
         if self.acted is not None:
             return None
         if not any(f.cause is Cause.straggler for f in self.flags):
-            flagged, baseline, recent = straggling(self.step_times(), self.spec.straggler_factor, self.spec.straggler_patience)
-            if flagged:
+            reports = self.telemetry()
+            slow = slow_rank(reports, self.spec.straggler_factor, self.spec.straggler_patience)
+            flagged, baseline, recent = straggling([m.step_seconds for m in reports], self.spec.straggler_factor, self.spec.straggler_patience)
+            if slow is not None:
+                flag = self._flag(
+                    Cause.straggler,
+                    f"rank {slow.rank} on {slow.node or 'its node'} works {slow.seconds:.3g}s per step, {slow.seconds / max(slow.peers, 1e-9):.1f}× "
+                    f"the {slow.peers:.3g}s of its peers (threshold {self.spec.straggler_factor:g}× for {self.spec.straggler_patience} reports)",
+                    self.spec.on_straggler,
+                    node=slow.node,
+                )
+                if flag.action == "replace":
+                    self.acted = flag
+                    return flag
+            elif flagged:
                 flag = self._flag(
                     Cause.straggler,
                     f"steps take {recent:.3g}s, {recent / baseline:.1f}× the {baseline:.3g}s this attempt started at "

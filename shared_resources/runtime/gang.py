@@ -150,6 +150,7 @@ class Gang:
         self.device = torch.device("cpu")
         self._timer = _AllReduceTimer()
         self._step_began = time.monotonic()
+        self._collective_seconds = 0.0  # this step's time in the workload's own collectives (`all_sum`)
         self.nodes_by_rank: list[str] = [member.node]
 
     @classmethod
@@ -200,15 +201,18 @@ class Gang:
 
     def all_sum(self, value: float) -> float:
         """The sum of `value` over the ranks."""
+        began = time.monotonic()
         tensor = torch.tensor([float(value)], dtype=torch.float64, device=self.device)
         dist.all_reduce(tensor)
+        self._collective_seconds += time.monotonic() - began  # mostly waiting for peers: not work
         return float(tensor.item())
 
     def agree(self, *, preempt: bool, checkpoint_due: bool, idle_seconds: float = 0.0) -> StepAgreement:
         """End a step together: every rank's flags and busy time, gathered on every rank.
         `idle_seconds`: time in this step that was not work (a drill's held failpoint)."""
         now = time.monotonic()
-        busy = max(0.0, now - self._step_began - self._timer.take() - idle_seconds)
+        busy = max(0.0, now - self._step_began - self._timer.take() - self._collective_seconds - idle_seconds)
+        self._collective_seconds = 0.0
         mine = torch.tensor([float(preempt), float(checkpoint_due), busy], dtype=torch.float64, device=self.device)
         gathered = [torch.zeros_like(mine) for _ in range(self.world_size)]
         dist.all_gather(gathered, mine)
@@ -222,4 +226,5 @@ class Gang:
     def restart_step_clock(self) -> None:
         """Start timing the next step now (after a checkpoint or a held failpoint)."""
         self._step_began = time.monotonic()
+        self._collective_seconds = 0.0
         self._timer.take()
