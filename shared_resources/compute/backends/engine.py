@@ -52,7 +52,7 @@ from shared_resources.compute.backends.message_file import WholeLineMessageReade
 from shared_resources.compute.inflight import attempt_owner, inflight_of
 from shared_resources.compute.monitor import AttemptMonitor
 from shared_resources.runtime.inputs import WorkloadInputs
-from shared_resources.runtime.messages import parse_messages
+from shared_resources.runtime.messages import Preemption, of_kind, parse_messages
 from shared_resources.runtime.storage import Storage, write_bytes_atomic
 from shared_resources.settings import REPO_ROOT
 
@@ -153,6 +153,8 @@ class EngineBackend(Backend):
         tail = "\n".join(log.decode("utf-8", errors="replace").rstrip().splitlines()[-25:])
         messages = parse_messages(session.get_custom_messages())
         outcome, metadata = outcome_of(status), {}
+        if spec.gang and outcome is AttemptOutcome.failed and of_kind(messages, Preemption):
+            outcome = AttemptOutcome.preempted  # the ranks checkpointed and exited 75; the launcher's own code says less
         if outcome is AttemptOutcome.succeeded:
             for result in session.get_results():
                 metadata.update(getattr(result, "metadata", None) or {})

@@ -88,6 +88,8 @@ def sbatch_options(pool: Pool, spec: StepSpec, launch: Launch, settings: SlurmSe
     if settings.qos:
         options.append(f"--qos={settings.qos}")
     options += [f"--time={settings.time_limit}", f"--nodes={spec.nodes}"]
+    if spec.gang:
+        options.append(f"--ntasks-per-node={spec.ranks_per_node or 1}")
     if spec.gpus:
         if settings.gpu_flag == "gpus":
             options.append(f"--gpus={spec.gpus}")
@@ -106,6 +108,21 @@ def sbatch_options(pool: Pool, spec: StepSpec, launch: Launch, settings: SlurmSe
     return options
 
 
+# A gang's rendezvous: rank 0 runs on the allocation's first node (srun's block distribution)
+# and listens on a port derived from the job id, as Slurm sites usually do.
+GANG_RENDEZVOUS = """\
+first_node=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)
+export MASTER_ADDR=$(scontrol show node -o "$first_node" | tr ' ' '\\n' | sed -n 's/^NodeAddr=//p')
+export MASTER_PORT=$((20000 + SLURM_JOB_ID % 20000))
+echo "sinewgrid: a gang of $SLURM_NTASKS ranks on $SLURM_JOB_NODELIST; rank 0 listens on $MASTER_ADDR:$MASTER_PORT" >&2"""
+
+
+def gang_command(spec: StepSpec, command: list[str]) -> list[str]:
+    """`srun` for every rank of a gang: all tasks start together, and when one ends badly
+    (a lost node, a crash) Slurm ends the others (`--kill-on-bad-exit`)."""
+    return ["srun", "--kill-on-bad-exit=1", f"--ntasks-per-node={spec.ranks_per_node or 1}", *command]
+
+
 def render_batch_script(pool: Pool, spec: StepSpec, launch: Launch, settings: SlurmSettings | None = None) -> str:
     """The batch script `sbatch` receives for one attempt: `deploy/slurm/step.sbatch`, filled in."""
     options = sbatch_options(pool, spec, launch, settings)
@@ -115,7 +132,8 @@ def render_batch_script(pool: Pool, spec: StepSpec, launch: Launch, settings: Sl
             "sbatch_options": "\n".join(f"#SBATCH {shlex.quote(option)}" for option in options),
             "environment": "\n".join(f"export {key}={shlex.quote(value)}" for key, value in sorted(launch.env.items())),
             "job_name": shlex.quote(launch.name),
-            "command": shlex.join(launch.command),
+            "gang": GANG_RENDEZVOUS if spec.gang else "# One process: not a gang (StepSpec.world_size is 1).",
+            "command": shlex.join(gang_command(spec, launch.command) if spec.gang else launch.command),
         },
     )
 
