@@ -104,6 +104,8 @@ class SlurmClusterError(RuntimeError):
 class SlurmCluster:
     """One throwaway Slurm cluster: `start()`, use `env` for the client commands, `stop()`."""
 
+    partitions: tuple[str, ...] = PARTITIONS
+
     def __init__(self, root: Path | None = None):
         self.root = Path(root) if root else Path(tempfile.mkdtemp(prefix=PREFIX))
         self.conf = self.root / "etc" / "slurm.conf"
@@ -159,7 +161,7 @@ class SlurmCluster:
         daemon that will not die): no daemon, job process or folder is left behind."""
         try:
             if "slurmctld" in self.processes and self.processes["slurmctld"].poll() is None:
-                for partition in PARTITIONS:
+                for partition in self.partitions:
                     self.client(["scancel", f"--partition={partition}"], check=False)
                 # Jobs end once their processes do (SIGKILL after KillWait): leave no slurmstepd behind.
                 self._wait(self._all_jobs_done, 30, "jobs to end", raise_on_timeout=False)

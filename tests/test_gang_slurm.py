@@ -1,19 +1,42 @@
 """A gang on Slurm: `srun` starts every rank inside the batch job, the ranks meet at the first
-node's address, and the pretraining trains the model one process trains. On the suite's
-single-node cluster the gang is 1 node × 2 ranks; the batch script of a multi-node gang is
-checked as text.
+node's address, and the pretraining trains the model one process trains. The cluster has four
+nodes, each `slurmd` in a network namespace of its own with its own address on a bridge
+(`testbed/slurm_multinode.py`, started here: about a second), so the gang of 4 nodes × 1 rank
+talks across real interfaces. The batch script of a gang is also checked as text.
 """
+
+from collections.abc import Iterator
+from pathlib import Path
 
 import dagster as dg
 import pytest
+import yaml
 
 from shared_resources.accounting.ledger import read_ledger
 from shared_resources.compute.backends.engine import Launch
 from shared_resources.compute.backends.slurm import render_batch_script
 from shared_resources.compute.resource import ComputeResource
 from shared_resources.runtime.storage import Storage
+from testbed.slurm_multinode import PARTITION, MultiNodeSlurmCluster
 from tests.test_gang import _assert_close, _final_weights, _pretrain, _spec, dataset_uri, one_process  # noqa: F401 (fixtures)
-from tests.test_slurm_backend import _catalog
+
+
+@pytest.fixture(scope="module")
+def cluster() -> Iterator[MultiNodeSlurmCluster]:
+    with MultiNodeSlurmCluster(nodes=4) as started:
+        yield started
+
+
+def _catalog(folder: Path, cluster: MultiNodeSlurmCluster) -> Path:
+    pool = {
+        "provider": "test-slurm", "region": "local", "backend": "slurm",
+        "backend_settings": {"partition": PARTITION, "env": cluster.env, "time_limit": "00:10:00"},
+        "purchasing": "reserved", "accelerator": "local", "gpus_per_node": 1, "nodes": len(cluster.nodes),
+        "price_per_gpu_hour": 1.0, "qualify": False,
+    }  # fmt: skip
+    path = folder / "pools.yaml"
+    path.write_text(yaml.safe_dump({"pools": {"slurm-gang": pool}}))
+    return path
 
 
 def test_a_gang_batch_script_starts_every_rank_with_srun(tmp_path, slurm_pool_for_text):
@@ -42,17 +65,18 @@ def slurm_pool_for_text():
 
 
 @pytest.mark.e2e
-def test_a_gang_on_slurm_trains_the_model_one_process_trains(slurm, tmp_path, dataset_uri, one_process):
+@pytest.mark.engines
+def test_a_gang_of_four_slurm_nodes_trains_the_model_one_process_trains(cluster, tmp_path, dataset_uri, one_process):
     home = tmp_path / "home"
-    catalog = _catalog(tmp_path, slurm, "gpu")
+    catalog = _catalog(tmp_path, cluster)
     result = dg.materialize(
-        [_pretrain(_spec(dataset_uri, nodes=1, ranks=2))],
+        [_pretrain(_spec(dataset_uri, nodes=4, ranks=1))],
         resources={"compute": ComputeResource(storage_root=str(home), pools_file=str(catalog))},
         instance=dg.DagsterInstance.ephemeral(),
     )
     (mat,) = result.asset_materializations_for_node("foundation")
     log = open(mat.metadata["workload_log"].value).read()
-    assert "a gang of 2 ranks" in log, log[-3000:]
+    assert "a gang of 4 ranks on sgn[0-3]; rank 0 listens on " + cluster.addresses["sgn0"] in log, log[-3000:]
     (row,) = read_ledger(Storage.at(str(home))).itertuples()
-    assert (row.pool, row.backend, row.outcome) == ("slurm-gpu", "slurm", "succeeded")
+    assert (row.pool, row.backend, row.outcome) == ("slurm-gang", "slurm", "succeeded")
     _assert_close(one_process, _final_weights(home))
