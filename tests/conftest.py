@@ -18,7 +18,7 @@ from shared_resources.runtime.storage import Storage
 warnings.filterwarnings("ignore", category=UserWarning, module="zarr")
 
 # Session-wide engines and the demo instance, one module each.
-pytest_plugins = ["tests.fixtures.demo", "tests.fixtures.engines", "tests.fixtures.postgres"]
+pytest_plugins = ["tests.fixtures.demo", "tests.fixtures.engines", "tests.fixtures.gang", "tests.fixtures.postgres"]
 
 
 @pytest.fixture

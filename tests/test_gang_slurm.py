@@ -18,7 +18,12 @@ from shared_resources.compute.backends.slurm import render_batch_script
 from shared_resources.compute.resource import ComputeResource
 from shared_resources.runtime.storage import Storage
 from testbed.slurm_multinode import PARTITION, MultiNodeSlurmCluster
-from tests.test_gang import _assert_close, _final_weights, _pretrain, _spec, dataset_uri, one_process  # noqa: F401 (fixtures)
+from tests.fixtures.gang import (
+    assert_close_weights,
+    final_weights,
+    pretrain_asset,
+    pretrain_spec,
+)
 
 
 @pytest.fixture(scope="module")
@@ -41,7 +46,7 @@ def _catalog(folder: Path, cluster: MultiNodeSlurmCluster) -> Path:
 
 def test_a_gang_batch_script_starts_every_rank_with_srun(tmp_path, slurm_pool_for_text):
     launch = Launch(name="cell.foundation_model-a1-0123abcd", command=["/opt/venv/bin/python", "-m", "cell_lane.workloads.pretrain"], env={}, workdir="/srv", output_path="/shared/out.log")
-    script = render_batch_script(slurm_pool_for_text, _spec("unused", nodes=4, ranks=8).model_copy(update={"gpus": 32}), launch)
+    script = render_batch_script(slurm_pool_for_text, pretrain_spec("unused", nodes=4, ranks=8).model_copy(update={"gpus": 32}), launch)
     directives = [line.removeprefix("#SBATCH ") for line in script.splitlines() if line.startswith("#SBATCH ")]
     assert {"--nodes=4", "--ntasks-per-node=8", "--gres=gpu:8"} <= set(directives)
     assert "export MASTER_ADDR=$(scontrol show node" in script and "export MASTER_PORT=$((20000 + SLURM_JOB_ID % 20000))" in script
@@ -50,7 +55,7 @@ def test_a_gang_batch_script_starts_every_rank_with_srun(tmp_path, slurm_pool_fo
 
 def test_one_process_steps_keep_their_plain_batch_script(slurm_pool_for_text):
     launch = Launch(name="x", command=["python", "-m", "m"], env={}, workdir="/srv", output_path="/shared/out.log")
-    script = render_batch_script(slurm_pool_for_text, _spec("unused", nodes=1, ranks=1), launch)
+    script = render_batch_script(slurm_pool_for_text, pretrain_spec("unused", nodes=1, ranks=1), launch)
     assert "exec srun" not in script and "export MASTER_ADDR" not in script and script.rstrip().endswith("exec python -m m")
 
 
@@ -66,17 +71,17 @@ def slurm_pool_for_text():
 
 @pytest.mark.e2e
 @pytest.mark.engines
-def test_a_gang_of_four_slurm_nodes_trains_the_model_one_process_trains(cluster, tmp_path, dataset_uri, one_process):
+def test_a_gang_of_four_slurm_nodes_trains_the_model_one_process_trains(cluster, tmp_path, gang_dataset_uri, one_process):
     home = tmp_path / "home"
     catalog = _catalog(tmp_path, cluster)
     result = dg.materialize(
-        [_pretrain(_spec(dataset_uri, nodes=4, ranks=1))],
+        [pretrain_asset(pretrain_spec(gang_dataset_uri, nodes=4, ranks=1))],
         resources={"compute": ComputeResource(storage_root=str(home), pools_file=str(catalog))},
         instance=dg.DagsterInstance.ephemeral(),
     )
     (mat,) = result.asset_materializations_for_node("foundation")
-    log = open(mat.metadata["workload_log"].value).read()
+    log = Path(mat.metadata["workload_log"].value).read_text()
     assert "a gang of 4 ranks on sgn[0-3]; rank 0 listens on " + cluster.addresses["sgn0"] in log, log[-3000:]
     (row,) = read_ledger(Storage.at(str(home))).itertuples()
     assert (row.pool, row.backend, row.outcome) == ("slurm-gang", "slurm", "succeeded")
-    _assert_close(one_process, _final_weights(home))
+    assert_close_weights(one_process, final_weights(home))
