@@ -5,6 +5,8 @@
   pid, or `scontrol listpids` of the Slurm job);
 - `Throttle`: a straggler — the workload is stopped and continued (SIGSTOP/SIGCONT) so it
   runs a fraction of the time, as a node with a failing fan or a noisy neighbour does;
+- `CpuQuota`: one slow node of a gang — its rank's CPU capped (a cgroup quota), so it computes
+  slowly while its peers wait for it;
 - `SlotHolder`: a local pool that stops taking work — every one of its slots is taken;
 - unhealthy nodes: a file the pool's health check tests for (local), or the node drained in
   Slurm as a health checker (NHC) does; pool loss on Slurm: the partition set INACTIVE;
@@ -87,6 +89,46 @@ class Throttle(threading.Thread):
         self._halt.set()
         self.join(timeout=5)
         signal_workload(self.pids, signal.SIGCONT)
+
+
+CPU_CGROUP = Path("/sys/fs/cgroup/cpu")  # cgroup v1's cpu controller, as mounted here
+
+
+class CpuQuota:
+    """A slow node: its processes get `share` of one CPU (a CFS quota in a cgroup of their own),
+    as a node with a failing fan or a noisy neighbour computes slowly. Unlike `Throttle`, a
+    process waiting for the network is not held back, only its computing: what tells one slow
+    rank of a gang from the peers that wait for it. Needs root and cgroup v1's cpu controller
+    (`/sys/fs/cgroup/cpu`); `stop()` lets the processes go and removes the cgroup."""
+
+    PERIOD_US = 50_000
+
+    def __init__(self, pids: list[int], share: float = 0.1):
+        if not (CPU_CGROUP / "cgroup.procs").exists():
+            raise RuntimeError(f"no cgroup v1 cpu controller at {CPU_CGROUP}: the slow-node fault cannot cap a process's CPU here")
+        self.group = CPU_CGROUP / f"sinewgrid-slow-{os.getpid()}-{threading.get_ident()}"
+        self.group.mkdir()
+        (self.group / "cpu.cfs_period_us").write_text(str(self.PERIOD_US))
+        (self.group / "cpu.cfs_quota_us").write_text(str(max(1000, int(self.PERIOD_US * share))))
+        self.pids = pids
+        for pid in pids:
+            try:
+                (self.group / "cgroup.procs").write_text(str(pid))
+            except ProcessLookupError:
+                pass
+
+    def stop(self) -> None:
+        if not self.group.exists():
+            return
+        for pid in (self.group / "cgroup.procs").read_text().split():
+            try:
+                (CPU_CGROUP / "cgroup.procs").write_text(pid)
+            except (ProcessLookupError, OSError):
+                pass
+        try:
+            self.group.rmdir()
+        except OSError:
+            pass
 
 
 class Injector(threading.Thread):

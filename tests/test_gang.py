@@ -22,7 +22,7 @@ import psutil
 import pytest
 import torch
 
-from drills.faults import Injector, Throttle
+from drills.faults import CpuQuota, Injector
 from shared_resources.accounting.ledger import read_ledger
 from shared_resources.catalog.step_spec import StepSpec
 from shared_resources.compute.backends.gang import (
@@ -80,7 +80,6 @@ pools:
     nodes: 3
     price_per_gpu_hour: 1.0
     qualify: false
-    recovery: stay
 """
 
 
@@ -184,7 +183,7 @@ def test_a_two_by_two_gang_trains_the_model_one_process_trains(gang_run, one_pro
 
 
 @e2e
-def test_a_killed_node_takes_its_ranks_and_the_gang_resumes_to_the_same_weights(home, tmp_path, gang_dataset_uri, gang_run):
+def test_a_killed_node_is_replaced_by_a_spare_and_the_gang_resumes_to_the_same_weights(home, tmp_path, gang_dataset_uri, gang_run):
     marker = tmp_path / "held.json"
     spec = pretrain_spec(gang_dataset_uri, nodes=2, ranks=2, failpoint=Failpoint(kind="hold", at_step=30, marker=str(marker)))
     killed: list[int] = []
@@ -200,11 +199,18 @@ def test_a_killed_node_takes_its_ranks_and_the_gang_resumes_to_the_same_weights(
 
     killer = threading.Thread(target=kill_a_node_once_held, daemon=True)
     killer.start()
-    meta = _materialize(home, spec)
+    logs: list[str] = []
+    meta = _materialize(home, spec, logs=logs)
     killer.join(timeout=10)
     assert killed, "the node was never killed"
     ledger = read_ledger(Storage.at(str(home))).sort_values("attempt")
-    assert [(r.pool, r.outcome, r.cause) for r in ledger.itertuples()] == [("steady", "preempted", "lost-node"), ("steady", "succeeded", "")]
+    # The default policy would move a preempted step to another pool; a gang with a spare node stays.
+    assert [(r.pool, r.outcome, r.cause, r.node, r.ranks) for r in ledger.itertuples()] == [
+        ("steady", "preempted", "lost-node", "steady-node1", 4),
+        ("steady", "succeeded", "", "", 4),
+    ]
+    assert any("node steady-node1 (lost-node) is replaced by a spare" in line for line in logs)
+    assert any("rank 0 of a gang of 4 ranks on 2 node(s): steady-node0, steady-node2" in line for line in logs)
     resumed_row = meta["recovery"].splitlines()[-1]  # the relaunched gang's row of the recovery timeline
     assert resumed_row.startswith("| 2 |") and "(20)" in resumed_row  # the last checkpoint before the kill at step 30
     uninterrupted, resumed = final_weights(gang_run[0]), final_weights(home)
@@ -254,17 +260,16 @@ def _rank_process(home: Path, node: int, rank: int) -> psutil.Process:
 
 
 @e2e
-def test_one_slow_rank_is_named_with_its_node_and_the_gang_moves_on(home, tmp_path, gang_dataset_uri):
+def test_one_slow_rank_is_named_with_its_node_and_that_node_is_replaced(home, tmp_path, gang_dataset_uri):
     marker = tmp_path / "held.json"
     failpoint = Failpoint(kind="hold", at_step=10, marker=str(marker))
     spec = pretrain_spec(gang_dataset_uri, nodes=2, ranks=2, failpoint=failpoint, on_straggler="replace", straggler_patience=3)
     # Long enough that the throttled gang cannot finish before the monitor has seen it, however busy the machine.
-    spec = spec.model_copy(update={"config": {**spec.config, "steps": 400}})
-    throttles: list[Throttle] = []
+    spec = spec.model_copy(update={"config": {**spec.config, "steps": 200}})
+    throttles: list[CpuQuota] = []
 
-    def slow_down_rank_3() -> None:  # a node with a failing fan: its rank runs a tenth of the time
-        throttles.append(Throttle([_rank_process(home, node=1, rank=3).pid], share=0.1, period=0.05))
-        throttles[0].start()
+    def slow_down_rank_3() -> None:  # a node with a failing fan: its rank computes at a fraction of the speed
+        throttles.append(CpuQuota([_rank_process(home, node=1, rank=3).pid], share=0.02))
 
     injector = Injector(slow_down_rank_3, failpoint)
     injector.start()
@@ -277,7 +282,8 @@ def test_one_slow_rank_is_named_with_its_node_and_the_gang_moves_on(home, tmp_pa
             throttle.stop()
     assert injector.error is None and throttles, injector.error
     ledger = read_ledger(Storage.at(str(home))).sort_values("attempt")
-    assert [(r.pool, r.outcome, r.cause) for r in ledger.itertuples()] == [("steady", "preempted", "straggler"), ("spare", "succeeded", "")]
+    # The slow node is replaced by the pool's spare; the other pool is not needed.
+    assert [(r.pool, r.outcome, r.cause, r.node) for r in ledger.itertuples()] == [("steady", "preempted", "straggler", "steady-node1"), ("steady", "succeeded", "", "")]
     (flagged,) = [line for line in logs if "straggler: rank" in line]
-    assert "rank 3 on steady-node1 works" in flagged and "the gang" not in flagged, flagged
-    assert meta["final_step"] == 400
+    assert "rank 3 on steady-node1 works" in flagged, flagged
+    assert meta["final_step"] == 200

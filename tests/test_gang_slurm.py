@@ -5,6 +5,8 @@ nodes, each `slurmd` in a network namespace of its own with its own address on a
 talks across real interfaces. The batch script of a gang is also checked as text.
 """
 
+import os
+import signal
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -12,10 +14,12 @@ import dagster as dg
 import pytest
 import yaml
 
+from drills.faults import Injector
 from shared_resources.accounting.ledger import read_ledger
 from shared_resources.compute.backends.engine import Launch
 from shared_resources.compute.backends.slurm import render_batch_script
 from shared_resources.compute.resource import ComputeResource
+from shared_resources.runtime.inputs import Failpoint
 from shared_resources.runtime.storage import Storage
 from testbed.slurm_multinode import PARTITION, MultiNodeSlurmCluster
 from tests.fixtures.gang import (
@@ -84,4 +88,43 @@ def test_a_gang_of_four_slurm_nodes_trains_the_model_one_process_trains(cluster,
     assert "a gang of 4 ranks on sgn[0-3]; rank 0 listens on " + cluster.addresses["sgn0"] in log, log[-3000:]
     (row,) = read_ledger(Storage.at(str(home))).itertuples()
     assert (row.pool, row.backend, row.outcome) == ("slurm-gang", "slurm", "succeeded")
+    assert_close_weights(one_process, final_weights(home))
+
+
+@pytest.mark.e2e
+@pytest.mark.engines
+def test_a_lost_slurm_node_is_drained_and_the_gang_resumes_on_the_spare(cluster, tmp_path, gang_dataset_uri, one_process):
+    """3 nodes × 1 rank on the 4-node pool: killing the ranks of sgn1 mid-run (held at step 30)
+    ends the gang (`srun --kill-on-bad-exit`); sgn1 is drained, the gang is submitted again with
+    `--exclude=sgn1`, lands on the spare and resumes from the step-20 checkpoint."""
+    home, marker = tmp_path / "home", tmp_path / "held.json"
+    spec = pretrain_spec(gang_dataset_uri, nodes=3, ranks=1, failpoint=Failpoint(kind="hold", at_step=30, marker=str(marker)))
+
+    def kill_the_ranks_of_sgn1() -> None:
+        for pid in cluster.node_pids("sgn1"):
+            if Path(f"/proc/{pid}/comm").read_text().strip().startswith("python"):
+                os.kill(pid, signal.SIGKILL)
+
+    injector = Injector(kill_the_ranks_of_sgn1, Failpoint(kind="hold", at_step=30, marker=str(marker)), release=False)
+    injector.start()
+    try:
+        result = dg.materialize(
+            [pretrain_asset(spec)],
+            resources={"compute": ComputeResource(storage_root=str(home), pools_file=str(_catalog(tmp_path, cluster)))},
+            instance=dg.DagsterInstance.ephemeral(),
+        )
+        assert injector.error is None, injector.error
+        assert "DRAIN" in cluster.node_state("sgn1")
+    finally:
+        injector.cancelled.set()
+        cluster.reset()
+    ledger = read_ledger(Storage.at(str(home))).sort_values("attempt")
+    assert [(r.outcome, r.cause, r.node, r.ranks) for r in ledger.itertuples()] == [("preempted", "lost-node", "sgn1", 3), ("succeeded", "", "", 3)]
+    (mat,) = result.asset_materializations_for_node("foundation")
+    second = Path(mat.metadata["workload_log"].value).read_text()
+    assert "a gang of 3 ranks on sgn[0,2-3]" in second, second[-2000:]
+    scripts = sorted((home / "state" / "pipes").rglob("step.sbatch"))
+    assert "--exclude=sgn1" in scripts[-1].read_text() and "--exclude" not in scripts[0].read_text()
+    resumed_row = mat.metadata["recovery"].value.splitlines()[-1]
+    assert resumed_row.startswith("| 2 |") and "(20)" in resumed_row
     assert_close_weights(one_process, final_weights(home))

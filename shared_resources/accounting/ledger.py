@@ -76,6 +76,8 @@ attempts = sa.Table(
     sa.Column("task_id", sa.String(700), nullable=False),
     sa.Column("completed_task", sa.Boolean, nullable=False),
     sa.Column("cause", sa.String(64), nullable=False, server_default=""),
+    sa.Column("ranks", sa.Integer, nullable=False, server_default="1"),
+    sa.Column("node", sa.String(200), nullable=False, server_default=""),
     sa.Column("gpu_hours", sa.Float, nullable=False),
     sa.Column("gpu_cost_usd", sa.Float, nullable=False),
     sa.Column("cost_usd", sa.Float, nullable=False),

@@ -107,6 +107,8 @@ class AttemptRecord:
     # notice), reclaimed (the engine took it back), straggler, unhealthy-node, refused, failed,
     # orphaned; "" on success. Lost time by cause: `Ledger.frame().groupby("cause")`.
     cause: str = ""
+    ranks: int = 1  # processes of a gang (nodes × ranks per node): all of them lose the same time
+    node: str = ""  # the node at fault, when known (a gang's lost, slow or sick node, replaced by a spare)
 
     @property
     def wall_seconds(self) -> float:
@@ -178,6 +180,8 @@ class AttemptRecord:
         tokens_out: int | None = None,
         token_cost_usd: float | None = None,
         cause: str | None = None,
+        ranks: int = 1,
+        node: str = "",
     ) -> AttemptRecord:
         """A record from plain values; the time split and the defaults are worked out here.
 
@@ -222,6 +226,8 @@ class AttemptRecord:
             task_id=task_id or f"{run_id}:{step}:{partition or ''}",
             completed_task=(outcome == "succeeded") if completed_task is None else completed_task,
             cause=cause if cause is not None else ("" if outcome == "succeeded" else outcome),
+            ranks=ranks,
+            node=node,
         )
 
     @classmethod

@@ -44,6 +44,10 @@ class StepSpec(BaseModel):
             "step a gang of `nodes × ranks_per_node` ranks that start together or not at all. None: one process per node."
         ),
     )
+    exclude_nodes: list[str] = Field(
+        default_factory=list,
+        description="Nodes of the pool the step must not use (Slurm `--exclude`); the platform adds a gang's failed node when it replaces it with a spare.",
+    )
     accelerators: list[str] | None = Field(default=None, description="Acceptable accelerators; None: any.")
     capacity: Capacity = Capacity.any
     tightly_coupled: bool = False

@@ -112,6 +112,8 @@ def book(
         attempt=attempt,
         pool=pool,
         gpus=spec.gpus,
+        ranks=spec.world_size,
+        node=result.node,
         started=started,
         ended=dt.datetime.now(dt.UTC),
         productive_seconds=result.committed_seconds,

@@ -129,7 +129,7 @@ class AttemptMonitor:
     def _flag(self, cause: Cause, detail: str, action: str, node: str = "") -> Flag:
         flag = Flag(cause, detail, action, time.time(), node)
         self.flags.append(flag)
-        self._log(f"{self.spec.name} on {self.pool.name}: {cause}: {detail} ({'moving the step' if action == 'replace' else 'reported only'})")
+        self._log(f"{self.spec.name} on {self.pool.name}: {cause}: {detail} ({'stopping it: the node is replaced, or the step moves' if action == 'replace' else 'reported only'})")
         return flag
 
     def telemetry(self) -> list[Telemetry]:

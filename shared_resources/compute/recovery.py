@@ -16,6 +16,7 @@ small classes chosen by name.
 | failed qualification | drain, move | same |
 | preempted: straggler or unhealthy node | drain, move | same |
 | preempted: notice, lost node, reclaimed | cool down, move (the next free pool, this one if all cool) | retry here, no cool-down |
+| a gang's node lost, slow or sick, and the pool has a spare | drain that node only, retry here without it | same |
 | more preemptions than `max_preemptions` | give up | give up |
 
 Adding a policy: a subclass with a `name`, registered in `POLICIES`.
@@ -57,6 +58,8 @@ class Outcome:
     preemptions: int = 0  # preemptions of the step so far, this one included
     max_preemptions: int = 0
     flags: list[dict[str, Any]] = field(default_factory=list)
+    node: str = ""  # the node at fault, when the backend or the monitor named one (a gang's)
+    spare_nodes: int = 0  # nodes of the pool the gang could use instead (not in it, not excluded)
 
 
 @dataclass(frozen=True)
@@ -65,6 +68,11 @@ class Decision:
     cool_down: str | None = None  # why the pool is avoided for its `cooldown_seconds`
     drain: str | None = None  # why the pool is taken out of placement for its `drain_seconds`
     exclude: bool = False  # never try this pool again for this step
+    replace_node: str | None = None  # drain this node only; the next attempt runs on the pool without it
+
+
+# Endings that say a node is bad, not the pool: a gang replaces that node with a spare.
+REPLACEABLE = frozenset({Cause.lost_node, Cause.straggler, Cause.unhealthy_node})
 
 
 class RecoveryPolicy:
@@ -85,7 +93,9 @@ class RecoveryPolicy:
         return self.after_preemption(outcome)
 
     def after_preemption(self, outcome: Outcome) -> Decision:
-        if Cause(outcome.cause).pool_at_fault:
+        if outcome.node and outcome.spare_nodes > 0 and outcome.cause in REPLACEABLE:
+            decision = Decision(Action.retry, replace_node=outcome.node)
+        elif Cause(outcome.cause).pool_at_fault:
             detail = next((f["detail"] for f in outcome.flags if f["cause"] == outcome.cause), outcome.problem)
             decision = Decision(Action.move, drain=f"{outcome.cause}: {detail}")
         else:

@@ -17,6 +17,7 @@ from shared_resources.accounting.records import ledger_markdown
 from shared_resources.catalog.pools import Pool, load_pools
 from shared_resources.catalog.step_spec import StepSpec
 from shared_resources.compute import attempts
+from shared_resources.compute.backends import backend_for
 from shared_resources.compute.backends.base import AttemptOutcome, AttemptResult
 from shared_resources.compute.cooldowns import Cooldowns
 from shared_resources.compute.health import Drains
@@ -28,12 +29,25 @@ from shared_resources.runtime.storage import Storage
 class PoolChooser:
     """The next pool for a step: the plan's order, minus pools that are drained or refused the
     step; a cooling pool only when every other is cooling too (the one whose cool-down ends
-    first). A `retry` decision asks for the same pool again."""
+    first). A `retry` decision asks for the same pool again; one that replaces a gang's node
+    also keeps that node out of the step's later attempts on the pool (`spec_on`)."""
 
     def __init__(self, plan: PlacementPlan, storage: Storage):
         self.plan, self.cooldowns, self.drains = plan, Cooldowns(storage), Drains(storage)
         self.excluded: set[str] = set()
         self.again: str | None = None
+        self.replaced: dict[str, list[str]] = {}  # pool -> nodes of it this step no longer uses
+
+    def spec_on(self, spec: StepSpec, pool: Pool) -> StepSpec:
+        """The step as it runs on `pool`: without the nodes replaced there."""
+        replaced = self.replaced.get(pool.name, [])
+        return spec.model_copy(update={"exclude_nodes": [*spec.exclude_nodes, *replaced]}) if replaced else spec
+
+    def spare_nodes(self, spec: StepSpec, pool: Pool) -> int:
+        """Nodes of `pool` a gang could take instead of one of its own: none for a single process."""
+        if not spec.gang:
+            return 0
+        return max(0, pool.nodes - spec.nodes - len(self.spec_on(spec, pool).exclude_nodes))
 
     def next(self, context: dg.AssetExecutionContext) -> Pool:
         drained = {p.name: d for p in self.plan.ranked if (d := self.drains.active(p.name)) is not None}
@@ -68,6 +82,8 @@ class PoolChooser:
             self.excluded.add(pool.name)
         if decision.action is Action.retry:
             self.again = pool.name
+        if decision.replace_node:
+            self.replaced.setdefault(pool.name, []).append(decision.replace_node)
 
 
 class ComputeResource(dg.ConfigurableResource):
@@ -98,9 +114,11 @@ class ComputeResource(dg.ConfigurableResource):
         # Refusals cost nothing but a try per pool; preemptions are bounded by the step's budget.
         for number in range(1, spec.max_preemptions + len(plan.ranked) + 2):
             pool = step.pool = chooser.next(context)
-            outcome, result = self._attempt(context, step, pool, storage, number, lineage)
+            outcome, result = self._attempt(context, step, pool, storage, number, lineage, chooser)
             decision = policies[pool.name].decide(outcome)
             chooser.apply(decision, pool)
+            if decision.replace_node:
+                _replace_node(context, spec, pool, decision.replace_node, outcome)
             _say(context, spec, pool, number, outcome, decision, result)
             if outcome.ending in (Ending.refused, Ending.preempted):
                 step.timeline[-1]["contained_at"] = time.time()
@@ -120,10 +138,10 @@ class ComputeResource(dg.ConfigurableResource):
         )
 
     def _attempt(
-        self, context: dg.AssetExecutionContext, step: StepRun, pool: Pool, storage: Storage, number: int, lineage: str
+        self, context: dg.AssetExecutionContext, step: StepRun, pool: Pool, storage: Storage, number: int, lineage: str, chooser: PoolChooser
     ) -> tuple[Outcome, AttemptResult | None]:
         """One try on `pool`: qualify it, launch the workload, book the attempt."""
-        spec = step.spec
+        spec = chooser.spec_on(step.spec, pool)
         started = dt.datetime.now(dt.UTC)
         qualified = attempts.qualify(context, pool, spec, storage, number)
         if qualified.outcome is AttemptOutcome.failed:
@@ -143,7 +161,7 @@ class ComputeResource(dg.ConfigurableResource):
                 context.log.warning(f"{spec.name} on {pool.name}: {flag['cause']}: {flag['detail']} (policy: report; the step ran on)")
         outcome = Outcome(
             Ending(result.outcome.value), cause=result.cause, problem=result.log_tail, preemptions=step.preemptions,
-            max_preemptions=spec.max_preemptions, flags=result.flags,
+            max_preemptions=spec.max_preemptions, flags=result.flags, node=result.node, spare_nodes=chooser.spare_nodes(spec, pool),
         )
         return outcome, result
 
@@ -156,6 +174,16 @@ def _policies(spec: StepSpec, plan: PlacementPlan) -> dict[str, RecoveryPolicy]:
         raise StepFailedError(description=f"{exc}. Fix `recovery` of the step or of the pool in the catalog.") from None
 
 
+def _replace_node(context: dg.AssetExecutionContext, spec: StepSpec, pool: Pool, node: str, outcome: Outcome) -> None:
+    """Drain the gang's bad node on its engine (where the engine has nodes to drain) and say so."""
+    reason = f"sinewgrid: {outcome.cause} in {spec.name}"
+    drained = backend_for(pool.backend).drain_node(pool, node, reason)
+    context.log.warning(
+        f"{spec.name} on {pool.name}: node {node} ({outcome.cause}) is replaced by a spare; "
+        f"{'drained it, ' if drained else ''}the gang resumes from its latest checkpoint on the same pool without it"
+    )
+
+
 def _say(context, spec: StepSpec, pool: Pool, number: int, outcome: Outcome, decision: Decision, result: AttemptResult | None) -> None:
     """Tell the run's log what happened and what comes next."""
     if outcome.ending is Ending.disqualified:
@@ -165,6 +193,8 @@ def _say(context, spec: StepSpec, pool: Pool, number: int, outcome: Outcome, dec
         )
     elif outcome.ending is Ending.refused:
         context.log.warning(f"{pool.name} refused {spec.name} ({outcome.problem}); failing over to the next pool in the plan")
+    elif decision.replace_node:
+        return  # said by `_replace_node`
     elif outcome.ending is Ending.preempted and decision.drain:
         context.log.warning(f"drained {pool.name} for {pool.drain_seconds:g}s ({outcome.cause}); {spec.name} moves to the next pool")
     elif outcome.ending is Ending.preempted and decision.action is not Action.give_up:

@@ -64,6 +64,7 @@ class AttemptResult:
     ended_at: float | None = None  # unix time the platform saw the attempt end
     cause: str = ""  # a `Cause`
     flags: list[dict[str, Any]] = field(default_factory=list)  # what the attempt monitor flagged, with times
+    node: str = ""  # the node at fault when the backend knows it (a gang's lost node, the monitor's slow or sick one)
 
     @property
     def committed_seconds(self) -> float:
@@ -169,6 +170,11 @@ class Backend(abc.ABC):
         """Can this pool take work now, from the engine's point of view? None: yes; else the
         problem in words (a `Refusal` when it is about capacity, not health)."""
         return None
+
+    def drain_node(self, pool: Pool, node: str, reason: str) -> bool:
+        """Take one node of the pool out of service (a gang's failed node), where the engine has
+        nodes to drain; True if it did. Local nodes are this machine: nothing to drain."""
+        return False
 
     @abc.abstractmethod
     def status(self, handle: JobHandle) -> JobStatus: ...

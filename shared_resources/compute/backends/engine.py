@@ -49,11 +49,13 @@ from shared_resources.compute.backends.base import (
     runtime_interpreter,
 )
 from shared_resources.compute.backends.message_file import WholeLineMessageReader
+from shared_resources.compute.causes import Cause
 from shared_resources.compute.inflight import attempt_owner, inflight_of
 from shared_resources.compute.monitor import AttemptMonitor
 from shared_resources.runtime.inputs import WorkloadInputs
 from shared_resources.runtime.messages import Preemption, of_kind, parse_messages
 from shared_resources.runtime.storage import Storage, write_bytes_atomic
+from shared_resources.runtime.workload import PREEMPTED_EXIT_CODE
 from shared_resources.settings import REPO_ROOT
 
 
@@ -76,6 +78,10 @@ class EngineBackend(Backend):
     # The five engine calls ---------------------------------------------------------
     @abc.abstractmethod
     def submit(self, pool: Pool, spec: StepSpec, launch: Launch) -> JobHandle: ...
+
+    def lost_node(self, handle: JobHandle, log: str) -> str | None:
+        """The node a gang lost, read from the job's output, when the engine says (Slurm's `srun` does)."""
+        return None
 
     @abc.abstractmethod
     def collect(self, handle: JobHandle) -> bytes:
@@ -153,8 +159,13 @@ class EngineBackend(Backend):
         tail = "\n".join(log.decode("utf-8", errors="replace").rstrip().splitlines()[-25:])
         messages = parse_messages(session.get_custom_messages())
         outcome, metadata = outcome_of(status), {}
+        cause = ending_cause(outcome, status.exit_code, monitor.acted)
+        node = monitor.acted.node if monitor.acted is not None else ""
         if spec.gang and outcome is AttemptOutcome.failed and of_kind(messages, Preemption):
             outcome = AttemptOutcome.preempted  # the ranks checkpointed and exited 75; the launcher's own code says less
+            cause = ending_cause(outcome, PREEMPTED_EXIT_CODE, monitor.acted)
+        elif spec.gang and outcome is AttemptOutcome.failed and (lost := self.lost_node(handle, log.decode("utf-8", errors="replace"))):
+            outcome, cause, node = AttemptOutcome.preempted, Cause.lost_node, lost  # a node died: resume, without it if there is a spare
         if outcome is AttemptOutcome.succeeded:
             for result in session.get_results():
                 metadata.update(getattr(result, "metadata", None) or {})
@@ -173,8 +184,9 @@ class EngineBackend(Backend):
             queue_seconds=max(queued, 0.0),
             running_at=started_at,
             ended_at=ended_at,
-            cause=ending_cause(outcome, status.exit_code, monitor.acted),
+            cause=cause,
             flags=[f.to_json() for f in monitor.flags],
+            node=node,
         )
 
     def _watch(

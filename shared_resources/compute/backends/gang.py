@@ -3,7 +3,8 @@
 A step with `nodes: N` and `ranks_per_node: R` (`StepSpec.world_size` > 1) trains data-parallel
 as N × R processes. On a local pool each node is one `torchrun` agent on this machine
 (`--nnodes N --node-rank i --nproc-per-node R`, static rendezvous on loopback), named
-`<pool>-node<i>` (`SINEWGRID_NODE`). `GangProcess` holds the agents as one process for the Pipes
+`<pool>-node<i>` (`SINEWGRID_NODE`): the pool's `nodes` are the names there are, and a node the
+platform replaced (`StepSpec.exclude_nodes`) is skipped, so the gang runs on a spare. `GangProcess` holds the agents as one process for the Pipes
 client and the attempt monitor: signals go to every node, and when one node ends badly the gang
 is over: the others get SIGTERM, then SIGKILL after `PEER_GRACE_SECONDS` (their ranks fail on
 their first collective with the lost peer anyway). A node's ranks go with it, as on a real node:
@@ -69,10 +70,17 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def local_nodes(pool: Pool, spec: StepSpec) -> list[str]:
+    """The nodes of a local pool the gang runs on: the first `spec.nodes` the step may use
+    (fewer when the pool has too few left: the backend refuses the step then)."""
+    names = [node_name(pool.name, i) for i in range(max(pool.nodes, spec.nodes))]
+    return [n for n in names if n not in spec.exclude_nodes][: spec.nodes]
+
+
 def gang_starter(interpreter: str, pool: Pool, spec: StepSpec) -> Callable[..., GangProcess]:
     """What the local backend's Pipes client calls instead of starting one process."""
     port = free_port()
-    names = [node_name(pool.name, i) for i in range(spec.nodes)]
+    names = local_nodes(pool, spec)
     commands = [torchrun_command(interpreter, spec, i, port) for i in range(spec.nodes)]
 
     def start(command: Sequence[str], *, cwd: str, env: Mapping[str, str], output: IO[bytes] | None, **_: Any) -> GangProcess:

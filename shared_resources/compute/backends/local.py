@@ -28,7 +28,7 @@ from shared_resources.compute.backends.base import (
     killed_by_lost_node,
     runtime_interpreter,
 )
-from shared_resources.compute.backends.gang import GangProcess, gang_starter, kill_node
+from shared_resources.compute.backends.gang import GangProcess, gang_starter, kill_node, local_nodes
 from shared_resources.compute.backends.message_file import WholeLineTempFileMessageReader
 from shared_resources.compute.backends.warm_start import Process, start_process
 from shared_resources.compute.causes import Cause
@@ -148,6 +148,11 @@ class LocalBackend(Backend):
     ) -> AttemptResult:
         command = [self.interpreter(pool, spec), "-m", spec.entry_point]
         start = gang_starter(self.interpreter(pool, spec), pool, spec) if spec.gang else None
+        if spec.gang and len(local_nodes(pool, spec)) < spec.nodes:
+            return AttemptResult(
+                AttemptOutcome.refused, None, cause=Cause.refused, ended_at=time.time(),
+                log_tail=f"{pool.name} has {pool.nodes} nodes, {len(spec.exclude_nodes)} of them replaced; the gang needs {spec.nodes}",
+            )  # fmt: skip
         with pool_slot(pool) as slot:
             if slot is None:
                 return AttemptResult(
@@ -160,6 +165,7 @@ class LocalBackend(Backend):
 
             def started(process: Process) -> None:
                 if isinstance(process, GangProcess):
+                    gang.append(process)
                     handles.append(self.handle_for_gang(pool, process.pids))
                 else:
                     handles.append(self.handle_for(pool, process.pid, getattr(process, "create_time", None)))
@@ -167,6 +173,7 @@ class LocalBackend(Backend):
                     inflight.add(handles[0], **attempt_owner(context, spec, inputs))
 
             times: dict[str, float] = {}
+            gang: list[GangProcess] = []
             monitor: list[AttemptMonitor] = []
             stop_by: list[float] = []
 
@@ -216,6 +223,10 @@ class LocalBackend(Backend):
         else:
             outcome = AttemptOutcome.failed
         acted = monitor[0].acted if monitor else None
+        cause = ending_cause(outcome, exit_code, acted)
+        node = acted.node if acted is not None else ""
+        if gang and cause == Cause.lost_node and gang[0].failed_node:
+            node = gang[0].failed_node  # the node whose agent was killed: its ranks went with it
         return AttemptResult(
             outcome,
             exit_code,
@@ -225,8 +236,9 @@ class LocalBackend(Backend):
             log_tail=tail,
             running_at=started_at,
             ended_at=times.get("ended", time.time()),
-            cause=ending_cause(outcome, exit_code, acted),
+            cause=cause,
             flags=[f.to_json() for f in monitor[0].flags] if monitor else [],
+            node=node,
         )
 
     # Health ---------------------------------------------------------------------------

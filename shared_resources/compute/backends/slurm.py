@@ -90,6 +90,8 @@ def sbatch_options(pool: Pool, spec: StepSpec, launch: Launch, settings: SlurmSe
     options += [f"--time={settings.time_limit}", f"--nodes={spec.nodes}"]
     if spec.gang:
         options.append(f"--ntasks-per-node={spec.ranks_per_node or 1}")
+    if spec.exclude_nodes:
+        options.append(f"--exclude={','.join(spec.exclude_nodes)}")
     if spec.gpus:
         if settings.gpu_flag == "gpus":
             options.append(f"--gpus={spec.gpus}")
@@ -138,6 +140,17 @@ def render_batch_script(pool: Pool, spec: StepSpec, launch: Launch, settings: Sl
     )
 
 
+# How `srun` reports a task's end, e.g. `srun: error: sgn1: task 1: Killed`.
+_TASK_ENDED = re.compile(r"^srun: error: (\S+): tasks? [\d,\-]+: (Killed|Terminated|Exited with exit code \d+)", re.MULTILINE)
+
+
+def lost_node(log: str) -> str | None:
+    """The node of a gang whose task was killed first (`srun: error: NODE: task N: Killed`): the
+    node was lost, and `--kill-on-bad-exit` ended the other tasks after it (`Terminated`)."""
+    first = _TASK_ENDED.search(log)
+    return first.group(1) if first is not None and first.group(2) == "Killed" else None
+
+
 def _exit_code(text: str) -> int | None:
     """Slurm's `code:signal` as one number: the exit code, or minus the signal that killed it."""
     code, _, sig = text.partition(":")
@@ -177,6 +190,15 @@ class SlurmBackend(EngineBackend):
 
     def _settings(self, handle: JobHandle) -> SlurmSettings:
         return SlurmSettings(**handle.info["settings"])
+
+    def drain_node(self, pool: Pool, node: str, reason: str) -> bool:
+        """`scontrol update NodeName=… State=DRAIN`: what a health checker does to a sick node."""
+        settings = settings_for(pool)
+        result = self._slurm(settings, ["scontrol", "update", f"NodeName={node}", "State=DRAIN", f"Reason={reason[:120]}"], pool.name)
+        return result.returncode == 0
+
+    def lost_node(self, handle: JobHandle, log: str) -> str | None:
+        return lost_node(log)
 
     # The five engine calls -----------------------------------------------------------------
     def submit(self, pool: Pool, spec: StepSpec, launch: Launch) -> JobHandle:
