@@ -29,6 +29,7 @@ from shared_resources.compute.backends.gang import (
     GangProcess,
     free_port,
     kill_node,
+    local_nodes,
     torchrun_command,
 )
 from shared_resources.compute.cooldowns import SLOTS_ENV
@@ -287,3 +288,15 @@ def test_one_slow_rank_is_named_with_its_node_and_that_node_is_replaced(home, tm
     (flagged,) = [line for line in logs if "straggler: rank" in line]
     assert "rank 3 on steady-node1 works" in flagged, flagged
     assert meta["final_step"] == 200
+
+
+def test_a_local_pool_without_enough_nodes_refuses_the_gang_before_starting_any():
+    from shared_resources.catalog.pools import Pool
+    from shared_resources.compute.backends.local import LocalBackend
+    from shared_resources.runtime.inputs import WorkloadInputs
+
+    pool = Pool(name="steady", provider="local", region="local", backend="local", purchasing="reserved", accelerator="local", gpus_per_node=1, nodes=3, price_per_gpu_hour=1.0)
+    spec = StepSpec(name="s", entry_point="m", tenant="t", nodes=2, ranks_per_node=2, exclude_nodes=["steady-node0", "steady-node2"])
+    assert local_nodes(pool, spec) == ["steady-node1"]
+    result = LocalBackend().run_attempt(None, pool, spec, WorkloadInputs())  # type: ignore[arg-type]  # refused before it needs a context
+    assert result.outcome.value == "refused" and "steady has 3 nodes, 2 of them replaced; the gang needs 2" in result.log_tail

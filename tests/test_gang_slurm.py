@@ -128,3 +128,38 @@ def test_a_lost_slurm_node_is_drained_and_the_gang_resumes_on_the_spare(cluster,
     resumed_row = mat.metadata["recovery"].value.splitlines()[-1]
     assert resumed_row.startswith("| 2 |") and "(20)" in resumed_row
     assert_close_weights(one_process, final_weights(home))
+
+
+LOCAL_FALLBACK = {
+    "provider": "local", "region": "local", "backend": "local", "purchasing": "on_demand", "accelerator": "local",
+    "gpus_per_node": 1, "nodes": 3, "price_per_gpu_hour": 5.0, "qualify": False,
+}  # fmt: skip
+
+
+@pytest.mark.e2e
+@pytest.mark.engines
+def test_a_gang_that_cannot_get_all_its_nodes_waits_then_moves_and_never_starts_partly(cluster, tmp_path, gang_dataset_uri, one_process):
+    """Two of the four nodes are drained: a gang of three waits in Slurm's queue (all its nodes
+    or none), is cancelled at the pool's pending deadline, and runs whole on the next pool."""
+    home = tmp_path / "home"
+    catalog = _catalog(tmp_path, cluster)
+    pools = yaml.safe_load(catalog.read_text())
+    pools["pools"]["slurm-gang"]["pending_deadline_seconds"] = 8
+    pools["pools"]["local-fallback"] = LOCAL_FALLBACK
+    catalog.write_text(yaml.safe_dump(pools))
+    for node in ("sgn1", "sgn2"):
+        cluster.drain_node("test: out of service", node)
+    try:
+        result = dg.materialize(
+            [pretrain_asset(pretrain_spec(gang_dataset_uri, nodes=3, ranks=1))],
+            resources={"compute": ComputeResource(storage_root=str(home), pools_file=str(catalog))},
+            instance=dg.DagsterInstance.ephemeral(),
+        )
+    finally:
+        cluster.reset()
+    ledger = read_ledger(Storage.at(str(home))).sort_values("attempt")
+    assert [(r.pool, r.outcome, r.cause) for r in ledger.itertuples()] == [("slurm-gang", "refused", "refused"), ("local-fallback", "succeeded", "")]
+    first_output = sorted((home / "state" / "pipes").rglob("output.log"))
+    assert not any("a gang of" in p.read_text() for p in first_output)  # no rank of it ever started on Slurm
+    assert result.success
+    assert_close_weights(one_process, final_weights(home))
