@@ -31,6 +31,7 @@ from rich.console import Console
 from benchmarks import MIN_REPEAT_SECONDS, REPEATS
 from benchmarks.tables import (
     dispatch_table,
+    gang_tables,
     ingest_table,
     isaaclab_table,
     machine_table,
@@ -70,7 +71,7 @@ def machine_facts() -> dict[str, Any]:
 
 FIGURES = {
     "1": "validation", "2": "omics", "3a": "rollouts", "3b": "isaaclab", "4": "ingest", "5": "dispatch",
-    "6": "planner", "7": "registry",
+    "6": "planner", "7": "registry", "8": "gang",
 }
 """Figure number -> name; `--only` takes either (and '3' for both 3a and 3b)."""
 
@@ -140,7 +141,7 @@ def main(argv: list[str] | None = None) -> int:
     facts = machine_facts()
     console.print(machine_table(facts))
 
-    from benchmarks import dispatch, episode_ingest, isaaclab_overhead, omics_write, planner, registry, rollouts, validation
+    from benchmarks import dispatch, episode_ingest, gang, isaaclab_overhead, omics_write, planner, registry, rollouts, validation
 
     figures: dict[str, Any] = {}
     method: dict[str, Any] = {}
@@ -214,6 +215,14 @@ def main(argv: list[str] | None = None) -> int:
             "one call per repeat; register, re-register, md5, get and copytree alternate; each register is a new "
             "version and its DVC remote is emptied after it (outside the timing); destinations fresh temporary folders"
         )
+
+    if "8" in chosen:
+        with console.status("Timing gangs (local, and a 4-node Slurm cluster started here; about two minutes)…"):
+            gang_results = gang.run(repeats=min(args.repeats, 3))
+        for table in gang_tables(gang_results, min(args.repeats, 3)):
+            console.print(table)
+        figures["gang"] = {"launch_s": [r.to_dict() for r in gang_results["launch"]], "resume_after_node_loss_s": gang_results["resume"]}
+        method["gang"] = "launch: min(repeats, 3) gangs each way, alternating, after one warm-up; resume: one node loss per backend"
 
     total_s = time.perf_counter() - started
     created = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")

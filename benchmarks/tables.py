@@ -287,6 +287,45 @@ def dispatch_table(results: list, repeats: int) -> Table:
     return table
 
 
+def gang_tables(results: dict, repeats: int) -> tuple[Table, Table]:
+    launch = Table(
+        title="8a. Gang launch: a gang step through the platform vs the same ranks started by hand",
+        caption=(
+            f"Median of {repeats} repeats after one warm-up each, alternating. The gang workload "
+            "(testbed/gang_workload.py) only meets, agrees once and writes a final checkpoint. Platform = "
+            "dg.materialize of compute.run: placement, the launcher (one torchrun per node locally; sbatch + srun "
+            "on Slurm), Pipes, the result. By hand: two torchrun agents (static rendezvous); srun from the submit "
+            "host across the nodes of the 4-node test cluster (one network namespace per node)."
+        ),
+        title_justify="left",
+        caption_justify="left",
+    )
+    for column, justify in (("Backend", "left"), ("Platform s", "right"), ("By hand", "left"), ("By hand s", "right"), ("Overhead s", "right")):
+        launch.add_column(column, justify=justify)  # type: ignore[arg-type]
+    for r in results["launch"]:
+        if r.skipped:
+            launch.add_row(r.backend, "—", r.skipped, "—", "—")
+            continue
+        for i, label in enumerate(r.baselines):
+            launch.add_row(r.backend if i == 0 else "", f"{r.platform:.2f}" if i == 0 else "", label, f"{r.baseline(label):.2f}", f"{r.platform - r.baseline(label):+.2f}")
+    resume = Table(
+        title="8b. Resume after a node loss: from SIGKILL of one node's ranks to the relaunched gang's first step",
+        caption=(
+            "One run each: the pretraining as a gang, held at step 30 (checkpoints every 20), one node's ranks "
+            "killed. Detect = the kill to the platform seeing the attempt end; relaunch = to the new gang running "
+            "(on the pool's spare node); resume = to the workload reporting its first step back (interpreters, "
+            "torch, the dataset, the sharded checkpoint)."
+        ),
+        title_justify="left",
+        caption_justify="left",
+    )
+    for column in ("Backend", "Kill → first step s", "Detect s", "Relaunch s", "Resume s", "Resumed from step"):
+        resume.add_column(column, justify="left" if column == "Backend" else "right")
+    for r in results["resume"]:
+        resume.add_row(r["backend"], f"{r['kill_to_first_step_s']:.2f}", f"{r['detect_s']:.2f}", f"{r['relaunch_s']:.2f}", f"{r['resume_s']:.2f}", str(r["resumed_step"]))
+    return launch, resume
+
+
 def planner_tables(cases: list, timing: Any) -> tuple[Table, Table]:
     cost = Table(
         title="6a. Capacity plan cost: planner (greedy) vs optimum (HiGHS via scipy.optimize.milp) vs naive policies",

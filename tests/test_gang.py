@@ -300,3 +300,20 @@ def test_a_local_pool_without_enough_nodes_refuses_the_gang_before_starting_any(
     assert local_nodes(pool, spec) == ["steady-node1"]
     result = LocalBackend().run_attempt(None, pool, spec, WorkloadInputs())  # type: ignore[arg-type]  # refused before it needs a context
     assert result.outcome.value == "refused" and "steady has 3 nodes, 2 of them replaced; the gang needs 2" in result.log_tail
+
+
+@pytest.mark.parametrize("kind", ["ray", "kubernetes"])
+def test_a_backend_that_cannot_start_a_gang_whole_refuses_it_so_it_moves(kind):
+    from shared_resources.catalog.pools import Pool
+    from shared_resources.compute.backends import backend_for
+    from shared_resources.runtime.inputs import WorkloadInputs
+
+    settings = {"address": "http://127.0.0.1:8265"} if kind == "ray" else {}
+    pool = Pool(
+        name="p", provider="local", region="local", backend=kind, backend_settings=settings, purchasing="on_demand", accelerator="local",
+        gpus_per_node=1, nodes=4, price_per_gpu_hour=1.0,
+    )  # fmt: skip
+    gang = StepSpec(name="s", entry_point="m", tenant="t", nodes=2, ranks_per_node=1)
+    result = backend_for(kind).run_attempt(None, pool, gang, WorkloadInputs())  # type: ignore[arg-type]  # refused before it needs a context
+    assert result.outcome.value == "refused" and f"p ({kind}) does not start gangs yet: s needs 2 node(s) × 1 rank(s)" in result.log_tail
+    assert backend_for(kind).gang_refusal(pool, StepSpec(name="s", entry_point="m", tenant="t")) is None

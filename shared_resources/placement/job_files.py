@@ -55,6 +55,7 @@ class JobStep(BaseModel):
     tenant: str | None = None  # default: the job's tenant
     gpus: Annotated[int, Field(ge=0)] = 1
     nodes: Annotated[int, Field(ge=1)] = 1
+    ranks_per_node: Annotated[int, Field(ge=1)] | None = None  # a gang of nodes × ranks (docs/gangs.md)
     accelerators: list[str] | None = None
     capacity: Capacity = Capacity.any
     tightly_coupled: bool = False

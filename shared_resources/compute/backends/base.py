@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import abc
 import signal
+import time
 from dataclasses import asdict, dataclass, field
 from enum import StrEnum
 from pathlib import Path
@@ -161,6 +162,21 @@ class Backend(abc.ABC):
     """
 
     kind: ClassVar[str]
+    # Whether the backend starts a gang's ranks together (`StepSpec.gang`). One that does not
+    # refuses a gang, so that it moves to a pool that can run all of its ranks, never part of them.
+    runs_gangs: ClassVar[bool] = False
+
+    def gang_refusal(self, pool: Pool, spec: StepSpec) -> AttemptResult | None:
+        """A refusal for a gang this backend cannot start whole; None when it can (or no gang)."""
+        if not spec.gang or self.runs_gangs:
+            return None
+        return AttemptResult(
+            AttemptOutcome.refused, None, cause=Cause.refused, ended_at=time.time(),
+            log_tail=(
+                f"{pool.name} ({self.kind}) does not start gangs yet: {spec.name} needs {spec.nodes} node(s) × "
+                f"{spec.ranks_per_node or 1} rank(s) started together (local and Slurm pools do; docs/gangs.md)"
+            ),
+        )  # fmt: skip
 
     @abc.abstractmethod
     def run_attempt(self, context: dg.AssetExecutionContext, pool: Pool, spec: StepSpec, inputs: WorkloadInputs) -> AttemptResult:

@@ -122,6 +122,8 @@ class EngineBackend(Backend):
     def run_attempt(
         self, context: dg.AssetExecutionContext, pool: Pool, spec: StepSpec, inputs: WorkloadInputs
     ) -> AttemptResult:
+        if (refused := self.gang_refusal(pool, spec)) is not None:
+            return refused
         attempt_id = f"{spec.name}-a{inputs.attempt}-{uuid.uuid4().hex[:8]}"
         folder = self.shared_dir(pool, inputs) / context.run_id / attempt_id
         folder.mkdir(parents=True, exist_ok=True)

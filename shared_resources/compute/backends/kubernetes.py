@@ -294,6 +294,8 @@ class KubernetesBackend(Backend):
     def run_attempt(
         self, context: dg.AssetExecutionContext, pool: Pool, spec: StepSpec, inputs: WorkloadInputs
     ) -> AttemptResult:
+        if (refused := self.gang_refusal(pool, spec)) is not None:
+            return refused
         settings: KubernetesSettings = settings_for(pool)
         pod = pod_spec_for(pool, spec, storage_root=str(inputs.storage_root), run_id=context.run_id, attempt=inputs.attempt)
         inflight = inflight_of(inputs)

@@ -119,6 +119,7 @@ class LocalBackend(Backend):
     """
 
     kind = "local"
+    runs_gangs = True  # one torchrun per node (gang.py)
 
     def __init__(self) -> None:
         # Dagster's default reader can parse half a line the workload is still writing (message_file.py).

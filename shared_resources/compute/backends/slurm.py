@@ -169,6 +169,7 @@ class SlurmBackend(EngineBackend):
     """Runs each attempt as a Slurm batch job on the pool's partition."""
 
     kind = "slurm"
+    runs_gangs = True  # srun starts every rank inside the batch job
     poll_seconds = 1.0
 
     # Slurm client commands --------------------------------------------------------------
