@@ -119,8 +119,13 @@ class RayHead:
         subprocess.run(["rm", "-rf", str(self.temp_dir)], check=False)
 
 
-def start_ray_head(resources: dict[str, float] | None = None, *, num_cpus: int = 2) -> RayHead:
-    """Start a Ray head on 127.0.0.1 with these custom resources; wait until its Jobs API answers.
+def start_ray_head(resources: dict[str, float] | None = None, *, num_cpus: int = 2, ip: str = "127.0.0.1") -> RayHead:
+    """Start a Ray head on `ip` (loopback) with these custom resources; wait until its Jobs API answers.
+
+    A head that will take more nodes (`add_worker_node`) needs a loopback address other than
+    127.0.0.1, e.g. 127.0.0.2: Ray lets a second node join only with
+    `RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=1`, and then swaps 127.0.0.1 (and only that) for the
+    machine's outside address.
 
     Heads a killed earlier run left behind are stopped first. A head that cannot start is
     tried again on new ports (another process may take a chosen port before Ray binds it);
@@ -129,14 +134,14 @@ def start_ray_head(resources: dict[str, float] | None = None, *, num_cpus: int =
     leftovers.sweep(PREFIX, "/tmp")
     for attempt in range(1, START_ATTEMPTS + 1):
         try:
-            return _start_once(dict(DEFAULT_RESOURCES if resources is None else resources), num_cpus)
+            return _start_once(dict(DEFAULT_RESOURCES if resources is None else resources), num_cpus, ip)
         except RayHeadError:
             if attempt == START_ATTEMPTS:
                 raise
     raise AssertionError("unreachable")
 
 
-def _start_once(resources: dict[str, float], num_cpus: int) -> RayHead:
+def _start_once(resources: dict[str, float], num_cpus: int, ip: str) -> RayHead:
     # Ray puts Unix sockets under the temp folder, whose paths must stay under ~107 characters.
     temp_dir = Path(tempfile.mkdtemp(prefix=PREFIX, dir="/tmp"))
     leftovers.claim(temp_dir)
@@ -147,7 +152,7 @@ def _start_once(resources: dict[str, float], num_cpus: int) -> RayHead:
     worker_base = random.randrange(20000, 29000, 100)
     command = [
         RAY_CLI, "start", "--head", "--block",
-        "--node-ip-address=127.0.0.1",
+        f"--node-ip-address={ip}",
         f"--num-cpus={num_cpus}",
         f"--resources={json.dumps(resources)}",
         "--dashboard-host=127.0.0.1",
@@ -173,7 +178,7 @@ def _start_once(resources: dict[str, float], num_cpus: int) -> RayHead:
         process = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True)
     head = RayHead(
         address=f"http://127.0.0.1:{dashboard_port}",
-        gcs_address=f"127.0.0.1:{gcs_port}",
+        gcs_address=f"{ip}:{gcs_port}",
         temp_dir=temp_dir,
         process=process,
         output=output,
@@ -194,6 +199,48 @@ def _start_once(resources: dict[str, float], num_cpus: int) -> RayHead:
         f"the Ray head's Jobs API at {head.address} did not answer within {START_TIMEOUT_SECONDS:g}s. "
         f"Is the machine out of memory or ports? Its logs:\n{logs}"
     )
+
+
+def add_worker_node(head: RayHead, *, ip: str = "127.0.0.3", num_cpus: int = 2, resources: dict[str, float] | None = None, timeout: float = 60.0) -> str:
+    """Start one more Ray node on this machine in `head`'s cluster (as Ray's own tests do: a
+    second raylet, here on its own loopback address and ports); stopped with the head. The head
+    must not be on 127.0.0.1 (see `start_ray_head`). Returns the new node's id."""
+    deadline = time.monotonic() + timeout
+    while not (before := _node_ids(head)):  # the head lists itself a few seconds after its Jobs API answers
+        if time.monotonic() > deadline:
+            raise RayHeadError(f"the Ray head at {head.address} lists no live node; cannot add one.\n{head.logs()}")
+        time.sleep(0.5)
+    (agent_port,) = free_ports(1)
+    worker_base = random.randrange(30000, 39000, 100)
+    command = [
+        RAY_CLI, "start", "--block", f"--address={head.gcs_address}", f"--node-ip-address={ip}",
+        f"--num-cpus={num_cpus}", f"--resources={json.dumps(resources or {})}",
+        f"--dashboard-agent-listen-port={agent_port}", f"--min-worker-port={worker_base}", f"--max-worker-port={worker_base + 99}",
+        f"--temp-dir={head.temp_dir}", "--object-store-memory=100000000", "--disable-usage-stats", "--include-log-monitor=false",
+    ]  # fmt: skip
+    # `ray start` refuses a second node on one host (the check meant for laptops) unless told to.
+    env = child_env({"RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "1", "RAY_USAGE_STATS_ENABLED": "0", "REPORTER_UPDATE_INTERVAL_MS": "60000"})
+    env.pop("RAY_ADDRESS", None)
+    with (head.temp_dir / f"ray-worker-{agent_port}.out").open("wb") as out:
+        subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        added = _node_ids(head) - before
+        if added:
+            return added.pop()
+        time.sleep(1.0)
+    raise RayHeadError(f"a Ray worker node did not join {head.gcs_address} within {timeout:g}s.\n{head.logs()}")
+
+
+def _node_ids(head: RayHead) -> set[str]:
+    """The ids of the cluster's live nodes, from the dashboard's state API."""
+    try:
+        with urllib.request.urlopen(f"{head.address}/api/v0/nodes?limit=100", timeout=10) as response:
+            data = json.loads(response.read())
+    except OSError:
+        return set()
+    rows = data.get("data", {}).get("result", {}).get("result", [])
+    return {row["node_id"] for row in rows if row.get("state") == "ALIVE"}
 
 
 def _jobs_api_answers(address: str) -> bool:

@@ -122,13 +122,16 @@ def _report(*seconds: float) -> Telemetry:
 def test_the_one_slow_rank_is_found_among_its_peers_and_named_with_its_node():
     slow = slow_rank([_report(0.02, 0.021, 0.02, 0.11)] * 3, factor=3.0, patience=3)
     assert slow is not None and (slow.rank, slow.node, slow.seconds, slow.peers) == (3, "n1", 0.11, 0.02)
+    # A window in which the slow rank waited on a stalled peer (a busy machine) does not hide it.
+    stalled = [_report(0.02, 0.021, 0.02, 0.11), _report(0.02, 0.021, 0.02, 0.02), _report(0.02, 0.021, 0.02, 0.11)]
+    assert slow_rank(stalled, factor=3.0, patience=3).rank == 3  # type: ignore[union-attr]
 
 
 @pytest.mark.parametrize(
     "reports",
     [
         [_report(0.02, 0.021, 0.02, 0.11)] * 2,  # not yet `patience` reports
-        [_report(0.02, 0.021, 0.02, 0.11), _report(0.02, 0.021, 0.02, 0.02), _report(0.02, 0.021, 0.02, 0.11)],  # not in a row
+        [_report(0.02, 0.021, 0.02, 0.11), _report(0.02, 0.021, 0.02, 0.02), _report(0.02, 0.021, 0.02, 0.02)],  # one slow report in three
         [_report(0.02, 0.021, 0.02, 0.05)] * 3,  # under the factor
         [_report(0.001, 0.001, 0.001, 0.008)] * 3,  # 8× but a few milliseconds: noise
         [_report(0.02, 0.021, 0.11, 0.11)] * 3,  # two slow ranks: a slow gang, not one rank
@@ -221,7 +224,7 @@ def test_a_killed_node_is_replaced_by_a_spare_and_the_gang_resumes_to_the_same_w
 
 @e2e
 def test_a_gang_checkpoint_resumes_on_one_process(tmp_path, gang_dataset_uri, one_process):
-    """Four ranks write sharded checkpoints and are preempted at step 30; one process resumes."""
+    """Two ranks write sharded checkpoints and are preempted at step 30; one process resumes."""
     extras = tmp_path / "extras.json"
     marker = tmp_path / "held.json"
     inputs = {
@@ -230,7 +233,7 @@ def test_a_gang_checkpoint_resumes_on_one_process(tmp_path, gang_dataset_uri, on
     }  # fmt: skip
     extras.write_text(json.dumps(inputs))
     env = {k: v for k, v in os.environ.items() if not k.startswith("DAGSTER_PIPES")}
-    spec = StepSpec(name="s", entry_point=PRETRAIN, tenant="cell", nodes=1, ranks_per_node=4)
+    spec = StepSpec(name="s", entry_point=PRETRAIN, tenant="cell", nodes=1, ranks_per_node=2)
     command = [*torchrun_command(sys.executable, spec, 0, free_port()), "--extras", str(extras)]
     with (tmp_path / "gang.log").open("ab") as out:
         gang = GangProcess.start([command], ["local-node0"], env=env, cwd=str(Path(__file__).parents[1]), output=out)
@@ -264,15 +267,13 @@ def _rank_process(home: Path, node: int, rank: int) -> psutil.Process:
 def test_one_slow_rank_is_named_with_its_node_and_that_node_is_replaced(home, tmp_path, gang_dataset_uri):
     marker = tmp_path / "held.json"
     failpoint = Failpoint(kind="hold", at_step=10, marker=str(marker))
-    spec = pretrain_spec(gang_dataset_uri, nodes=2, ranks=2, failpoint=failpoint, on_straggler="replace", straggler_patience=3)
-    # Long enough that the throttled gang cannot finish before the monitor has seen it, however busy the machine.
-    spec = spec.model_copy(update={"config": {**spec.config, "steps": 200}})
+    spec = pretrain_spec(gang_dataset_uri, nodes=2, ranks=1, failpoint=failpoint, on_straggler="replace", straggler_patience=3)
     throttles: list[CpuQuota] = []
 
-    def slow_down_rank_3() -> None:  # a node with a failing fan: its rank computes at a fraction of the speed
-        throttles.append(CpuQuota([_rank_process(home, node=1, rank=3).pid], share=0.02))
+    def slow_down_rank_1() -> None:  # a node with a failing fan: its rank computes at a fiftieth of the speed
+        throttles.append(CpuQuota([_rank_process(home, node=1, rank=1).pid], share=0.02))
 
-    injector = Injector(slow_down_rank_3, failpoint)
+    injector = Injector(slow_down_rank_1, failpoint)
     injector.start()
     logs: list[str] = []
     try:
@@ -286,8 +287,8 @@ def test_one_slow_rank_is_named_with_its_node_and_that_node_is_replaced(home, tm
     # The slow node is replaced by the pool's spare; the other pool is not needed.
     assert [(r.pool, r.outcome, r.cause, r.node) for r in ledger.itertuples()] == [("steady", "preempted", "straggler", "steady-node1"), ("steady", "succeeded", "", "")]
     (flagged,) = [line for line in logs if "straggler: rank" in line]
-    assert "rank 3 on steady-node1 works" in flagged, flagged
-    assert meta["final_step"] == 200
+    assert "rank 1 on steady-node1 works" in flagged, flagged
+    assert meta["final_step"] == STEPS
 
 
 def test_a_local_pool_without_enough_nodes_refuses_the_gang_before_starting_any():
@@ -302,7 +303,7 @@ def test_a_local_pool_without_enough_nodes_refuses_the_gang_before_starting_any(
     assert result.outcome.value == "refused" and "steady has 3 nodes, 2 of them replaced; the gang needs 2" in result.log_tail
 
 
-@pytest.mark.parametrize("kind", ["ray", "kubernetes"])
+@pytest.mark.parametrize("kind", ["kubernetes"])
 def test_a_backend_that_cannot_start_a_gang_whole_refuses_it_so_it_moves(kind):
     from shared_resources.catalog.pools import Pool
     from shared_resources.compute.backends import backend_for

@@ -75,31 +75,29 @@ MIN_SLOWER_SECONDS = 0.01
 class SlowRank:
     rank: int
     node: str
-    seconds: float  # its busy time per step, in the latest report
-    peers: float  # the median of its peers' in the same report
+    seconds: float  # its busy time per step, over the reports it was judged on
+    peers: float  # the median of its peers' over the same reports
 
 
 def slow_rank(reports: Sequence[Telemetry], factor: float, patience: int) -> SlowRank | None:
-    """The one rank of a gang whose busy time per step is over `factor` × its peers' median
-    (and `MIN_SLOWER_SECONDS` more) in each of the last `patience` reports, or None."""
+    """The one rank of a gang whose busy time per step, over the last `patience` reports, is over
+    `factor` × its peers' median (and `MIN_SLOWER_SECONDS` more), or None. Over the reports
+    together rather than each one: a slow rank that waited on a stalled peer in one window (a
+    busy machine) is still the slow one."""
     recent = [m for m in reports if m.rank_seconds and len(m.rank_seconds) > 1][-patience:]
-    if patience < 1 or len(recent) < patience:
+    if patience < 1 or len(recent) < patience or len({len(m.rank_seconds or []) for m in recent}) != 1:
         return None
-    suspects: set[int] | None = None
-    for report in recent:
-        ranks = report.rank_seconds or []
-        slow = set()
-        for rank, seconds in enumerate(ranks):
-            peers = statistics.median(ranks[:rank] + ranks[rank + 1 :])
-            if seconds > factor * peers and seconds - peers > MIN_SLOWER_SECONDS:
-                slow.add(rank)
-        suspects = slow if suspects is None else suspects & slow
-    if not suspects or len(suspects) != 1:
+    means = [statistics.fmean(column) for column in zip(*(m.rank_seconds or [] for m in recent), strict=True)]
+    slow = []
+    for rank, seconds in enumerate(means):
+        peers = statistics.median(means[:rank] + means[rank + 1 :])
+        if seconds > factor * peers and seconds - peers > MIN_SLOWER_SECONDS:
+            slow.append((rank, seconds, peers))
+    if len(slow) != 1:
         return None
-    (rank,) = suspects
-    last = recent[-1].rank_seconds or []
+    rank, seconds, peers = slow[0]
     nodes = recent[-1].nodes or []
-    return SlowRank(rank, nodes[rank] if rank < len(nodes) else "", last[rank], statistics.median(last[:rank] + last[rank + 1 :]))
+    return SlowRank(rank, nodes[rank] if rank < len(nodes) else "", round(seconds, 6), round(peers, 6))
 
 
 class AttemptMonitor:

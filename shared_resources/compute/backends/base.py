@@ -174,7 +174,7 @@ class Backend(abc.ABC):
             AttemptOutcome.refused, None, cause=Cause.refused, ended_at=time.time(),
             log_tail=(
                 f"{pool.name} ({self.kind}) does not start gangs yet: {spec.name} needs {spec.nodes} node(s) × "
-                f"{spec.ranks_per_node or 1} rank(s) started together (local and Slurm pools do; docs/gangs.md)"
+                f"{spec.ranks_per_node or 1} rank(s) started together (local, Slurm and Ray pools do; docs/gangs.md)"
             ),
         )  # fmt: skip
 

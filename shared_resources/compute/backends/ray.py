@@ -105,11 +105,33 @@ class RayBackend(EngineBackend):
 
     kind = "ray"
     poll_seconds = 1.0
+    runs_gangs = True  # a placement group of one bundle per node, a rank per actor (ray_gang.py)
 
     def __init__(self) -> None:
         self._clients: dict[str, Any] = {}
         self._stopped_by_us: set[str] = set()
         self._unreachable_since: dict[str, float] = {}
+
+    def command(self, pool: Pool, spec: StepSpec) -> list[str]:
+        """The workload's command; for a gang, `ray_gang.py` around it (the placement group and
+        one actor per rank, each running the same command with its rank)."""
+        command = super().command(pool, spec)
+        if not spec.gang:
+            return command
+        ranks = spec.ranks_per_node or 1
+        return [
+            command[0], "-m", "shared_resources.compute.backends.ray_gang",
+            f"--nodes={spec.nodes}", f"--ranks={ranks}", f"--gpus={spec.gpus // spec.world_size}",
+            f"--strategy={'STRICT_SPREAD' if spec.nodes > 1 else 'PACK'}", f"--wait={pool.pending_deadline_seconds:g}",
+            "--", *command,
+        ]  # fmt: skip
+
+    def lost_node(self, handle: JobHandle, log: str) -> str | None:
+        """The node `ray_gang.py` said it lost (`sinewgrid: lost node ray-…`)."""
+        for line in log.splitlines():
+            if line.startswith("sinewgrid: lost node "):
+                return line.removeprefix("sinewgrid: lost node ").split()[0]
+        return None
 
     # Runtimes ------------------------------------------------------------------------
     def _runtime(self, pool: Pool, spec: StepSpec) -> str | dict[str, Any]:
