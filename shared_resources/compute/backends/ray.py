@@ -120,7 +120,7 @@ class RayBackend(EngineBackend):
             return command
         ranks = spec.ranks_per_node or 1
         return [
-            command[0], "-m", "shared_resources.compute.backends.ray_gang",
+            command[0], "-m", "shared_resources.runtime.ray_gang",
             f"--nodes={spec.nodes}", f"--ranks={ranks}", f"--gpus={spec.gpus // spec.world_size}",
             f"--strategy={'STRICT_SPREAD' if spec.nodes > 1 else 'PACK'}", f"--wait={pool.pending_deadline_seconds:g}",
             "--", *command,

@@ -1,6 +1,6 @@
 """A gang on Ray: the entrypoint of the Ray job that runs one gang attempt.
 
-    python -m shared_resources.compute.backends.ray_gang --nodes 2 --ranks 2 --strategy STRICT_SPREAD -- python -m ENTRY
+    python -m shared_resources.runtime.ray_gang --nodes 2 --ranks 2 --strategy STRICT_SPREAD -- python -m ENTRY
 
 It reserves a **placement group** of one bundle per node (`CPU`: ranks, `GPU`: ranks when the
 step has GPUs), all of them or none (`pg.ready()`), then starts one actor per rank in its node's
@@ -15,7 +15,8 @@ reads it back). SIGTERM from `stop_job` goes to every rank (they checkpoint and 
 Exit code: 0 when every rank succeeded, 75 when they checkpointed and stopped, else the first
 bad rank's code.
 
-Runs on the Ray cluster, beside the workload: imports ray, never Dagster.
+Runs on the Ray cluster, beside the workload (as the forkserver runs beside local workloads):
+imports ray, never Dagster.
 """
 
 from __future__ import annotations
