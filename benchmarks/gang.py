@@ -15,7 +15,10 @@ same ranks started by hand, and how long a gang takes to resume after it lost a 
   platform seeing the attempt end), relaunch (to the new gang running) and resume (to the
   workload having loaded its sharded checkpoint and started again). One run each.
 
-Ray's gang (a placement group) is not timed yet; it is reported as skipped.
+On Ray (a head and a second raylet on this machine, each on its own loopback address) the
+platform's gang is a Ray job running `runtime/ray_gang.py`; by hand, a Ray job whose driver
+creates the placement group itself and runs each rank as a task in its bundle
+(`RAY_BY_HAND` below), polled through the Jobs API every 0.1 s.
 
 (No `from __future__ import annotations`: Dagster reads the asset's annotations.)
 """
@@ -118,6 +121,48 @@ def _srun_by_hand(folder: Path, cluster, nodes: int) -> Callable[[], None]:
     return call
 
 
+# What a Ray user writes by hand to run the same ranks: a placement group of one bundle per node,
+# a task per rank in its bundle, each running the workload with its rank.
+RAY_BY_HAND = """
+import os, subprocess, sys, ray
+from ray.util.placement_group import placement_group
+from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+ray.init(address="auto", log_to_driver=False)
+nodes, command = int(sys.argv[1]), sys.argv[2:]
+pg = placement_group([{"CPU": 1}] * nodes, strategy="STRICT_SPREAD")
+ray.get(pg.ready())
+@ray.remote(num_cpus=1)
+def where():
+    return ray.util.get_node_ip_address()
+@ray.remote(num_cpus=1)
+def rank(i, addr):
+    env = {**os.environ, "RANK": str(i), "WORLD_SIZE": str(nodes), "LOCAL_RANK": "0", "LOCAL_WORLD_SIZE": "1",
+           "GROUP_RANK": str(i), "MASTER_ADDR": addr, "MASTER_PORT": "29611"}
+    return subprocess.run(command, env=env).returncode
+on = lambda i: PlacementGroupSchedulingStrategy(placement_group=pg, placement_group_bundle_index=i)
+addr = ray.get(where.options(scheduling_strategy=on(0)).remote())
+codes = ray.get([rank.options(scheduling_strategy=on(i)).remote(i, addr) for i in range(nodes)])
+sys.exit(max(codes))
+"""
+
+
+def _ray_by_hand(folder: Path, head, nodes: int) -> Callable[[], None]:
+    from ray.job_submission import JobStatus, JobSubmissionClient
+
+    client = JobSubmissionClient(head.address)
+    script = folder / "ray_by_hand.py"
+    script.write_text(RAY_BY_HAND)
+
+    def call() -> None:
+        entrypoint = f"cd {REPO_ROOT} && {sys.executable} {script} {nodes} {sys.executable} -m {GANG} --extras {_extras(folder)}"
+        job = client.submit_job(entrypoint=entrypoint, entrypoint_resources={"pool_bench": 1})
+        while (status := client.get_job_status(job)) not in {JobStatus.SUCCEEDED, JobStatus.FAILED, JobStatus.STOPPED}:
+            time.sleep(0.1)
+        assert status is JobStatus.SUCCEEDED, client.get_job_logs(job)[-2000:]
+
+    return call
+
+
 def _launch(name: str, home: Path, catalog: Path, spec, by_hand: dict[str, Callable[[], None]], repeats: int) -> DispatchResult:
     result = DispatchResult(name, baselines={label: [] for label in by_hand})
     platform = lambda: _materialize(home, catalog, spec)
@@ -216,7 +261,23 @@ def run(repeats: int = 3) -> dict[str, Any]:
                 resumes.append(_resume_after_node_loss("slurm (2 × 1)", folder / "home-slurm-resume", slurm_catalog, slurm_pretrain, kill_slurm, dataset_uri))
             finally:
                 cluster.stop()
-    launches.append(DispatchResult("ray", skipped="not timed yet (the Ray gang runs in tests/test_gang_ray.py)"))
+        try:
+            from testbed.ray_head import add_worker_node, start_ray_head
+
+            head = start_ray_head({"pool_bench": 1}, num_cpus=2, ip="127.0.0.2")
+        except Exception as exc:  # noqa: BLE001 - reported as skipped, with the reason
+            launches.append(DispatchResult("ray", skipped=f"no Ray cluster here: {str(exc).splitlines()[0]}"))
+        else:
+            try:
+                add_worker_node(head, num_cpus=2)
+                ray_catalog = folder / "ray.yaml"
+                settings = {"address": head.address, "resources": {"pool_bench": 1}, "gpu_resource": None}
+                ray_catalog.write_text(yaml.safe_dump({"pools": {"bench": _pool("ray", settings, nodes=2)}}))
+                launches.append(
+                    _launch("ray (2 nodes × 1 rank, 2-node cluster)", folder / "home-ray", ray_catalog, probe, {"a placement group and a task per rank, by hand": _ray_by_hand(folder, head, 2)}, repeats)
+                )
+            finally:
+                head.stop()
     return {"launch": launches, "resume": resumes}
 
 

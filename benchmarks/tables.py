@@ -294,8 +294,10 @@ def gang_tables(results: dict, repeats: int) -> tuple[Table, Table]:
             f"Median of {repeats} repeats after one warm-up each, alternating. The gang workload "
             "(testbed/gang_workload.py) only meets, agrees once and writes a final checkpoint. Platform = "
             "dg.materialize of compute.run: placement, the launcher (one torchrun per node locally; sbatch + srun "
-            "on Slurm), Pipes, the result. By hand: two torchrun agents (static rendezvous); srun from the submit "
-            "host across the nodes of the 4-node test cluster (one network namespace per node)."
+            "on Slurm, a Ray job running ray_gang.py on Ray), Pipes, the result. By hand: two torchrun agents "
+            "(static rendezvous); srun from the submit host across the nodes of the 4-node test cluster (one "
+            "network namespace per node); a Ray job whose driver creates the placement group and runs a task per "
+            "rank, on a 2-node Ray cluster on this machine."
         ),
         title_justify="left",
         caption_justify="left",

@@ -17,7 +17,6 @@ import threading
 import time
 from pathlib import Path
 
-import dagster as dg
 import psutil
 import pytest
 import torch
@@ -35,7 +34,6 @@ from shared_resources.compute.backends.gang import (
 from shared_resources.compute.cooldowns import SLOTS_ENV
 from shared_resources.compute.inflight import InFlight
 from shared_resources.compute.monitor import slow_rank
-from shared_resources.compute.resource import ComputeResource
 from shared_resources.runtime.checkpoints import CheckpointStore
 from shared_resources.runtime.gang import member_from_env
 from shared_resources.runtime.inputs import Failpoint
@@ -48,8 +46,8 @@ from tests.fixtures.gang import (
     STEPS,
     assert_close_weights,
     final_weights,
-    pretrain_asset,
     pretrain_spec,
+    run_pretrain,
 )
 from tests.helpers import WorkloadProcess
 
@@ -147,16 +145,7 @@ def test_no_rank_is_blamed_without_a_clear_case(reports):
 def _materialize(home: Path, spec: StepSpec, catalog_text: str = CATALOG, logs: list[str] | None = None) -> dict:
     catalog = home.parent / "pools.yaml"
     catalog.write_text(catalog_text)
-    instance = dg.DagsterInstance.ephemeral()
-    result = dg.materialize(
-        [pretrain_asset(spec)],
-        resources={"compute": ComputeResource(storage_root=str(home), pools_file=str(catalog))},
-        instance=instance,
-    )
-    if logs is not None:
-        logs.extend(e.user_message for e in instance.all_logs(result.run_id))
-    (mat,) = result.asset_materializations_for_node("foundation")
-    return {k: v.value for k, v in mat.metadata.items()}
+    return run_pretrain(home, catalog, spec, logs)
 
 
 @pytest.fixture

@@ -7,15 +7,18 @@ ranks trains the model one process trains.
 from collections.abc import Iterator
 from pathlib import Path
 
-import dagster as dg
 import pytest
 import yaml
 
 from shared_resources.accounting.ledger import read_ledger
-from shared_resources.compute.resource import ComputeResource
 from shared_resources.runtime.storage import Storage
 from testbed.ray_head import RayHead, add_worker_node, start_ray_head
-from tests.fixtures.gang import assert_close_weights, final_weights, pretrain_asset, pretrain_spec
+from tests.fixtures.gang import (
+    assert_close_weights,
+    final_weights,
+    pretrain_spec,
+    run_pretrain,
+)
 
 pytestmark = [pytest.mark.e2e, pytest.mark.engines]
 
@@ -40,13 +43,8 @@ def test_a_gang_of_two_ray_nodes_trains_the_model_one_process_trains(two_node_ra
     catalog = tmp_path / "pools.yaml"
     catalog.write_text(yaml.safe_dump({"pools": {"ray-gang": pool}}))
     home = tmp_path / "home"
-    result = dg.materialize(
-        [pretrain_asset(pretrain_spec(gang_dataset_uri, nodes=2, ranks=2))],
-        resources={"compute": ComputeResource(storage_root=str(home), pools_file=str(catalog))},
-        instance=dg.DagsterInstance.ephemeral(),
-    )
-    (mat,) = result.asset_materializations_for_node("foundation")
-    log = Path(mat.metadata["workload_log"].value).read_text()
+    meta = run_pretrain(home, catalog, pretrain_spec(gang_dataset_uri, nodes=2, ranks=2))
+    log = Path(meta["workload_log"]).read_text()
     assert "a gang of 4 ranks on 2 Ray node(s): " in log and worker[:12] in log, log[-3000:]
     (row,) = read_ledger(Storage.at(str(home))).itertuples()
     assert (row.pool, row.backend, row.outcome, row.ranks) == ("ray-gang", "ray", "succeeded", 4)
