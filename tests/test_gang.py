@@ -307,3 +307,21 @@ def test_a_backend_that_cannot_start_a_gang_whole_refuses_it_so_it_moves(kind):
     result = backend_for(kind).run_attempt(None, pool, gang, WorkloadInputs())  # type: ignore[arg-type]  # refused before it needs a context
     assert result.outcome.value == "refused" and f"p ({kind}) does not start gangs yet: s needs 2 node(s) × 1 rank(s)" in result.log_tail
     assert backend_for(kind).gang_refusal(pool, StepSpec(name="s", entry_point="m", tenant="t")) is None
+
+
+def test_a_pool_counts_its_spares_once_per_replaced_node():
+    from shared_resources.catalog.pools import Pool
+    from shared_resources.compute.recovery import Action, Decision
+    from shared_resources.compute.resource import PoolChooser
+
+    pool = Pool(name="big", provider="local", region="local", backend="local", purchasing="reserved", accelerator="local", gpus_per_node=1, nodes=5, price_per_gpu_hour=1.0)
+    chooser = PoolChooser.__new__(PoolChooser)  # only its node bookkeeping is used here
+    chooser.replaced, chooser.excluded, chooser.again = {}, set(), None
+    chooser.drains = chooser.cooldowns = None
+    gang = StepSpec(name="s", entry_point="m", tenant="t", nodes=2, ranks_per_node=1)
+    assert chooser.spare_nodes(gang, pool) == 3
+    chooser.apply(Decision(Action.retry, replace_node="big-node1"), pool)
+    running = chooser.spec_on(gang, pool)  # what the next attempt runs as
+    assert running.exclude_nodes == ["big-node1"] and chooser.spec_on(running, pool).exclude_nodes == ["big-node1"]
+    assert chooser.spare_nodes(running, pool) == chooser.spare_nodes(gang, pool) == 2
+    assert chooser.spare_nodes(StepSpec(name="s", entry_point="m", tenant="t"), pool) == 0  # one process has no spares

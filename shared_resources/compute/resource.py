@@ -41,7 +41,8 @@ class PoolChooser:
     def spec_on(self, spec: StepSpec, pool: Pool) -> StepSpec:
         """The step as it runs on `pool`: without the nodes replaced there."""
         replaced = self.replaced.get(pool.name, [])
-        return spec.model_copy(update={"exclude_nodes": [*spec.exclude_nodes, *replaced]}) if replaced else spec
+        # Each node once, so that asking again of a step already without them changes nothing.
+        return spec.model_copy(update={"exclude_nodes": list(dict.fromkeys([*spec.exclude_nodes, *replaced]))}) if replaced else spec
 
     def spare_nodes(self, spec: StepSpec, pool: Pool) -> int:
         """Nodes of `pool` a gang could take instead of one of its own: none for a single process."""
