@@ -3,7 +3,8 @@
 Every scenario × backend × workload that applies is one partition of `platform/failure_drill`,
 materialized on the same Dagster instance the UI shows; the preemption trace is
 `platform/preemption_trace`. A Slurm backend gets a throwaway single-node cluster
-(`testbed.slurm_cluster`) for the length of the campaign.
+(`testbed.slurm_cluster`) for the length of the campaign, and the gang scenarios a 3-node one
+(`testbed.slurm_multinode`); a Ray backend gets a head and 3 worker nodes (`testbed.ray_head`).
 """
 
 from __future__ import annotations
@@ -36,7 +37,7 @@ def matrix(backends: list[str], scenarios: list[str], workloads: list[str]) -> l
         unknown = [c for c in chosen if c not in known]
         if unknown:
             raise ValueError(f"unknown {name} {', '.join(unknown)}; choose from {', '.join(known)}")
-    return [(s, b, w) for s in scenarios for b in backends for w in workloads if w in SCENARIOS[s].workloads]
+    return [(s, b, w) for s in scenarios for b in backends for w in workloads if w in SCENARIOS[s].workloads and b in SCENARIOS[s].backends]
 
 
 @contextmanager
@@ -55,11 +56,47 @@ def slurm_cluster() -> Iterator[object]:
             runner.ACTIVE_CLUSTERS.pop("slurm", None)
 
 
+@contextmanager
+def gang_slurm_cluster() -> Iterator[object]:
+    """A Slurm cluster of 3 nodes, each in a network namespace of its own, for the gang scenarios."""
+    from testbed.slurm_multinode import MultiNodeSlurmCluster
+
+    with MultiNodeSlurmCluster(nodes=3) as cluster:
+        runner.ACTIVE_CLUSTERS["slurm-gang"] = cluster
+        try:
+            yield cluster
+        finally:
+            runner.ACTIVE_CLUSTERS.pop("slurm-gang", None)
+
+
+@contextmanager
+def ray_cluster() -> Iterator[object]:
+    """A Ray cluster on this machine: a head and 3 worker nodes, for the gang scenarios."""
+    from testbed.ray_head import start_ray_nodes
+
+    cluster = start_ray_nodes(workers=3)
+    runner.ACTIVE_CLUSTERS["ray"] = cluster
+    try:
+        yield cluster
+    finally:
+        runner.ACTIVE_CLUSTERS.pop("ray", None)
+        cluster.stop()
+
+
+def cluster_for(backend: str, gang: bool):
+    """The engine a backend's drills need, started for them (nothing for local)."""
+    if backend == "slurm":
+        return gang_slurm_cluster() if gang else slurm_cluster()
+    if backend == "ray":
+        return ray_cluster()
+    return nullcontext()
+
+
 def environment() -> str:
     """The machine the figures were measured on, in one line."""
     try:
         # `--version` needs a configuration to read; any cluster's will do (SLURM_CONF or the campaign's).
-        cluster = runner.ACTIVE_CLUSTERS.get("slurm")
+        cluster = runner.ACTIVE_CLUSTERS.get("slurm") or runner.ACTIVE_CLUSTERS.get("slurm-gang")
         env = child_env(cluster.env if cluster is not None else {})
         slurm = subprocess.run(["sinfo", "--version"], capture_output=True, text=True, timeout=10, env=env).stdout.strip()
     except (OSError, subprocess.SubprocessError):
@@ -104,11 +141,11 @@ def run_campaign(
     results: list[DrillResult] = []
     traces: list[TraceResult] = []
     machine = environment()
-    for backend in backends:
-        todo = [(s, w) for s, b, w in plan if b == backend]
+    for backend, gang in ((b, g) for b in backends for g in (False, True)):
+        todo = [(s, w) for s, b, w in plan if b == backend and SCENARIOS[s].gang == gang]
         if not todo:
             continue
-        with slurm_cluster() if backend == "slurm" else nullcontext():
+        with cluster_for(backend, gang):
             if backend == "slurm":
                 machine = environment()  # with the cluster up, Slurm can say its version
             for scenario, name in todo:

@@ -48,11 +48,11 @@ def workload_pids(storage: Storage, step: str, cluster=None) -> list[int]:
         if handle["backend"] == "local":
             pids.append(int(handle["job_id"]))
         elif handle["backend"] == "slurm" and cluster is not None:
-            pids.extend(p for p in cluster.job_pids(handle["job_id"]) if _is_python(p))
+            pids.extend(p for p in cluster.job_pids(handle["job_id"]) if is_python(p))
     return [p for p in pids if psutil.pid_exists(p)]
 
 
-def _is_python(pid: int) -> bool:
+def is_python(pid: int) -> bool:
     try:
         return "python" in " ".join(psutil.Process(pid).cmdline()[:1])
     except psutil.Error:
@@ -226,5 +226,42 @@ def unhealthy_marker(drill_root: Path, pool: str) -> Path:
     return drill_root / "faults" / f"{pool}.unhealthy"
 
 
+def rank1_sickens(drill_root: Path, pool: str) -> Path:
+    """The trigger of the node-unqualified fault: the next health check that runs for rank 1 of
+    a gang on `pool` marks its own node unhealthy (`<node>.unhealthy`), for good."""
+    return drill_root / "faults" / f"{pool}.sicken-rank1"
+
+
+# Runs on the node (the qualification probe runs it with each rank's environment) and, on local
+# pools, in the orchestrator while a step runs (no node there: only the pool's marker counts).
+_HEALTH_CHECK = """faults="$1"; pool="$2"
+node="${SINEWGRID_NODE:-${SLURMD_NODENAME:-}}"; rank="${RANK:-${SLURM_PROCID:-}}"
+if [ -e "$faults/$pool.unhealthy" ]; then echo "drill: pool $pool is unhealthy"; exit 1; fi
+if [ -n "$node" ] && [ "$rank" = 1 ] && mv "$faults/$pool.sicken-rank1" "$faults/$node.unhealthy" 2>/dev/null; then :; fi
+if [ -n "$node" ] && [ -e "$faults/$node.unhealthy" ]; then echo "drill: node $node is unhealthy"; exit 1; fi
+exit 0"""
+
+
 def health_check_for(drill_root: Path, pool: str) -> list[str]:
-    return ["test", "!", "-e", str(unhealthy_marker(drill_root, pool))]
+    """A drill pool's health check (like NHC): fails for the pool, or for one node of it."""
+    return ["sh", "-c", _HEALTH_CHECK, "drill-health-check", str(drill_root / "faults"), pool]
+
+
+def sick_nodes(drill_root: Path, pools: list[str]) -> list[str]:
+    """The nodes a node-unqualified fault marked unhealthy (not the pools' own markers)."""
+    return [p.name.removesuffix(".unhealthy") for p in (drill_root / "faults").glob("*.unhealthy") if p.name.removesuffix(".unhealthy") not in pools]
+
+
+def rank_process(rank: int, entry_point: str) -> tuple[psutil.Process, str]:
+    """The process of one rank of the running gang (any backend: torchrun, srun and Ray ranks all
+    run `entry_point` with their rank in the environment), and its node's name."""
+    for process in psutil.process_iter(["cmdline"]):
+        try:
+            if entry_point not in " ".join(process.info["cmdline"] or []):
+                continue
+            env = process.environ()
+        except psutil.Error:
+            continue
+        if env.get("RANK", env.get("SLURM_PROCID")) == str(rank) and ("WORLD_SIZE" in env or "SLURM_NTASKS" in env):
+            return process, env.get("SINEWGRID_NODE") or env.get("SLURMD_NODENAME") or ""
+    raise RuntimeError(f"found no process of rank {rank} running {entry_point}")

@@ -28,14 +28,21 @@ from shared_resources.runtime.inputs import Failpoint
 from shared_resources.compute.monitor import BASELINE_REPORTS
 from shared_resources.compute.resource import ComputeResource
 from shared_resources.compute.step_run import StepRun
-from shared_resources.compute.health import Drains
+from shared_resources.compute.backends.gang import kill_node
+from shared_resources.compute.health import Drains, Qualifications
 from shared_resources.accounting.ledger import read_ledger
 from shared_resources.catalog.pools import load_pools
 from shared_resources.runtime.storage import Storage
 
-BACKENDS = ("local", "slurm")
-# Clusters a drill may fault, by backend; `sinewgrid drill --backend slurm` registers the one it starts.
+BACKENDS = ("local", "slurm", "ray")
+# Clusters a drill may fault, by backend ("slurm-gang" for the multi-node one the gang scenarios
+# need); `sinewgrid drill` registers the ones it starts.
 ACTIVE_CLUSTERS: dict[str, Any] = {}
+
+
+GANG_BACKENDS = ("local", "slurm", "ray")
+GANG_NODES = 2  # the gang drills' size: 2 nodes × 1 rank (workload `pretrain-gang`)
+GANG_ENTRY_POINT = "cell_lane.workloads.pretrain"
 
 
 @dataclass(frozen=True)
@@ -46,6 +53,8 @@ class Scenario:
     notice: bool  # the workload gets to checkpoint before it goes
     workloads: tuple[str, ...]  # the workloads it makes sense for
     on_straggler: str = "report"
+    gang: bool = False  # faults one node of a gang (workload `pretrain-gang`, pools with spare nodes)
+    backends: tuple[str, ...] = ("local", "slurm")
 
 
 SCENARIOS: dict[str, Scenario] = {
@@ -57,6 +66,18 @@ SCENARIOS: dict[str, Scenario] = {
         Scenario("pool-loss", "Pool loss mid-run", "the pool stops taking work (local: every slot taken; Slurm: partition INACTIVE) and its running job is killed", False, ("pretrain", "rollouts", "policy")),
         Scenario("straggler", "Straggler", "the workload's node slows to a fifth of its speed (SIGSTOP/SIGCONT duty cycle)", True, ("pretrain", "policy"), on_straggler="replace"),
         Scenario("unhealthy-node", "Unhealthy node", "the node fails its health check mid-run (local: the pool's health check fails; Slurm: the node is drained, as NHC does)", True, ("pretrain", "rollouts", "policy")),
+        Scenario(
+            "node-loss", "Node loss in a gang", "one node of a 2-node gang dies mid-step with its rank (local: its torchrun agent and rank; Slurm: every process of the job on it; Ray: the whole Ray node)",
+            False, ("pretrain-gang",), gang=True, backends=GANG_BACKENDS,
+        ),
+        Scenario(
+            "slow-rank", "One slow rank", "one rank's node computes at a fiftieth of its speed (a cgroup CPU quota); its peer waits for it in every all-reduce",
+            True, ("pretrain-gang",), on_straggler="replace", gang=True, backends=GANG_BACKENDS,
+        ),
+        Scenario(
+            "node-unqualified", "A node fails qualification", "the health check of the node that would host rank 1 fails just before the gang starts (the pool's qualification is due)",
+            True, ("pretrain-gang",), gang=True, backends=GANG_BACKENDS,
+        ),
     )
 }
 
@@ -73,25 +94,47 @@ class DrillSetup:
     cluster: Any = None
 
 
-def drill_catalog(drill_root: Path, backend: str, cluster=None) -> tuple[Path, list[str]]:
+def drill_catalog(drill_root: Path, backend: str, cluster=None, gang: bool = False) -> tuple[Path, list[str]]:
     """Small pools for the drill, ranked by price: the pool the fault hits first, then its peer.
 
     Cool-downs are 0 so that after a plain preemption the step resumes on the same pool
     (as a spot pool that gets capacity back does); a pool that goes bad is drained instead.
+    A gang drill's first pool has one node more than the gang (its spare); the second is a
+    local pool the gang moves to only when the first has no spare left.
     """
-    def local(name: str, price: float) -> dict[str, Any]:
+    def local(name: str, price: float, nodes: int = 1) -> dict[str, Any]:
         return {
             "provider": "drill", "region": "local", "backend": "local", "purchasing": "spot" if price < 2 else "on_demand",
-            "accelerator": "local", "gpus_per_node": 1, "price_per_gpu_hour": price, "max_concurrent_steps": 1,
+            "accelerator": "local", "gpus_per_node": 1, "nodes": nodes, "price_per_gpu_hour": price, "max_concurrent_steps": 1,
             "cooldown_seconds": 0, "drain_seconds": 600, "health_check_interval_seconds": 0.5,
             "health_check": faults.health_check_for(drill_root, name),
         }
 
-    if backend == "local":
+    def engine(name: str, kind: str, settings: dict[str, Any], nodes: int) -> dict[str, Any]:
+        return {
+            "provider": "drill", "region": "local", "backend": kind, "backend_settings": settings, "purchasing": "reserved",
+            "accelerator": "local", "gpus_per_node": 1, "nodes": nodes, "price_per_gpu_hour": 1.0, "cooldown_seconds": 0,
+            "drain_seconds": 600, "health_check_interval_seconds": 0.5, "health_check": faults.health_check_for(drill_root, name),
+        }
+
+    if backend not in BACKENDS:
+        raise ValueError(f"unknown drill backend {backend!r}; use one of {', '.join(BACKENDS)}")
+    if backend != "local" and cluster is None:
+        raise ValueError(f"a {backend} drill needs a cluster: `sinewgrid drill --backend {backend}` starts one")
+    if gang:
+        spare = GANG_NODES + 1
+        if backend == "local":
+            pools = {"drill-gang-a": local("drill-gang-a", 1.0, spare)}
+        elif backend == "slurm":
+            settings = {"partition": cluster.partitions[0], "env": cluster.env, "time_limit": "00:20:00"}
+            pools = {"drill-gang-slurm": engine("drill-gang-slurm", "slurm", settings, len(cluster.nodes))}
+        else:
+            settings = {"address": cluster.address, "resources": dict(cluster.entry_resources), "gpu_resource": None}
+            pools = {"drill-gang-ray": engine("drill-gang-ray", "ray", settings, len(cluster.workers))}
+        pools["drill-gang-b"] = local("drill-gang-b", 3.0, GANG_NODES)  # where the gang goes when the first pool has no spare
+    elif backend == "local":
         pools = {"drill-local-a": local("drill-local-a", 1.0), "drill-local-b": local("drill-local-b", 2.0)}
     elif backend == "slurm":
-        if cluster is None:
-            raise ValueError("a Slurm drill needs a cluster: `sinewgrid drill --backend slurm` starts a single-node one")
         pools = {}
         for partition, price in (("spot", 1.0), ("gpu", 2.0)):
             pools[f"drill-slurm-{partition}"] = {
@@ -102,8 +145,8 @@ def drill_catalog(drill_root: Path, backend: str, cluster=None) -> tuple[Path, l
             }
         pools["drill-local-b"] = local("drill-local-b", 3.0)  # where a step goes when the whole cluster is out
     else:
-        raise ValueError(f"unknown drill backend {backend!r}; use one of {', '.join(BACKENDS)}")
-    path = drill_root / f"pools-{backend}.yaml"
+        raise ValueError("Ray drills are the gang scenarios (node-loss, slow-rank, node-unqualified)")
+    path = drill_root / f"pools-{backend}{'-gang' if gang else ''}.yaml"
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(yaml.safe_dump({"pools": pools}, sort_keys=False))
     return path, list(pools)
@@ -162,6 +205,8 @@ def run_scenario(context: dg.AssetExecutionContext, setup: DrillSetup, scenario_
     scenario = SCENARIOS[scenario_key]
     if workload_name not in scenario.workloads:
         raise dg.Failure(f"the {scenario.title.lower()} drill does not apply to {workload_name}: use one of {', '.join(scenario.workloads)}")
+    if setup.backend not in scenario.backends:
+        raise dg.Failure(f"the {scenario.title.lower()} drill does not run on {setup.backend}: use one of {', '.join(scenario.backends)}")
     w = workload(workload_name, size)
     unit = w.trigger if scenario.key == "torn-checkpoint" else fault_unit(w)
     if unit >= w.total:
@@ -216,6 +261,19 @@ def run_scenario(context: dg.AssetExecutionContext, setup: DrillSetup, scenario_
             throttle = faults.Throttle(target())
             throttle.start()
             held["throttle"] = throttle
+        elif scenario.key == "node-loss":
+            rank, node = faults.rank_process(1, GANG_ENTRY_POINT)
+            held["node"] = node
+            if setup.backend == "local":
+                kill_node(rank.parent().pid)  # its torchrun agent and its rank
+            elif setup.backend == "slurm":
+                faults.signal_workload([p for p in setup.cluster.node_pids(node) if faults.is_python(p)], signal.SIGKILL)
+            else:
+                setup.cluster.kill_node(node)
+        elif scenario.key == "slow-rank":
+            rank, node = faults.rank_process(1, GANG_ENTRY_POINT)
+            held["quota"] = faults.CpuQuota([rank.pid], share=0.02)
+            held["node"] = node
         elif scenario.key == "unhealthy-node":
             if setup.backend == "local":
                 marker = faults.unhealthy_marker(setup.drill_root, first_pool)
@@ -229,8 +287,19 @@ def run_scenario(context: dg.AssetExecutionContext, setup: DrillSetup, scenario_
             held["holder"].release()
         if "throttle" in held:
             held["throttle"].stop()
+        if "quota" in held:
+            held["quota"].stop()
+        trigger = faults.rank1_sickens(setup.drill_root, first_pool)
+        held["sickened"] = not trigger.exists()
+        trigger.unlink(missing_ok=True)
+        sick = faults.sick_nodes(setup.drill_root, setup.pools)
+        for node in sick:
+            faults.unhealthy_marker(setup.drill_root, node).unlink()
+        if scenario.gang and setup.cluster is not None:
+            # Put the faulted nodes back (Slurm: resumed; Ray: a fresh node in place of a dead or drained one).
+            setup.cluster.restore_nodes([n for n in [held.get("node"), *sick] if n])
         faults.unhealthy_marker(setup.drill_root, first_pool).unlink(missing_ok=True)
-        if setup.backend == "slurm" and setup.cluster is not None:
+        if setup.backend == "slurm" and setup.cluster is not None and not scenario.gang:
             setup.cluster.set_partition_state("spot", "UP")
             setup.cluster.resume_node()
         drains = Drains(storage)
@@ -240,8 +309,15 @@ def run_scenario(context: dg.AssetExecutionContext, setup: DrillSetup, scenario_
     faults_dir = setup.drill_root / "faults"
     faults_dir.mkdir(parents=True, exist_ok=True)
     injector: faults.Injector | None = None
+    failpoint: Failpoint | None = None
     if scenario.key == "torn-checkpoint":
         failpoint = Failpoint(kind="torn-checkpoint", at_step=unit, marker=str(faults_dir / f"torn-{context.run_id}.json"))
+    elif scenario.key == "node-unqualified":
+        # Before the gang starts: the pool's qualification is due, and the node rank 1 would run on fails it.
+        Qualifications(storage).forget(first_pool)
+        trigger = faults.rank1_sickens(setup.drill_root, first_pool)
+        trigger.write_text("drill: this node fails its health check\n")
+        sickened_at = time.time()
     else:
         # A straggler is measured against the pace the attempt started at: hold only once the
         # workload has reported it as often as the detector's baseline takes.
@@ -250,10 +326,11 @@ def run_scenario(context: dg.AssetExecutionContext, setup: DrillSetup, scenario_
             kind="hold", at_step=unit, marker=str(faults_dir / f"held-{context.run_id}.json"), after_reports=reports, hold_seconds=HOLD_SECONDS
         )
         # An unhealthy node is the platform's to find: the workload waits until it is stopped.
-        injector = faults.Injector(inject, failpoint, release=scenario.key != "unhealthy-node")
+        injector = faults.Injector(inject, failpoint, release=scenario.key not in ("unhealthy-node", "node-loss"))
         injector.start()
     try:
-        step, digest = run_step(context, setup, w, drill, inputs, on_straggler=scenario.on_straggler, name=step_name, failpoint=failpoint)
+        patience = {"straggler_patience": 3} if scenario.key == "slow-rank" else {}
+        step, digest = run_step(context, setup, w, drill, inputs, on_straggler=scenario.on_straggler, name=step_name, failpoint=failpoint, **patience)
     finally:
         if injector is not None:
             injector.cancelled.set()
@@ -262,9 +339,13 @@ def run_scenario(context: dg.AssetExecutionContext, setup: DrillSetup, scenario_
         restore()
     if injector is not None and injector.error is not None:
         raise dg.Failure(f"the drill could not inject its fault: {injector.error!r}")
-    marker = Path(failpoint.marker)
-    fired = json.loads(marker.read_text()) if marker.exists() else None
-    if fired is None:
+    if failpoint is None:  # node-unqualified: fired when a probe's health check took the trigger
+        fired = {"step": 0, "at": sickened_at} if held.get("sickened") else None
+        if fired is None:
+            raise dg.Failure(f"the {scenario.title.lower()} fault never fired: no qualification probe ran rank 1's health check on {first_pool}")
+    elif (marker := Path(failpoint.marker)).exists():
+        fired = json.loads(marker.read_text())
+    else:
         raise dg.Failure(
             f"the {scenario.title.lower()} fault never fired: the run finished before reaching {w.unit} {unit}"
             + (f" with {failpoint.after_reports} step-time reports sent" if failpoint.after_reports else "")

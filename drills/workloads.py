@@ -2,6 +2,8 @@
 
 - `pretrain`: the Cell lane's foundation-model pretraining (`cell_lane.workloads.pretrain`)
   on a synthetic expression matrix written as AnnData on zarr;
+- `pretrain-gang`: the same pretraining as a gang of 2 nodes × 1 rank (data-parallel, sharded
+  checkpoints: `docs/gangs.md`), for the scenarios that fault one node of a gang;
 - `rollouts`: a Robotics rollout sweep (`robotics_lane.workloads.rollouts`, MuJoCo cart-pole,
   scripted expert) — each finished episode is committed on its own;
 - `policy`: Robotics policy training (`robotics_lane.workloads.train_policy`) on the episodes
@@ -37,6 +39,7 @@ class DrillWorkload:
     total: int  # units in a whole run
     checkpoint_every: int  # units between checkpoints (1 for rollouts: each episode commits)
     trigger: int  # the fault's checkpoint: torn while written, or hit half an interval after it (runner.fault_unit)
+    nodes: int = 1  # above one: the step runs as a gang of `nodes` × 1 rank
 
     def spec(self, drill: str, inputs: dict[str, str], output_uri: str, **overrides: Any) -> StepSpec:
         return build_spec(self, drill, inputs, output_uri, **overrides)
@@ -48,6 +51,7 @@ def workload(name: str, size: str = "small") -> DrillWorkload:
     small = size == "small"
     table = {
         "pretrain": DrillWorkload("pretrain", "steps", 900 if small else 3000, 100 if small else 250, 300 if small else 1000),
+        "pretrain-gang": DrillWorkload("pretrain-gang", "steps", 300 if small else 1500, 50 if small else 250, 100 if small else 500, nodes=2),
         "rollouts": DrillWorkload("rollouts", "episodes", 8 if small else 16, 1, 3 if small else 6),
         "policy": DrillWorkload("policy", "steps", 900 if small else 3000, 100 if small else 250, 300 if small else 1000),
     }
@@ -56,7 +60,7 @@ def workload(name: str, size: str = "small") -> DrillWorkload:
     return table[name]
 
 
-WORKLOADS = ("pretrain", "rollouts", "policy")
+WORKLOADS = ("pretrain", "rollouts", "policy", "pretrain-gang")
 _SEEDS_BASE = 4242_00
 _TASK = {"name": "cartpole", "max_steps": 200, "params": {}}
 
@@ -72,13 +76,15 @@ def build_spec(w: DrillWorkload, drill: str, inputs: dict[str, str], output_uri:
         "max_preemptions": 3,
         "telemetry_seconds": 0.1,
     }
-    if w.name == "pretrain":
+    if w.name in ("pretrain", "pretrain-gang"):
         spec = {
-            "name": f"drills.{drill}.pretrain",
+            "name": f"drills.{drill}.{w.name}",
             "entry_point": "cell_lane.workloads.pretrain",
             "imports": [*TRAINING_IMPORTS, "anndata"],  # as the Cell lane's foundation_model asset
             "config": {"dataset_uri": inputs["omics"], "steps": w.total, "batch_size": 128, "seed": 7},
         }
+        if w.nodes > 1:  # one rank (and one GPU) per node
+            spec |= {"nodes": w.nodes, "gpus": w.nodes}
     elif w.name == "policy":
         spec = {
             "name": f"drills.{drill}.policy",

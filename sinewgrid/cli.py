@@ -211,9 +211,15 @@ def _print_robotics_summary() -> None:
 
 @app.command()
 def drill(
-    backend: list[str] = typer.Option(["local", "slurm"], "--backend", "-b", help="Where to drill: local, slurm (a single-node cluster is started for it). Repeat for several."),
-    scenario: list[str] = typer.Option([], "--scenario", "-s", help="preempt-notice, preempt-no-notice, torn-checkpoint, pool-loss, straggler, unhealthy-node (default: all)."),
-    workload: list[str] = typer.Option([], "--workload", "-w", help="pretrain (Cell), rollouts, policy (Robotics) (default: all)."),
+    backend: list[str] = typer.Option(
+        ["local", "slurm", "ray"], "--backend", "-b",
+        help="Where to drill: local, slurm (a single-node cluster is started for it, and a 3-node one for the gang scenarios), ray (a head and 3 worker nodes; gang scenarios only). Repeat for several.",
+    ),
+    scenario: list[str] = typer.Option(
+        [], "--scenario", "-s",
+        help="preempt-notice, preempt-no-notice, torn-checkpoint, pool-loss, straggler, unhealthy-node; for a gang: node-loss, slow-rank, node-unqualified (default: all).",
+    ),
+    workload: list[str] = typer.Option([], "--workload", "-w", help="pretrain (Cell), rollouts, policy (Robotics), pretrain-gang (Cell, 2 nodes) (default: all)."),
     size: str = typer.Option("small", help="small (seconds per run) or full (the figures in docs/drills.md)."),
     trace: str = typer.Option("10-15%", help="Preemption-trace rate: a spot band (<5%, 5-10%, 10-15%, 15-20%, >20%) or interruptions per hour; 'none' to skip."),
     trace_seed: list[int] = typer.Option([1, 2, 3], "--trace-seed", help="Seeds of the preemption traces: one trace per seed, each replayed under the three cadences."),

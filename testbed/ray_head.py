@@ -249,3 +249,78 @@ def _jobs_api_answers(address: str) -> bool:
             return response.status == 200
     except OSError:
         return False
+
+
+@dataclass
+class RayNodes:
+    """A Ray cluster of several nodes on this machine: a head that runs job drivers only (no
+    CPUs, so no rank lands there) and worker nodes on loopback addresses of their own. Faults
+    kill a whole node; `restore_nodes` puts a fresh node in place of a dead or drained one, as
+    Ray's autoscaler replaces a node it drained. Stop it with `stop()`."""
+
+    head: RayHead
+    workers: dict[str, str]  # loopback address -> node id
+    entry_resources: dict[str, float] = field(default_factory=dict)  # what a job's entrypoint asks of the head
+
+    @property
+    def address(self) -> str:
+        return self.head.address
+
+    def _ip(self, node: str) -> str:
+        prefix = node.removeprefix("ray-")
+        found = [ip for ip, node_id in self.workers.items() if node_id.startswith(prefix)]
+        if not found:
+            raise RayHeadError(f"{node} is not a worker node of this cluster ({', '.join(self.workers.values())})")
+        return found[0]
+
+    def kill_node(self, node: str) -> list[int]:
+        """SIGKILL a worker node (`ray-<id prefix>`): its raylet, workers and their children (the
+        node's whole session), as a machine that loses power. Returns the pids."""
+        ip = self._ip(node)
+        sessions = set()
+        for proc in psutil.process_iter(["pid", "cmdline"]):
+            cmdline = " ".join(proc.info["cmdline"] or [])
+            if f"--node-ip-address={ip}" in cmdline or f"--node_ip_address={ip}" in cmdline:
+                try:
+                    sessions.add(os.getsid(proc.pid))
+                except ProcessLookupError:
+                    pass
+        killed = []
+        for proc in psutil.process_iter(["pid"]):
+            try:
+                if os.getsid(proc.pid) in sessions and proc.pid != os.getpid():
+                    proc.kill()
+                    killed.append(proc.pid)
+            except (psutil.Error, ProcessLookupError):
+                pass
+        return killed
+
+    def restore_nodes(self, nodes: list[str]) -> None:
+        """A fresh node in place of each of `nodes` (dead, or drained: Ray has no undrain)."""
+        for node in nodes:
+            try:
+                ip = self._ip(node)
+            except RayHeadError:
+                continue
+            self.kill_node(node)
+            deadline = time.monotonic() + 60
+            while self.workers[ip] in _node_ids(self.head) and time.monotonic() < deadline:
+                time.sleep(0.5)  # the head marks the node dead before its address is used again
+            self.workers[ip] = add_worker_node(self.head, ip=ip, num_cpus=1)
+
+    def stop(self) -> None:
+        self.head.stop()
+
+
+def start_ray_nodes(workers: int = 3, entry_resources: dict[str, float] | None = None) -> RayNodes:
+    """A head on 127.0.0.2 and `workers` nodes of one CPU on 127.0.0.3, 127.0.0.4, …"""
+    resources = dict(entry_resources or {"drill_head": 100})
+    head = start_ray_head(resources, num_cpus=0, ip="127.0.0.2")
+    try:
+        nodes = {f"127.0.0.{3 + i}": "" for i in range(workers)}
+        for ip in nodes:
+            nodes[ip] = add_worker_node(head, ip=ip, num_cpus=1)
+    except BaseException:
+        head.stop()
+        raise
+    return RayNodes(head, nodes, {next(iter(resources)): 1})

@@ -165,6 +165,11 @@ class MultiNodeSlurmCluster(SlurmCluster):
             self.client(["scancel", f"--partition={PARTITION}"], check=False)
         return left
 
+    def restore_nodes(self, nodes: list[str]) -> None:
+        """Resume drained nodes (after a drill or a test replaced them)."""
+        for node in nodes:
+            self.resume_node(node)
+
     def logs(self) -> str:
         parts = [super().logs()]
         for node in self.nodes:

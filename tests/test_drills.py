@@ -150,6 +150,22 @@ def test_an_unhealthy_node_is_drained_and_the_step_moves(drill_home):
     assert r.attempts[1]["resumed_step"] == HELD_AT and r.work_lost == 0
 
 
+def test_a_gang_that_loses_a_node_resumes_on_the_spare_to_the_same_end_state(drill_home):
+    r = drill(drill_home, "node-loss", "local-pretrain-gang")
+    assert_recovered(r)
+    assert outcomes(r) == [("drill-gang-a", "preempted", "lost-node"), ("drill-gang-a", "succeeded", "")]
+    assert r.attempts[0]["node"] == "drill-gang-a-node1"
+
+
+def test_a_node_failing_qualification_is_replaced_before_the_gang_starts(drill_home):
+    r = drill(drill_home, "node-unqualified", "local-pretrain-gang")
+    assert_recovered(r)
+    assert [(a["pool"], a["outcome"], a["node"]) for a in r.attempts] == [
+        ("drill-gang-a", "disqualified", "drill-gang-a-node1"), ("drill-gang-a", "succeeded", ""),
+    ]
+    assert "drill: node drill-gang-a-node1 is unhealthy" in r.attempts[0]["flags"]
+
+
 def test_a_rollout_sweep_killed_mid_episode_ends_with_the_same_episodes(drill_home):
     r = drill(drill_home, "preempt-no-notice", "local-rollouts")
     assert_recovered(r)

@@ -36,6 +36,11 @@ def test_what_every_policy_agrees_on(name):
     assert (refused.action, refused.exclude, refused.cool_down, refused.drain) == (Action.move, True, "refused: no capacity", None)
     disqualified = policy.decide(Outcome(Ending.disqualified, problem="partition down"))
     assert (disqualified.action, disqualified.drain) == (Action.move, "partition down")
+    # A gang's probe named the node that failed: with a spare, only that node goes, the pool stays.
+    sick = Outcome(Ending.disqualified, Cause.unhealthy_node, problem="health_check failed on n1", node="n1", spare_nodes=1)
+    assert (policy.decide(sick).action, policy.decide(sick).replace_node, policy.decide(sick).drain) == (Action.retry, "n1", None)
+    no_spare = policy.decide(Outcome(Ending.disqualified, Cause.unhealthy_node, problem="health_check failed on n1", node="n1"))
+    assert (no_spare.action, no_spare.replace_node, no_spare.drain) == (Action.move, None, "health_check failed on n1")
     flags = [{"cause": "straggler", "detail": "steps 5× slower", "action": "replace", "at": 1.0}]
     straggler = policy.decide(Outcome(Ending.preempted, Cause.straggler, preemptions=1, max_preemptions=3, flags=flags))
     assert (straggler.action, straggler.drain, straggler.cool_down) == (Action.move, "straggler: steps 5× slower", None)

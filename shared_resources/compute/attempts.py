@@ -32,6 +32,7 @@ class Qualification:
     outcome: AttemptOutcome
     problem: str = ""
     probe: AttemptResult | None = None
+    node: str = ""  # a gang's probe: the first node that failed its checks (the others passed or failed too)
 
 
 def qualify(context: dg.AssetExecutionContext, pool: Pool, spec: StepSpec, storage: Storage, attempt: int) -> Qualification:
@@ -65,6 +66,9 @@ def qualify(context: dg.AssetExecutionContext, pool: Pool, spec: StepSpec, stora
         return Qualification(AttemptOutcome.succeeded, probe=result)
     if result.outcome is AttemptOutcome.refused:
         return Qualification(AttemptOutcome.refused, result.log_tail, result)
+    failed = next((m.failed_nodes for m in of_kind(result.messages, Qualified) if m.failed_nodes), {})
+    if failed:
+        return Qualification(AttemptOutcome.failed, "; ".join(failed.values()), result, node=next(iter(failed)))
     return Qualification(AttemptOutcome.failed, f"qualification probe failed (exit {result.exit_code}): {result.log_tail.strip()[-800:]}", result)
 
 

@@ -125,20 +125,25 @@ def run_health_check(pool: Pool, timeout_seconds: float = 60.0) -> str | None:
 
 
 def probe_spec(spec: StepSpec, pool: Pool) -> StepSpec:
-    """The probe that qualifies `pool` for `spec`: same runtime and GPUs, a moment's work."""
+    """The probe that qualifies `pool` for `spec`: same runtime and GPUs, a moment's work.
+
+    A gang's probe is itself a gang of one rank per node, on the nodes the gang would get
+    (without those it no longer uses): each node checks itself, so a sick node is named and
+    replaced before the gang starts, not found by a gang that cannot train."""
     return StepSpec(
         name=f"{spec.name}.qualify",
         entry_point=PROBE_ENTRY_POINT,
         tenant=spec.tenant,
         runtime=spec.runtime,
         gpus=spec.gpus,
-        nodes=1,
+        nodes=spec.nodes if spec.gang else 1,
+        exclude_nodes=list(spec.exclude_nodes) if spec.gang else [],
         checkpoints=False,
         expected_hours=0.01,
         max_preemptions=0,
         config={
             "pool": pool.name,
-            "gpus": spec.gpus if pool.accelerator not in ("local", "cpu") else 0,
+            "gpus": (spec.gpus // (spec.nodes if spec.gang else 1)) if pool.accelerator not in ("local", "cpu") else 0,
             "imports": list(spec.imports),
             "health_check": list(pool.health_check),
         },

@@ -13,7 +13,7 @@ small classes chosen by name.
 | succeeded | done | done |
 | failed (the workload's own error) | give up | give up |
 | refused (no capacity, nothing ran) | cool down, never this pool again for the step, move | same |
-| failed qualification | drain, move | same |
+| failed qualification | drain, move (a gang's node with a spare: drain that node only, retry here) | same |
 | preempted: straggler or unhealthy node | drain, move | same |
 | preempted: notice, lost node, reclaimed | cool down, move (the next free pool, this one if all cool) | retry here, no cool-down |
 | a gang's node lost, slow or sick, and the pool has a spare | drain that node only, retry here without it | same |
@@ -87,6 +87,8 @@ class RecoveryPolicy:
         if outcome.ending is Ending.failed:
             return Decision(Action.give_up)
         if outcome.ending is Ending.disqualified:
+            if outcome.node and outcome.spare_nodes > 0:
+                return Decision(Action.retry, replace_node=outcome.node)  # a gang's node failed its checks: start without it
             return Decision(Action.move, drain=outcome.problem)
         if outcome.ending is Ending.refused:
             return Decision(Action.move, cool_down="refused: no capacity", exclude=True)

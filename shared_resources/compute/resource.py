@@ -19,6 +19,7 @@ from shared_resources.catalog.step_spec import StepSpec
 from shared_resources.compute import attempts
 from shared_resources.compute.backends import backend_for
 from shared_resources.compute.backends.base import AttemptOutcome, AttemptResult
+from shared_resources.compute.causes import Cause
 from shared_resources.compute.cooldowns import Cooldowns
 from shared_resources.compute.health import Drains
 from shared_resources.compute.recovery import Action, Decision, Ending, Outcome, RecoveryPolicy, policy_named
@@ -146,8 +147,9 @@ class ComputeResource(dg.ConfigurableResource):
         started = dt.datetime.now(dt.UTC)
         qualified = attempts.qualify(context, pool, spec, storage, number)
         if qualified.outcome is AttemptOutcome.failed:
-            step.timeline.append(disqualified_timeline(number, pool, time.time(), qualified.problem))
-            return Outcome(Ending.disqualified, problem=qualified.problem), None
+            step.timeline.append(disqualified_timeline(number, pool, time.time(), qualified.problem, node=qualified.node))
+            spares = chooser.spare_nodes(spec, pool)
+            return Outcome(Ending.disqualified, cause=Cause.unhealthy_node, problem=qualified.problem, node=qualified.node, spare_nodes=spares), None
         if qualified.outcome is AttemptOutcome.refused and qualified.probe is not None:
             result = qualified.probe  # no capacity even for the probe: the pool refused the step
         else:
@@ -187,6 +189,8 @@ def _replace_node(context: dg.AssetExecutionContext, spec: StepSpec, pool: Pool,
 
 def _say(context, spec: StepSpec, pool: Pool, number: int, outcome: Outcome, decision: Decision, result: AttemptResult | None) -> None:
     """Tell the run's log what happened and what comes next."""
+    if decision.replace_node:
+        return  # said by `_replace_node`
     if outcome.ending is Ending.disqualified:
         context.log.warning(
             f"{pool.name} failed qualification for {spec.name} and is drained for {pool.drain_seconds:g}s "
@@ -194,8 +198,6 @@ def _say(context, spec: StepSpec, pool: Pool, number: int, outcome: Outcome, dec
         )
     elif outcome.ending is Ending.refused:
         context.log.warning(f"{pool.name} refused {spec.name} ({outcome.problem}); failing over to the next pool in the plan")
-    elif decision.replace_node:
-        return  # said by `_replace_node`
     elif outcome.ending is Ending.preempted and decision.drain:
         context.log.warning(f"drained {pool.name} for {pool.drain_seconds:g}s ({outcome.cause}); {spec.name} moves to the next pool")
     elif outcome.ending is Ending.preempted and decision.action is not Action.give_up:

@@ -103,6 +103,7 @@ def attempt_timeline(attempt: int, pool: Pool, submitted: float, result: Attempt
         "backend": pool.backend,
         "outcome": result.outcome.value,
         "cause": result.cause,
+        "node": result.node,  # the node at fault, when known (a gang's)
         "submitted_at": submitted,
         "running_at": result.running_at,
         "resumed_at": result.first_at(Resumed),
@@ -119,9 +120,10 @@ def attempt_timeline(attempt: int, pool: Pool, submitted: float, result: Attempt
     }
 
 
-def disqualified_timeline(attempt: int, pool: Pool, at: float, problem: str) -> dict[str, Any]:
-    """The timeline entry of a pool that failed qualification: nothing ran, the pool was drained."""
-    return {
+def disqualified_timeline(attempt: int, pool: Pool, at: float, problem: str, node: str = "") -> dict[str, Any]:
+    """The timeline entry of a pool that failed qualification: nothing ran, the pool (or, for a
+    gang with a spare, only the `node` that failed) was drained."""
+    return {"node": node,
         "attempt": attempt, "pool": pool.name, "backend": pool.backend, "outcome": "disqualified", "cause": Cause.unhealthy_node.value,
         "submitted_at": at, "running_at": None, "resumed_at": None, "resumed_step": None, "last_step": None,
         "last_checkpoint_step": None, "last_checkpoint_at": None, "step_seconds": None, "ended_at": at, "contained_at": at,

@@ -97,3 +97,15 @@ class WorkloadInputs(BaseModel):
                 f"{where} are not valid workload inputs: {problems}. Expected a JSON object with `config`, "
                 "`checkpoint_uri` and optionally `checkpoint_every_steps`, `telemetry_seconds`, `attempt`, ..."
             ) from None
+
+    @classmethod
+    def from_pipes_env(cls) -> WorkloadInputs | None:
+        """The inputs a Pipes launcher handed this process, read without opening the session
+        (a gang's other ranks: rank 0 alone talks to Pipes); None outside Pipes."""
+        from dagster_pipes import PipesDefaultContextLoader, PipesEnvVarParamsLoader
+
+        loader = PipesEnvVarParamsLoader()
+        if not loader.is_dagster_pipes_process():
+            return None
+        with PipesDefaultContextLoader().load_context(loader.load_context_params()) as data:
+            return cls.from_extras(data.get("extras") or {})

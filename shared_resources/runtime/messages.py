@@ -83,6 +83,8 @@ class Qualified(BaseMessage):
     event: Literal[Event.qualified] = Event.qualified
     checks: dict[str, str] = Field(default_factory=dict)
     node: str = ""
+    # A gang's probe runs on every node: the nodes that failed a check, each with its problem.
+    failed_nodes: dict[str, str] = Field(default_factory=dict)
 
 
 Message = Annotated[Resumed | CheckpointSaved | Progress | Telemetry | Preemption | Qualified, Field(discriminator="event")]

@@ -10,6 +10,7 @@ and exits 1 with the first problem, in words.
 from __future__ import annotations
 
 import importlib
+import os
 import platform
 import posixpath
 import subprocess
@@ -72,29 +73,75 @@ def _check_command(command: list[str]) -> str:
     return "passed"
 
 
+def run_checks(inputs: WorkloadInputs, node: str) -> tuple[dict[str, str], str | None]:
+    """This node's checks in order: what each found, and the first problem in words (or None)."""
+    config: dict[str, Any] = dict(inputs.config)
+    pool = str(config.get("pool") or inputs.pool or "?")
+    checks = [("runtime", lambda: _check_imports(list(config.get("imports", []))))]
+    if inputs.storage_root:
+        checks.append(("storage", lambda: _check_storage(str(inputs.storage_root), pool)))
+    if int(config.get("gpus", 0)) > 0:
+        checks.append(("gpus", lambda: _check_gpus(int(config["gpus"]))))
+    if config.get("health_check"):
+        checks.append(("health_check", lambda: _check_command(list(config["health_check"]))))
+    results: dict[str, str] = {}
+    for name, check in checks:
+        try:
+            results[name] = check()
+        except Exception as exc:  # noqa: BLE001 - every problem is the answer
+            return results, f"{name} check failed on {node}: {exc}"
+    return results, None
+
+
 def main() -> int:
+    if os.environ.get("WORLD_SIZE", "1") != "1" or os.environ.get("SLURM_NTASKS", "1") != "1":
+        from shared_resources.runtime.gang import member_from_env
+
+        member = member_from_env()
+        if member is not None:
+            return gang_main(member)
     with open_dagster_pipes() as pipes:
         inputs = WorkloadInputs.from_extras(pipes.extras)
-        config: dict[str, Any] = dict(inputs.config)
-        pool = str(config.get("pool") or inputs.pool or "?")
-        checks = [("runtime", lambda: _check_imports(list(config.get("imports", []))))]
-        if inputs.storage_root:
-            checks.append(("storage", lambda: _check_storage(str(inputs.storage_root), pool)))
-        if int(config.get("gpus", 0)) > 0:
-            checks.append(("gpus", lambda: _check_gpus(int(config["gpus"]))))
-        if config.get("health_check"):
-            checks.append(("health_check", lambda: _check_command(list(config["health_check"]))))
-        results: dict[str, str] = {}
-        for name, check in checks:
-            try:
-                results[name] = check()
-            except Exception as exc:  # noqa: BLE001 - every problem is the answer
-                problem = f"{name} check failed on {platform.node()}: {exc}"
-                pipes.log.error(problem)
-                print(problem, file=sys.stderr)
-                return 1
+        results, problem = run_checks(inputs, platform.node())
+        if problem:
+            pipes.log.error(problem)
+            print(problem, file=sys.stderr)
+            return 1
         pipes.report_custom_message(Qualified(checks=results, node=platform.node(), at=round(time.time(), 4)).payload())
     return 0
+
+
+def gang_main(member) -> int:
+    """A gang's probe: one rank per node checks its own node, rank 0 reports them all, so the
+    platform learns which node failed and can start the gang without it (on a spare)."""
+    from torch import distributed as dist
+
+    from shared_resources.runtime.gang import Gang
+
+    if member.leader:
+        with open_dagster_pipes() as pipes:
+            inputs = WorkloadInputs.from_extras(pipes.extras)
+            answers = _gather(Gang.join(member), inputs, member.node, dist)
+            failed = {node: problem for node, _, problem in answers if problem}
+            for problem in failed.values():
+                pipes.log.error(problem)
+                print(problem, file=sys.stderr)
+            checks = {f"{name} ({node})": found for node, results, _ in answers for name, found in results.items()}
+            pipes.report_custom_message(Qualified(checks=checks, node=member.node, failed_nodes=failed, at=round(time.time(), 4)).payload())
+        return 1 if failed else 0
+    inputs = WorkloadInputs.from_pipes_env()
+    if inputs is None:
+        raise SystemExit("the qualification probe runs under Dagster Pipes: the platform starts it")
+    _gather(Gang.join(member), inputs, member.node, dist)
+    return 0
+
+
+def _gather(gang, inputs: WorkloadInputs, node: str, dist) -> list[tuple[str, dict[str, str], str | None]]:
+    results, problem = run_checks(inputs, node)
+    answers: list = [None] * gang.world_size
+    dist.all_gather_object(answers, (node, results, problem))
+    gang.leave()
+    return answers
 
 
 if __name__ == "__main__":

@@ -174,13 +174,7 @@ class WorkloadRun:
     def _rank_inputs(self) -> WorkloadInputs:
         """A non-leader rank's inputs: the Pipes extras read without opening the session, or
         the standalone sources when started by hand."""
-        loader = PipesEnvVarParamsLoader()
-        if loader.is_dagster_pipes_process():
-            from dagster_pipes import PipesDefaultContextLoader
-
-            with PipesDefaultContextLoader().load_context(loader.load_context_params()) as data:
-                return WorkloadInputs.from_extras(data.get("extras") or {})
-        return _standalone_inputs(self._argv)
+        return WorkloadInputs.from_pipes_env() or _standalone_inputs(self._argv)
 
     def config_as(self, model: type[C]) -> C:
         """The workload's config as its model; exits with every bad field named otherwise."""

@@ -38,13 +38,14 @@ def drill_root(storage: StorageResource) -> Path:
     return Path(store.root.removeprefix("file://")) / "drills"
 
 
-@dg.asset(key=FAILURE_DRILL, partitions_def=DRILL_PARTITIONS, group_name=DRILL_GROUP, kinds={"python", "slurm"})
+@dg.asset(key=FAILURE_DRILL, partitions_def=DRILL_PARTITIONS, group_name=DRILL_GROUP, kinds={"python", "slurm", "ray"})
 def failure_drill(context: dg.AssetExecutionContext, config: DrillConfig, storage: StorageResource) -> dg.MaterializeResult:
     """A failure drill: a real fault injected into a real run, and how the platform recovered.
 
     Each partition is a scenario (preemption with or without notice, a torn checkpoint, the
-    loss of a pool, a straggler, an unhealthy node) against a target (backend and workload:
-    Cell pretraining, a Robotics rollout sweep, Robotics policy training). The drill runs the
+    loss of a pool, a straggler, an unhealthy node; for a gang: a lost node, one slow rank, a
+    node failing qualification) against a target (backend and workload: Cell pretraining, on
+    one process or as a gang of 2 nodes, a Robotics rollout sweep, Robotics policy training). The drill runs the
     workload once uninterrupted, then again with the fault, through the same placement,
     backends, monitor and ledger as every lane step, on small pools of its own.
 
@@ -61,11 +62,15 @@ def failure_drill(context: dg.AssetExecutionContext, config: DrillConfig, storag
         raise dg.Failure(f"size must be one of {', '.join(SIZES)}, got {config.size!r}")
     if workload_name not in SCENARIOS[scenario].workloads:
         raise dg.Failure(f"{SCENARIOS[scenario].title} does not apply to {workload_name}; it applies to {', '.join(SCENARIOS[scenario].workloads)}")
-    cluster = runner.ACTIVE_CLUSTERS.get(backend)
-    if backend == "slurm" and cluster is None:
-        raise dg.Failure("Slurm drills need a cluster to fault: run them with `sinewgrid drill --backend slurm`, which starts a single-node one.")
+    gang = SCENARIOS[scenario].gang
+    cluster = runner.ACTIVE_CLUSTERS.get(f"{backend}-gang" if gang and backend == "slurm" else backend)
+    if backend != "local" and cluster is None:
+        raise dg.Failure(
+            f"{backend} drills need a cluster to fault: run them with `sinewgrid drill --backend {backend}`, which starts one on this machine "
+            "(Slurm: a single-node cluster, and one of 3 nodes in network namespaces for the gang scenarios; Ray: a head and 3 worker nodes)."
+        )
     root = drill_root(storage)
-    catalog, pools = drill_catalog(root, backend, cluster)
+    catalog, pools = drill_catalog(root, backend, cluster, gang=gang)
     setup = DrillSetup(storage_root=storage.root, drill_root=root, backend=backend, catalog=catalog, pools=pools, cluster=cluster)
     result = run_scenario(context, setup, scenario, workload_name, config.size)
     out = root / "results" / f"{scenario}--{target}.json"

@@ -133,6 +133,24 @@ class RayBackend(EngineBackend):
                 return line.removeprefix("sinewgrid: lost node ").split()[0]
         return None
 
+    def drain_node(self, pool: Pool, node: str, reason: str, timeout_seconds: float = 60.0) -> bool:
+        """Ray's own drain of the gang's bad node (`runtime/ray_drain.py`, run as a small job:
+        only the cluster's GCS takes the call). False when the node is gone already (a lost
+        node: Ray places nothing on a dead node) or the drain did not finish in time."""
+        settings: RaySettings = settings_for(pool)
+        client = self._client(settings.address, pool.name)
+        spec = StepSpec(name="drain", entry_point="shared_resources.runtime.ray_drain", gpus=0)
+        runtime_env = self.runtime_env(pool, spec, {})
+        command = shlex.join([self.interpreter(pool, spec), "-m", spec.entry_point, node, reason])
+        job = client.submit_job(entrypoint=command if runtime_env.get("working_dir") else f"cd {shlex.quote(str(REPO_ROOT))} && exec {command}", runtime_env=runtime_env)
+        deadline = time.monotonic() + timeout_seconds
+        while time.monotonic() < deadline:
+            status = client.get_job_status(job)
+            if status.is_terminal():
+                return str(status) == "SUCCEEDED"
+            time.sleep(0.2)
+        return False
+
     # Runtimes ------------------------------------------------------------------------
     def _runtime(self, pool: Pool, spec: StepSpec) -> str | dict[str, Any]:
         configured = pool.runtimes.get(spec.runtime, "")
