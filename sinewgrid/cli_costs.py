@@ -117,6 +117,9 @@ def _print_plan(result, evidence: bool) -> None:
     budget = f" of budget ${totals['budget_usd']:,.2f}" if totals["budget_usd"] is not None else ""
     console.print(f"total ${totals['cost_usd']:,.2f}{budget} ({modes}); commitments already paid cover "
                   f"{totals['committed_gpu_hours_used']:,.1f} GPU-h")
+    if totals["spare_usd"]:
+        spares = ", ".join(f"{r['step']} on {r['pool']} ${r['spare_usd']:,.2f}" for r in result.rows() if r["spare_usd"])
+        console.print(escape(f"of which standby spare nodes held for gangs: ${totals['spare_usd']:,.2f} ({spares})"))
     if totals["prices_illustrative"]:
         console.print("[yellow]Prices in this catalog are ILLUSTRATIVE, not quotes.[/]")
     console.print(f"catalogs: {', '.join(result.catalog.files)}")

@@ -29,12 +29,14 @@ def test_capacity_plan_places_both_calendars_within_every_pool_quota(home):
     steps = plan["steps"]
     assert {s["step"].split("/")[0] for s in steps} == {"cell-december-week", "robotics-december-week"}
     assert abs(sum(s["cost_usd"] for s in steps) - metadata["cost_usd"]) < 0.01
-    # Planned together, the two lanes never hold more of a pool than its quota at any moment.
+    assert all(s["gpus_held"] >= s["gpus"] for s in steps)
+    # Planned together, the two lanes never hold more of a pool than its quota at any moment
+    # (a gang holds whole nodes: `gpus_held`, at least the GPUs it asks for).
     pools = load_catalog(REPO_ROOT / "deploy" / "pools").pools
     for name in {s["pool"] for s in steps}:
         runs = [s for s in steps if s["pool"] == name]
         for moment in {_moment(s["start"]) for s in runs}:
-            held = sum(s["gpus"] for s in runs if _moment(s["start"]) <= moment < _moment(s["end"]))
+            held = sum(s["gpus_held"] for s in runs if _moment(s["start"]) <= moment < _moment(s["end"]))
             assert held <= pools[name].total_gpus, f"{name} over quota at {moment}: {held} GPUs"
 
 

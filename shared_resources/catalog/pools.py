@@ -76,7 +76,16 @@ class Pool(BaseModel):
     window_end: dt.datetime | None = None
     # Expected interruptions per node-hour (spot); a step on n nodes sees n times as many.
     interruption_rate_per_hour: Annotated[float, Field(ge=0)] = 0.0
+    # The fast interconnect (an NVLink/InfiniBand island, a placement group, a Slurm switch): a tightly
+    # coupled step lands only where all its nodes fit inside one domain. Say it in nodes
+    # (`nodes_per_domain`) or in GPUs (`interconnect_domain_gpus`); both: they must agree.
+    # Neither: the pool has no fast interconnect, and tightly coupled steps go elsewhere.
     interconnect_domain_gpus: Annotated[int, Field(ge=1)] | None = None  # GPUs in one fast domain
+    nodes_per_domain: Annotated[int, Field(ge=1)] | None = None  # nodes in one fast domain
+    # Nodes held on standby to replace a gang's failed node (HyperPod's spare instances, a
+    # reservation's standby nodes). Never offered to a step for fitting; a gang pays for them
+    # while it runs (docs/placement.md, "Gangs: domains and spares").
+    spare_nodes: Annotated[int, Field(ge=0)] = 0
     # Steps this pool runs at once (local backend); more are refused and fail over. None: no limit.
     max_concurrent_steps: Annotated[int, Field(ge=1)] | None = None
     # What happens after an attempt on this pool ends, unless the step says: a policy of
@@ -139,9 +148,55 @@ class Pool(BaseModel):
             raise ValueError(f"not valid for a {self.backend} pool: {problems}") from None
         return self
 
+    @model_validator(mode="after")
+    def _domains_and_spares_fit(self) -> Pool:
+        if self.spare_nodes >= self.nodes:
+            raise ValueError(
+                f"`spare_nodes` ({self.spare_nodes}) must be fewer than `nodes` ({self.nodes}): spares stand by for the "
+                "nodes steps run on. Lower `spare_nodes` or raise `nodes`."
+            )
+        if self.nodes_per_domain is not None and self.nodes_per_domain > self.nodes:
+            raise ValueError(
+                f"`nodes_per_domain` ({self.nodes_per_domain}) is more than the pool's `nodes` ({self.nodes}). "
+                "Lower it; if the whole pool is one domain, it equals `nodes`."
+            )
+        if (
+            self.nodes_per_domain is not None
+            and self.interconnect_domain_gpus is not None
+            and self.nodes_per_domain * self.gpus_per_node != self.interconnect_domain_gpus
+        ):
+            raise ValueError(
+                f"`interconnect_domain_gpus` ({self.interconnect_domain_gpus}) and `nodes_per_domain` ({self.nodes_per_domain}) "
+                f"disagree: {self.nodes_per_domain} nodes × {self.gpus_per_node} GPUs per node = "
+                f"{self.nodes_per_domain * self.gpus_per_node}. Keep one of the two."
+            )
+        return self
+
+    @property
+    def domain_nodes(self) -> int | None:
+        """Nodes inside one fast interconnect domain; None: the pool has no fast interconnect."""
+        if self.nodes_per_domain is not None:
+            return self.nodes_per_domain
+        if self.interconnect_domain_gpus is not None:
+            return self.interconnect_domain_gpus // self.gpus_per_node if self.gpus_per_node else self.nodes
+        return None
+
+    @property
+    def domain_gpus(self) -> int | None:
+        """GPUs inside one fast interconnect domain; None: the pool has no fast interconnect."""
+        if self.interconnect_domain_gpus is not None:
+            return self.interconnect_domain_gpus
+        return self.nodes_per_domain * self.gpus_per_node if self.nodes_per_domain is not None else None
+
+    @property
+    def offered_nodes(self) -> int:
+        """Nodes steps may be fitted on: all but the standby spares."""
+        return self.nodes - self.spare_nodes
+
     @property
     def total_gpus(self) -> int:
-        return self.quota_gpus if self.quota_gpus is not None else self.gpus_per_node * self.nodes
+        """GPUs steps may hold at once: the quota if the pool has one, else the offered nodes' (spares left out)."""
+        return self.quota_gpus if self.quota_gpus is not None else self.gpus_per_node * self.offered_nodes
 
 
 class PoolCatalogError(ValueError):
@@ -304,7 +359,10 @@ def _pools_of(path: Path, doc: dict) -> dict[str, Pool]:
             pools[name] = Pool(name=name, **fields)
         except ValidationError as exc:
             for err in exc.errors():
-                field = ".".join(str(p) for p in err["loc"]) or "backend_settings"
+                field = ".".join(str(p) for p in err["loc"])
+                if not field:  # a check across fields: its message names them
+                    problems.append(f"{path}: pool `{name}`: {err['msg'].removeprefix('Value error, ')}")
+                    continue
                 hint = f" (got {err['input']!r})" if err["type"] not in ("missing", "value_error") else ""
                 problems.append(f"{path}: pool `{name}`, field `{field}`: {err['msg']}{hint}")
     if problems:

@@ -75,9 +75,12 @@ class Assessment:
     rework: np.ndarray  # share of the run redone or spent checkpointing
     interval_hours: np.ndarray  # Young/Daly checkpoint interval; inf where nothing interrupts
     mtbi_hours: np.ndarray  # mean time between interruptions for the step's node count
-    gpu_hours: np.ndarray  # billed GPU-hours, rework included
+    held_gpus: np.ndarray  # GPUs the step holds on the pool: whole nodes for a gang, else what it asks
+    gpu_hours: np.ndarray  # billed GPU-hours, rework and a gang's standby spares included
+    spare_gpu_hours: np.ndarray  # of those, the pool's standby spares held while a gang runs
     covered_gpu_hours: np.ndarray  # of those, inside a commitment already paid for
     compute_usd: np.ndarray
+    spare_usd: np.ndarray  # the spares' part of compute_usd
     egress_usd: np.ndarray
     moved_gb: np.ndarray
     transfer_hours: np.ndarray
@@ -91,6 +94,13 @@ class Assessment:
     @property
     def cost_usd(self) -> np.ndarray:
         return self.compute_usd + self.egress_usd
+
+
+def spare_share(compute_usd: np.ndarray, spare_gpu_hours: np.ndarray, gpu_hours: np.ndarray) -> np.ndarray:
+    """What standby spares cost of a compute bill: their share of its GPU-hours (pro rata, as they
+    share the commitment with the working nodes)."""
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return np.where(spare_gpu_hours > 0, compute_usd * spare_gpu_hours / np.where(gpu_hours > 0, gpu_hours, 1.0), 0.0)
 
 
 def _mask_by_key(keys: list, pools: list[Pool], test) -> np.ndarray:
@@ -151,11 +161,18 @@ def assess(steps: list[StepSpec], pools: list[Pool], context: PlanContext) -> As
     refused["accelerator"] = _mask_by_key(
         [tuple(s.accelerators or ()) for s in steps], pools, lambda a, p: bool(a) and p.accelerator not in a
     )
-    refused["nodes"] = nodes > _col(pools, lambda p: p.nodes)
-    refused["gpus"] = raw_gpus > total_gpus
+    # A gang (docs/gangs.md) takes whole nodes: it holds, and pays for, every GPU of each node it runs on.
+    gang = _row(steps, lambda s: s.gang, bool)
+    held = np.where(gang, np.maximum(nodes * gpn, gpus), gpus)
+    # Standby spares are never offered for fitting; they wait to replace a gang's failed node.
+    refused["nodes"] = nodes > _col(pools, lambda p: p.offered_nodes)
+    refused["gpus"] = np.where(gang, held, raw_gpus) > total_gpus
     refused["gpus_per_node"] = ~refused["gpus"] & (np.ceil(raw_gpus / nodes) > gpn)
+    # Tightly coupled: every node inside one fast interconnect domain (none declared: no domain).
     coupled = _row(steps, lambda s: s.tightly_coupled, bool)
-    refused["interconnect"] = coupled & (_col(pools, lambda p: p.interconnect_domain_gpus or 0) < gpus)
+    refused["interconnect"] = coupled & (
+        (_col(pools, lambda p: p.domain_gpus or 0) < gpus) | (_col(pools, lambda p: p.domain_nodes or 0) < nodes)
+    )
     refused["runtime"] = _mask_by_key([s.runtime for s in steps], pools, lambda r, p: r not in p.runtimes)
     refused["spot_checkpoint"] = is_spot & ~_row(steps, lambda s: s.checkpoints, bool)
 
@@ -184,7 +201,10 @@ def assess(steps: list[StepSpec], pools: list[Pool], context: PlanContext) -> As
     transfer = (gb * hours_per_gb[None, :]) @ moved
 
     run_hours = hours * (1.0 + rework)
-    gpu_hours = gpus * run_hours
+    # A gang keeps the pool's spares standing by for as long as it runs; they draw on a commitment
+    # like its working nodes. A single process does not pay for them (it has no node to replace).
+    spare_gpu_hours = np.where(gang, _col(pools, lambda p: p.spare_nodes * p.gpus_per_node), 0.0) * run_hours
+    gpu_hours = held * run_hours + spare_gpu_hours
     covered = np.minimum(gpu_hours, committed)
     compute = price * (gpu_hours - covered) + marginal * covered
     end = start[:, None] + transfer + run_hours
@@ -198,8 +218,9 @@ def assess(steps: list[StepSpec], pools: list[Pool], context: PlanContext) -> As
     feasible = ~np.logical_or.reduce([refused[r] for r in RULES]) if P else np.zeros((S, 0), dtype=bool)
     return Assessment(
         steps=steps, pools=pools, context=context, refused=refused, feasible=feasible, rework=rework,
-        interval_hours=interval, mtbi_hours=mtbi, gpu_hours=gpu_hours, covered_gpu_hours=covered,
-        compute_usd=compute, egress_usd=egress_usd, moved_gb=moved_gb, transfer_hours=transfer,
+        interval_hours=interval, mtbi_hours=mtbi, held_gpus=held * np.ones((1, P)), gpu_hours=gpu_hours,
+        spare_gpu_hours=spare_gpu_hours * np.ones((S, 1)), covered_gpu_hours=covered,
+        compute_usd=compute, spare_usd=spare_share(compute, spare_gpu_hours, gpu_hours), egress_usd=egress_usd, moved_gb=moved_gb, transfer_hours=transfer,
         start_hours=start, end_hours=end, deadline_hours=deadline, locations=locations,
         gb_by_location=gb, egress_price=egress_price,
     )

@@ -10,8 +10,9 @@ scarce commitment or quota goes where it saves the most.
 
 Shared limits between steps:
 
-- **quota**: a pool's GPUs (`quota_gpus`, else nodes × GPUs per node) held by the steps
-  running on it at the same time, on a 15-minute grid;
+- **quota**: a pool's GPUs (`quota_gpus`, else nodes × GPUs per node, standby spares left
+  out) held by the steps running on it at the same time, on a 15-minute grid; a gang holds
+  whole nodes (nodes × the pool's GPUs per node);
 - **commitment**: reserved/block GPU-hours already paid for, used up step by step;
 - **budget**: the job's total.
 """
@@ -25,7 +26,7 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
-from shared_resources.placement.cost_model import RULES, Assessment, PlanContext, assess
+from shared_resources.placement.cost_model import RULES, Assessment, PlanContext, assess, spare_share
 from shared_resources.placement.ranking import PlacementPlan, refusal_reasons, step_plan
 from shared_resources.catalog.pools import Catalog, Purchasing
 from shared_resources.catalog.step_spec import StepSpec
@@ -67,7 +68,7 @@ def assign(a: Assessment, allowed: np.ndarray, order: list[int], score: np.ndarr
     s0 = np.maximum(s0, 0)
     horizon = int(max(s1[a.feasible].max(initial=1), s0.max(initial=0) + 1)) + 1
     usage = np.zeros((P, horizon))
-    gpus = np.array([max(s.gpus, 1) for s in a.steps], dtype=float)
+    held = a.held_gpus  # [S, P]: whole nodes for a gang
     choice = np.full(S, -1)
     failover: list[list[int]] = [[] for _ in range(S)]
     refusals: dict[int, dict[int, str]] = {}
@@ -85,7 +86,7 @@ def assign(a: Assessment, allowed: np.ndarray, order: list[int], score: np.ndarr
         ends = np.clip(s1[i, cands], s0[i] + 1, horizon)
         window = usage[cands, s0[i] : ends.max()]
         peak = np.maximum.accumulate(window, axis=1)[np.arange(cands.size), ends - s0[i] - 1]
-        room = peak + gpus[i] <= quota[cands]
+        room = peak + held[i, cands] <= quota[cands]
         covered = np.minimum(a.gpu_hours[i, cands], left[cands])
         true_cost = price[cands] * (a.gpu_hours[i, cands] - covered) + marginal[cands] * covered + a.egress_usd[i, cands]
         fits_budget = true_cost <= (a.steps[i].budget_usd if a.steps[i].budget_usd is not None else math.inf)
@@ -96,7 +97,8 @@ def assign(a: Assessment, allowed: np.ndarray, order: list[int], score: np.ndarr
         refusals[i] = {
             int(cands[r]): (
                 f"quota: {peak[r]:.0f} of {quota[cands[r]]:.0f} GPUs already planned on it during "
-                f"{_moment(a, s0[i] * SLOT_HOURS)} → {_moment(a, ends[r] * SLOT_HOURS)}; step needs {gpus[i]:.0f}"
+                f"{_moment(a, s0[i] * SLOT_HOURS)} → {_moment(a, ends[r] * SLOT_HOURS)}; step needs {held[i, cands[r]]:.0f}"
+                f"{' (a gang takes whole nodes)' if a.steps[i].gang and held[i, cands[r]] > a.steps[i].gpus else ''}"
                 if not room[r]
                 else f"expected cost ${true_cost[r]:,.2f} exceeds budget ${a.steps[i].budget_usd:,.2f} once earlier steps used the commitment"
             )
@@ -109,7 +111,7 @@ def assign(a: Assessment, allowed: np.ndarray, order: list[int], score: np.ndarr
         j = failover[i][0]
         r = int(np.searchsorted(cands, j))
         choice[i] = j
-        usage[j, s0[i] : max(s1[i, j], s0[i] + 1)] += gpus[i]
+        usage[j, s0[i] : max(s1[i, j], s0[i] + 1)] += held[i, j]
         left[j] -= covered[r]
         compute[i] = price[j] * (a.gpu_hours[i, j] - covered[r]) + marginal[j] * covered[r]
         covered_out[i] = covered[r]
@@ -201,6 +203,7 @@ class JobPlan:
             j = int(s.choice[i])
             pool = a.pools[j]
             interval = a.interval_hours[i, j]
+            spare_usd = spare_share(s.compute_usd[i], a.spare_gpu_hours[i, j], a.gpu_hours[i, j])
             rows.append({
                 "step": step.name,
                 "pool": pool.name,
@@ -209,11 +212,14 @@ class JobPlan:
                 "purchasing": pool.purchasing.value,
                 "failover": [a.pools[k].name for k in s.failover[i][1:]],
                 "gpus": step.gpus,
+                "gpus_held": int(a.held_gpus[i, j]),  # what the quota counts: whole nodes for a gang
                 "start": _moment(a, a.start_hours[i]),
                 "end": _moment(a, a.end_hours[i, j]),
                 "gpu_hours": float(a.gpu_hours[i, j]),
+                "spare_gpu_hours": float(a.spare_gpu_hours[i, j]),
                 "committed_gpu_hours_used": float(s.covered_gpu_hours[i]),
                 "compute_usd": float(s.compute_usd[i]),
+                "spare_usd": float(spare_usd),  # the standby spares' part of compute_usd
                 "egress_usd": float(a.egress_usd[i, j]),
                 "moved_gb": float(a.moved_gb[i, j]),
                 "cost_usd": float(s.compute_usd[i] + a.egress_usd[i, j]),
@@ -232,6 +238,7 @@ class JobPlan:
             "steps": len(rows),
             "cost_usd": sum(r["cost_usd"] for r in rows),
             "compute_usd": sum(r["compute_usd"] for r in rows),
+            "spare_usd": sum(r["spare_usd"] for r in rows),
             "egress_usd": sum(r["egress_usd"] for r in rows),
             "gpu_hours": sum(r["gpu_hours"] for r in rows),
             "committed_gpu_hours_used": sum(r["committed_gpu_hours_used"] for r in rows),

@@ -36,6 +36,9 @@ class PoolVerdict:
     moved_gb: float = 0.0
     transfer_hours: float = 0.0
     committed_gpu_hours_used: float = 0.0
+    # A gang's standby spares on this pool: GPU-hours held while it runs and their part of `compute_usd`.
+    spare_gpu_hours: float = 0.0
+    spare_usd: float = 0.0
     refused_by: list[str] = field(default_factory=list)  # rule keys (cost_model.RULES)
 
 
@@ -131,13 +134,14 @@ def refusal_reasons(a: Assessment, i: int, j: int) -> list[str]:
         ),
         "capacity": lambda: f"offers {pool.capacity.value} capacity, step needs {step.capacity.value}",
         "accelerator": lambda: f"accelerator {pool.accelerator} not in {step.accelerators}",
-        "nodes": lambda: f"needs {step.nodes} nodes, pool has {pool.nodes}",
-        "gpus": lambda: f"needs {step.gpus} GPUs, pool has {pool.total_gpus}",
-        "gpus_per_node": lambda: f"needs {math.ceil(step.gpus / step.nodes)} GPUs per node, pool has {pool.gpus_per_node}",
-        "interconnect": lambda: (
-            f"tightly coupled across {step.gpus} GPUs, but the pool's fast-interconnect domain holds "
-            f"{pool.interconnect_domain_gpus or 'none'}"
+        "nodes": lambda: _nodes_refusal(step, pool),
+        "gpus": lambda: (
+            f"a gang takes whole nodes: {step.nodes} × {pool.gpus_per_node} = {a.held_gpus[i, j]:.0f} GPUs, pool has {pool.total_gpus}"
+            if step.gang and a.held_gpus[i, j] > step.gpus
+            else f"needs {step.gpus} GPUs, pool has {pool.total_gpus}"
         ),
+        "gpus_per_node": lambda: f"needs {math.ceil(step.gpus / step.nodes)} GPUs per node, pool has {pool.gpus_per_node}",
+        "interconnect": lambda: _interconnect_refusal(step, pool),
         "runtime": lambda: f"has no `{step.runtime}` runtime (has: {', '.join(sorted(pool.runtimes))})",
         "spot_checkpoint": lambda: "spot refused: step does not checkpoint (checkpoints: false)",
         "spot_rework": lambda: (
@@ -160,10 +164,40 @@ def refusal_reasons(a: Assessment, i: int, j: int) -> list[str]:
     return [words[rule]() for rule, mask in a.refused.items() if mask[i, j]]
 
 
+def _nodes_refusal(step: StepSpec, pool: Pool) -> str:
+    if not pool.spare_nodes:
+        return f"needs {step.nodes} nodes, pool has {pool.nodes}"
+    return (
+        f"needs {step.nodes} nodes, pool offers {pool.offered_nodes}: of its {pool.nodes}, {pool.spare_nodes} "
+        f"stand by as spares to replace a gang's failed node"
+    )
+
+
+def _interconnect_refusal(step: StepSpec, pool: Pool) -> str:
+    if pool.domain_nodes is None:
+        return f"tightly coupled across {step.gpus} GPUs, but the pool's fast-interconnect domain holds none"
+    if step.nodes > pool.domain_nodes:
+        return (
+            f"tightly coupled: needs {step.nodes} nodes in one interconnect domain, the pool's domains hold "
+            f"{pool.domain_nodes} ({pool.domain_gpus} GPUs)"
+        )
+    return f"tightly coupled across {step.gpus} GPUs, but the pool's fast-interconnect domain holds {pool.domain_gpus}"
+
+
 def cost_reasons(a: Assessment, i: int, j: int) -> list[str]:
     """How the expected cost of step i on pool j is made up."""
     step, pool = a.steps[i], a.pools[j]
     why = [f"{pool.purchasing.value} {pool.capacity.value} capacity at ${pool.price_per_gpu_hour:.2f}/GPU-h"]
+    if step.gang and a.held_gpus[i, j] > max(step.gpus, 1):
+        why.append(
+            f"a gang takes whole nodes: holds and pays for {step.nodes} × {pool.gpus_per_node} = {a.held_gpus[i, j]:.0f} GPUs "
+            f"(uses {step.gpus})"
+        )
+    if a.spare_gpu_hours[i, j]:
+        why.append(
+            f"+{pool.spare_nodes} standby spare node(s) held while the gang runs: {a.spare_gpu_hours[i, j]:,.1f} GPU-h, "
+            f"${a.spare_usd[i, j]:,.2f}"
+        )
     covered = a.covered_gpu_hours[i, j]
     if pool.committed_gpu_hours is not None:
         why.append(
@@ -204,6 +238,8 @@ def verdict(a: Assessment, i: int, j: int, rank: int | None, extra: list[str] | 
         moved_gb=float(a.moved_gb[i, j]),
         transfer_hours=float(a.transfer_hours[i, j]),
         committed_gpu_hours_used=float(a.covered_gpu_hours[i, j]),
+        spare_gpu_hours=float(a.spare_gpu_hours[i, j]),
+        spare_usd=float(a.spare_usd[i, j]),
     )
     if refusals:
         rules = [r for r, m in a.refused.items() if m[i, j]] + (["quota"] if extra else [])
