@@ -292,21 +292,23 @@ def test_a_local_pool_without_enough_nodes_refuses_the_gang_before_starting_any(
     assert result.outcome.value == "refused" and "steady has 3 nodes, 2 of them replaced; the gang needs 2" in result.log_tail
 
 
-@pytest.mark.parametrize("kind", ["kubernetes"])
-def test_a_backend_that_cannot_start_a_gang_whole_refuses_it_so_it_moves(kind):
+def test_a_backend_that_cannot_start_a_gang_whole_refuses_it_so_it_moves():
     from shared_resources.catalog.pools import Pool
-    from shared_resources.compute.backends import backend_for
-    from shared_resources.runtime.inputs import WorkloadInputs
+    from shared_resources.compute.backends.base import Backend
 
-    settings = {"address": "http://127.0.0.1:8265"} if kind == "ray" else {}
+    class OneProcessOnly(Backend):  # every backend here starts gangs now (Kubernetes as a JobSet); a new one may not yet
+        kind = "one-process"
+        run_attempt = status = signal = cancel = None  # type: ignore[assignment]
+
     pool = Pool(
-        name="p", provider="local", region="local", backend=kind, backend_settings=settings, purchasing="on_demand", accelerator="local",
+        name="p", provider="local", region="local", backend="local", purchasing="on_demand", accelerator="local",
         gpus_per_node=1, nodes=4, price_per_gpu_hour=1.0,
     )  # fmt: skip
     gang = StepSpec(name="s", entry_point="m", tenant="t", nodes=2, ranks_per_node=1)
-    result = backend_for(kind).run_attempt(None, pool, gang, WorkloadInputs())  # type: ignore[arg-type]  # refused before it needs a context
-    assert result.outcome.value == "refused" and f"p ({kind}) does not start gangs yet: s needs 2 node(s) × 1 rank(s)" in result.log_tail
-    assert backend_for(kind).gang_refusal(pool, StepSpec(name="s", entry_point="m", tenant="t")) is None
+    result = OneProcessOnly().gang_refusal(pool, gang)
+    assert result is not None and result.outcome.value == "refused"
+    assert "p (one-process) does not start gangs yet: s needs 2 node(s) × 1 rank(s)" in result.log_tail
+    assert OneProcessOnly().gang_refusal(pool, StepSpec(name="s", entry_point="m", tenant="t")) is None
 
 
 def test_a_pool_counts_its_spares_once_per_replaced_node():

@@ -27,19 +27,29 @@ import yaml
 from dagster_k8s.pipes import build_pod_body
 from kubernetes.client import ApiClient
 
-from shared_resources.compute.backends.base import AttemptOutcome, outcome_of
-from shared_resources.compute.backends.base import JobHandle, JobState
-from shared_resources.compute.inflight import InFlight
-from shared_resources.compute.backends.kubernetes import KubernetesBackend, core_api, job_status, label_value, pod_spec_for
-from shared_resources.compute.health import Drains, Qualifications
-from shared_resources.runtime.checkpoints import CheckpointStore
-from shared_resources.runtime.inputs import Failpoint
 from shared_resources.accounting.ledger import read_ledger
 from shared_resources.catalog.pools import load_pools
+from shared_resources.compute.backends.base import (
+    AttemptOutcome,
+    JobHandle,
+    JobState,
+    outcome_of,
+)
+from shared_resources.compute.backends.kubernetes import KubernetesBackend
+from shared_resources.compute.backends.kubernetes_pod import (
+    core_api,
+    job_status,
+    label_value,
+    pod_spec_for,
+)
+from shared_resources.compute.health import Drains, Qualifications
+from shared_resources.compute.inflight import InFlight
+from shared_resources.runtime.checkpoints import CheckpointStore
+from shared_resources.runtime.inputs import Failpoint
 from shared_resources.runtime.storage import Storage
 from shared_resources.settings import REPO_ROOT
-from tests.engines.fake_kube_api import FakeKubeAPI, FakeNode
 from testbed.counting_step import counting_spec, materialize_counting, result_metadata
+from tests.engines.fake_kube_api import FakeKubeAPI, FakeNode
 
 # Pods run the workloads for real (as local processes): tier `e2e`. A wait the backend fails
 # to end fails the test, not the suite.

@@ -78,6 +78,11 @@ class KubernetesSettings(BackendSettings):
     kubeconfig: str | None = Field(default=None, description="Path to a kubeconfig; default: in-cluster config, then ~/.kube/config.")
     context: str | None = Field(default=None, description="The kubeconfig context to use (default: its current context).")
     poll_seconds: float = Field(default=5.0, gt=0, description="How often to ask the API server about a running pod.")
+    queue: str | None = Field(
+        default=None,
+        description="A Kueue LocalQueue for gangs (`kueue.x-k8s.io/queue-name` on the JobSet): Kueue admits all of a "
+        "gang's pods or none. Unset: no queue label (the cluster's scheduler places the pods).",
+    )
 
 
 @dataclass(frozen=True)

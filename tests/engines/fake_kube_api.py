@@ -7,21 +7,27 @@ kube-apiserver package), so this module serves, on 127.0.0.1, the few endpoints 
 - `POST/GET /api/v1/namespaces/{ns}/pods` (create, list with `fieldSelector=metadata.name=`
   and `labelSelector=k=v,...`), `GET/DELETE /api/v1/namespaces/{ns}/pods/{name}`;
 - `GET .../pods/{name}/log` with `follow`, `timestamps`, `sinceSeconds`, `tailLines`;
-- `GET /api/v1/namespaces/{ns}/events` (always empty).
+- `GET /api/v1/namespaces/{ns}/events` (always empty);
+- `GET/PATCH /api/v1/nodes/{name}`: a patch may set `spec.unschedulable` (cordon) and annotations;
+- the JobSet CRD (`jobset.x-k8s.io/v1alpha2`): `POST .../namespaces/{ns}/jobsets`, `GET/DELETE
+  .../jobsets/{name}`, for JobSets of one replicated job of Indexed pods.
 
 Any other request is answered 404 with a message that names it, so a client call this fake
 lacks shows up as such rather than as a hang.
 
 Behind the API, a "scheduler" and a "kubelet" act on each pod the way a cluster would:
 
-- scheduling: a pod binds to the first `FakeNode` whose labels match its `nodeSelector`, whose
-  taints it tolerates and whose GPU capacity covers its GPU limit; with none, the pod stays
-  Pending with `PodScheduled=False, reason=Unschedulable` and the scheduler's message;
+- scheduling: a pod binds to the first schedulable (not cordoned) `FakeNode` whose labels match
+  its `nodeSelector`, whose taints it tolerates and whose GPU capacity covers its GPU limit; with
+  none, the pod stays Pending with `PodScheduled=False, reason=Unschedulable` and the scheduler's
+  message;
 - running: **the container's command runs as a local subprocess, whatever the image.** A
   command starting with `python` (or `python3`) runs with the interpreter running the tests
   (the project's virtual environment, `/work/main/.venv/bin/python`), in the repository root,
   with the container's `env` (plus PATH, HOME, LANG and HOSTNAME = the pod name). `envFrom`
-  secrets and `valueFrom` are not resolved. Its stdout and stderr become the pod log, line by
+  secrets and `secretKeyRef` are not resolved; the downward API's `fieldRef` to `spec.nodeName`,
+  `metadata.name` and `metadata.namespace` is, and `$(VAR)` in the command expands from the
+  container's env, as a kubelet does. Its stdout and stderr become the pod log, line by
   line, with RFC 3339 timestamps, so Dagster Pipes messages travel through the pod log
   exactly as they do on a cluster;
 - phases: Pending (ContainerCreating) -> Running (ready) -> Succeeded / Failed, with the
@@ -29,9 +35,35 @@ Behind the API, a "scheduler" and a "kubelet" act on each pod the way a cluster 
 - deletion: SIGTERM to the process group, SIGKILL after the grace period, then the pod is gone;
 - `evict()` (kubelet eviction, a spot node reclaimed): `DisruptionTarget` condition, SIGTERM,
   SIGKILL after the grace period, then the pod stays `Failed` with `reason: Evicted`;
-- `preempt()` (scheduler preemption): `DisruptionTarget` condition, then a graceful delete.
+- `preempt()` (scheduler preemption): `DisruptionTarget` condition, then a graceful delete;
+- `lose_node()` (a node crashes): every container on it is killed with its process tree
+  (SIGKILL: the pods end Failed, exit 137); the node comes back empty, schedulable unless
+  cordoned. A SIGKILL after a grace period also takes the whole process tree, as a container
+  runtime does (torchrun starts its ranks in sessions of their own).
 
-Nothing here pulls images, isolates processes, limits resources or exposes GPUs.
+A JobSet controller with Kueue-style admission stands in for the JobSet operator and Kueue:
+
+- **all or nothing**: a JobSet's pods are created only when as many schedulable nodes as it has
+  pods match their selector, tolerations, node affinity (`matchFields metadata.name`,
+  `matchExpressions` on labels) and have the GPUs free (GPUs of the pods bound there are taken),
+  one pod per node under the gang's pod anti-affinity on `kubernetes.io/hostname`. Until then
+  no pod exists and the JobSet carries `Suspended=True` with the reason in its message (on a
+  cluster, Kueue keeps it suspended and writes why on its Workload); it is admitted when
+  capacity frees up, as Kueue re-queues it;
+- the pods are named as JobSet names them (`<jobset>-<job>-<job index>-<pod index>-<suffix>`),
+  carry its labels, `hostname`/`subdomain`, the completion index label and annotation and
+  `JOB_COMPLETION_INDEX`, and are bound to the nodes admission chose;
+- **DNS**: there is no cluster DNS here. A JobSet pod's host name in its headless service
+  (`<jobset>-<job>-<j>-<i>.<jobset>[.<ns>.svc.cluster.local]`) in a command or env value is
+  replaced by 127.0.0.1 (every pod runs on this machine), which stands in for the resolution;
+- status: `terminalState` Completed once every pod succeeded; the first pod that fails fails the
+  JobSet (`failurePolicy.maxRestarts: 0` is the only policy it implements), with a `Failed`
+  condition naming the pod, and its other pods are deleted (SIGTERM, SIGKILL after their grace
+  period) as JobSet deletes a failed JobSet's active jobs; the failed pod stays until the JobSet
+  is deleted. Deleting a JobSet deletes its pods (graceful).
+
+Nothing here pulls images, isolates processes, limits resources or exposes GPUs; no network
+policy, no real DNS, no Kueue quotas (ClusterQueue, LocalQueue) and no JobSet webhooks.
 """
 
 from __future__ import annotations
@@ -39,8 +71,10 @@ from __future__ import annotations
 import copy
 import json
 import os
+import random
 import re
 import signal
+import string
 import subprocess
 import sys
 import threading
@@ -54,6 +88,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlparse
 
+import psutil
 import yaml
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -69,10 +104,25 @@ class FakeNode:
     taints: list[dict[str, str]] = field(default_factory=list)  # {key, value, effect}
     gpus: int = 0
     gpu_resource: str = "nvidia.com/gpu"
+    unschedulable: bool = False  # cordoned
+    annotations: dict[str, str] = field(default_factory=dict)
+
+    def manifest(self) -> dict[str, Any]:
+        labels = {"kubernetes.io/hostname": self.name, **self.labels}
+        return {
+            "kind": "Node", "apiVersion": "v1",
+            "metadata": {"name": self.name, "labels": labels, "annotations": dict(self.annotations)},
+            "spec": {"unschedulable": self.unschedulable, "taints": [dict(t) for t in self.taints]},
+            "status": {"capacity": {self.gpu_resource: str(self.gpus)}, "allocatable": {self.gpu_resource: str(self.gpus)}},
+        }  # fmt: skip
 
 
 def _now() -> str:
     return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _now_precise() -> str:
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
 class _Clock:
@@ -127,6 +177,7 @@ class FakeKubeAPI:
         self.python = python
         self.workdir = workdir
         self._pods: dict[tuple[str, str], _Pod] = {}
+        self._jobsets: dict[tuple[str, str], dict[str, Any]] = {}
         self._changed = threading.Condition()
         self._clock = _Clock()
         self._server: ThreadingHTTPServer | None = None
@@ -150,7 +201,7 @@ class FakeKubeAPI:
             self._changed.notify_all()
         for pod in pods:
             if pod.process and pod.process.poll() is None:
-                _signal_group(pod.process, signal.SIGKILL)
+                _kill_tree(pod.process)
                 pod.process.wait(10)
         if self._server:
             self._server.shutdown()
@@ -224,6 +275,26 @@ class FakeKubeAPI:
             self._changed.notify_all()
         self._delete(pod, grace_seconds)
 
+    def lose_node(self, name: str) -> list[str]:
+        """The node crashes: every container on it dies at once with its processes (SIGKILL; the
+        pods end Failed, exit 137). The node comes back empty; the names of the pods it ran."""
+        with self._changed:
+            pods = [p for p in self._pods.values() if p.manifest["spec"].get("nodeName") == name and p.process and p.process.poll() is None]
+        for pod in pods:
+            _kill_tree(pod.process)
+        return [p.name for p in pods]
+
+    def node(self, name: str) -> FakeNode:
+        found = next((n for n in self.nodes if n.name == name), None)
+        if found is None:
+            raise _ApiError(404, "NotFound", f'nodes "{name}" not found')
+        return found
+
+    def jobsets(self) -> list[dict[str, Any]]:
+        """Copies of the JobSets the API holds now."""
+        with self._changed:
+            return [self._jobset_view(js) for js in self._jobsets.values()]
+
     # API ------------------------------------------------------------------------------
     def _pod(self, namespace: str, name: str) -> _Pod:
         with self._changed:
@@ -280,6 +351,72 @@ class FakeKubeAPI:
         with self._changed:
             return copy.deepcopy(pod.manifest)
 
+    def patch_node(self, name: str, body: dict[str, Any]) -> dict[str, Any]:
+        node = self.node(name)
+        with self._changed:
+            if "unschedulable" in (body.get("spec") or {}):
+                node.unschedulable = bool(body["spec"]["unschedulable"])
+            node.annotations.update((body.get("metadata") or {}).get("annotations") or {})
+            self._changed.notify_all()
+            return node.manifest()
+
+    def create_jobset(self, namespace: str, body: dict[str, Any]) -> dict[str, Any]:
+        name = (body.get("metadata") or {}).get("name")
+        jobs = (body.get("spec") or {}).get("replicatedJobs") or []
+        if not name:
+            raise _ApiError(422, "Invalid", "JobSet is invalid: metadata.name: Required value")
+        if len(jobs) != 1:
+            raise _ApiError(422, "Invalid", f'JobSet "{name}": the fake JobSet controller runs exactly one replicated job')
+        job = jobs[0]["template"]["spec"]
+        if job.get("completionMode") != "Indexed" or job.get("parallelism") != job.get("completions"):
+            raise _ApiError(422, "Invalid", f'JobSet "{name}": the fake runs Indexed jobs whose parallelism equals their completions')
+        if (body["spec"].get("failurePolicy") or {}).get("maxRestarts", 0) != 0:
+            raise _ApiError(422, "Invalid", f'JobSet "{name}": the fake implements only failurePolicy.maxRestarts 0')
+        body["metadata"].update(namespace=namespace, uid=str(uuid.uuid4()), creationTimestamp=_now(), resourceVersion="1")
+        body["status"] = {"conditions": []}
+        with self._changed:
+            if (namespace, name) in self._jobsets:
+                raise _ApiError(409, "AlreadyExists", f'jobsets.jobset.x-k8s.io "{name}" already exists')
+            self._jobsets[(namespace, name)] = body
+            created = copy.deepcopy(body)
+        threading.Thread(target=self._admit, args=(namespace, name), name=f"jobset-{name}", daemon=True).start()
+        return created
+
+    def _jobset(self, namespace: str, name: str) -> dict[str, Any]:
+        with self._changed:
+            jobset = self._jobsets.get((namespace, name))
+        if jobset is None:
+            raise _ApiError(404, "NotFound", f'jobsets.jobset.x-k8s.io "{name}" not found')
+        return jobset
+
+    def read_jobset(self, namespace: str, name: str) -> dict[str, Any]:
+        jobset = self._jobset(namespace, name)
+        with self._changed:
+            return self._jobset_view(jobset)
+
+    def _jobset_view(self, jobset: dict[str, Any]) -> dict[str, Any]:
+        """A copy with `status.replicatedJobsStatus` counted from its pods now."""
+        view = copy.deepcopy(jobset)
+        pods = [p.manifest for p in self._jobset_pods(jobset)]
+        phases = [p["status"].get("phase") for p in pods]
+        job = jobset["spec"]["replicatedJobs"][0]
+        view["status"]["replicatedJobsStatus"] = [{
+            "name": job["name"], "ready": phases.count("Running"), "succeeded": phases.count("Succeeded"),
+            "failed": phases.count("Failed"), "active": phases.count("Pending") + phases.count("Running"), "suspended": 0 if pods else 1,
+        }]  # fmt: skip
+        return view
+
+    def delete_jobset(self, namespace: str, name: str, grace_seconds: float | None) -> dict[str, Any]:
+        jobset = self._jobset(namespace, name)
+        with self._changed:
+            self._jobsets.pop((namespace, name), None)
+            pods = self._jobset_pods(jobset)
+            self._changed.notify_all()
+        for pod in pods:
+            grace = grace_seconds if grace_seconds is not None else float(pod.manifest["spec"].get("terminationGracePeriodSeconds", DEFAULT_GRACE_SECONDS))
+            self._delete(pod, grace)
+        return {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "details": {"name": name, "kind": "jobsets"}}
+
     def log_lines(self, namespace: str, name: str, query: dict[str, list[str]]) -> tuple[_Pod, int]:
         """The pod and the index of its first log line to send."""
         pod = self._pod(namespace, name)
@@ -306,7 +443,9 @@ class FakeKubeAPI:
         limits = (pod.container.get("resources") or {}).get("limits") or {}
         problems: dict[str, int] = {}
         for node in self.nodes:
-            if any(node.labels.get(k) != v for k, v in selector.items()):
+            if node.unschedulable:
+                why = "node(s) were unschedulable"
+            elif any(node.labels.get(k) != v for k, v in selector.items()):
                 why = "node(s) didn't match Pod's node affinity/selector"
             elif untolerated := [t for t in node.taints if t.get("effect") in ("NoSchedule", "NoExecute") and not _tolerates(tolerations, t)]:
                 why = f"node(s) had untolerated taint {{{untolerated[0]['key']}: {untolerated[0].get('value', '')}}}"
@@ -318,8 +457,115 @@ class FakeKubeAPI:
         detail = ", ".join(f"{n} {why}" for why, n in problems.items())
         return None, f"0/{len(self.nodes)} nodes are available: {detail}. preemption: not eligible."
 
+    # JobSet controller and Kueue-style admission ------------------------------------------
+    def _jobset_pods(self, jobset: dict[str, Any]) -> list[_Pod]:
+        namespace, name = jobset["metadata"]["namespace"], jobset["metadata"]["name"]
+        return [p for p in self._pods.values() if p.namespace == namespace and _labels_match(p.manifest, {JOBSET_LABEL: name})]
+
+    def _free_gpus(self, node: FakeNode) -> int:
+        taken = sum(
+            int(((p.container.get("resources") or {}).get("limits") or {}).get(node.gpu_resource, 0))
+            for p in self._pods.values()
+            if p.manifest["spec"].get("nodeName") == node.name and not p.log_closed
+        )
+        return node.gpus - taken
+
+    def _unfit(self, node: FakeNode, spec: dict[str, Any], limits: dict[str, Any]) -> str:
+        """Why `node` cannot take a pod of `spec` now ("" if it can)."""
+        labels = {"kubernetes.io/hostname": node.name, **node.labels}
+        if node.unschedulable:
+            return "node(s) were unschedulable"
+        if any(labels.get(k) != v for k, v in (spec.get("nodeSelector") or {}).items()) or not _node_affinity_allows(spec, node.name, labels):
+            return "node(s) didn't match Pod's node affinity/selector"
+        if untolerated := [t for t in node.taints if t.get("effect") in ("NoSchedule", "NoExecute") and not _tolerates(spec.get("tolerations") or [], t)]:
+            return f"node(s) had untolerated taint {{{untolerated[0]['key']}: {untolerated[0].get('value', '')}}}"
+        if int(limits.get(node.gpu_resource, 0)) > self._free_gpus(node):
+            return f"Insufficient {node.gpu_resource}"
+        return ""
+
+    def _place(self, jobset: dict[str, Any]) -> tuple[list[FakeNode], str]:
+        """A node for each pod of the JobSet, or none and why (all or nothing)."""
+        job = jobset["spec"]["replicatedJobs"][0]
+        needed = job.get("replicas", 1) * job["template"]["spec"]["parallelism"]
+        spec = job["template"]["spec"]["template"]["spec"]
+        limits = (spec["containers"][0].get("resources") or {}).get("limits") or {}
+        fitting, problems = [], {}
+        for node in self.nodes:
+            if why := self._unfit(node, spec, limits):
+                problems[why] = problems.get(why, 0) + 1
+            else:
+                fitting.append(node)
+        one_per_node = any(t.get("topologyKey") == "kubernetes.io/hostname" for t in (spec.get("affinity") or {}).get("podAntiAffinity", {}).get("requiredDuringSchedulingIgnoredDuringExecution", []))
+        if len(fitting) >= needed or (fitting and not one_per_node):
+            return [fitting[i % len(fitting)] for i in range(needed)], ""
+        detail = ", ".join(f"{n} {why}" for why, n in problems.items())
+        return [], (
+            f"all or nothing: {len(fitting)} of {len(self.nodes)} nodes can take a pod of it and it needs {needed} at once "
+            f"(one per node){': ' + detail if detail else ''}; no pod created"
+        )
+
+    def _admit(self, namespace: str, name: str) -> None:
+        """Keep the JobSet suspended until all its pods fit at once, then create them bound to their nodes."""
+        with self._changed:
+            while not self._stopping:
+                jobset = self._jobsets.get((namespace, name))
+                if jobset is None:
+                    return
+                nodes, why = self._place(jobset)
+                if nodes:
+                    _set_condition(jobset["status"], "Suspended", "False", "ResumeJobs", "jobset is resumed")
+                    for index, node in enumerate(nodes):
+                        self.create(namespace, self._jobset_pod(jobset, index, node))
+                    self._changed.notify_all()
+                    return
+                if (jobset["status"].get("conditions") or [{}])[-1].get("message") != why:
+                    _set_condition(jobset["status"], "Suspended", "True", "WaitingForAdmission", why)
+                    self._changed.notify_all()
+                self._changed.wait(0.5)
+
+    @staticmethod
+    def _jobset_pod(jobset: dict[str, Any], index: int, node: FakeNode) -> dict[str, Any]:
+        """Pod `index` of the JobSet's one job, as JobSet and the Job controller make it."""
+        name, job = jobset["metadata"]["name"], jobset["spec"]["replicatedJobs"][0]
+        template = copy.deepcopy(job["template"]["spec"]["template"])
+        host = f"{name}-{job['name']}-0-{index}"
+        suffix = "".join(random.choices(string.ascii_lowercase + string.digits, k=5))
+        labels = {
+            **(template.get("metadata") or {}).get("labels", {}), JOBSET_LABEL: name, "jobset.sigs.k8s.io/replicatedjob-name": job["name"],
+            "jobset.sigs.k8s.io/job-index": "0", "job-name": f"{name}-{job['name']}-0", "batch.kubernetes.io/job-name": f"{name}-{job['name']}-0",
+            INDEX_LABEL: str(index),
+        }  # fmt: skip
+        annotations = {**(template.get("metadata") or {}).get("annotations", {}), INDEX_LABEL: str(index)}
+        spec = template["spec"]
+        spec.update(hostname=host, subdomain=name, nodeName=node.name)
+        for container in spec["containers"]:
+            container["env"] = [*container.get("env", []), {"name": "JOB_COMPLETION_INDEX", "value": str(index)}]
+        return {"metadata": {"name": f"{host}-{suffix}", "labels": labels, "annotations": annotations}, "spec": spec}
+
+    def _jobset_pod_ended(self, pod: _Pod, exit_code: int) -> list[_Pod]:
+        """The JobSet controller's answer to a pod that ended: complete or fail the JobSet; the
+        pods to delete (a failed JobSet's others). Called with the lock held."""
+        name = (pod.manifest["metadata"].get("labels") or {}).get(JOBSET_LABEL)
+        jobset = self._jobsets.get((pod.namespace, name or ""))
+        if jobset is None or jobset["status"].get("terminalState"):
+            return []
+        pods = self._jobset_pods(jobset)
+        if exit_code != 0:
+            jobset["status"]["terminalState"] = "Failed"
+            message = f"jobset failed: pod {pod.name} exited {exit_code} and failurePolicy.maxRestarts (0) is reached"
+            _set_condition(jobset["status"], "Failed", "True", "ReachedMaxRestarts", message)
+            self._changed.notify_all()
+            return [p for p in pods if p is not pod and not p.log_closed]
+        needed = jobset["spec"]["replicatedJobs"][0]["template"]["spec"]["completions"]
+        if sum(p.status.get("phase") == "Succeeded" for p in pods) >= needed:
+            jobset["status"]["terminalState"] = "Completed"
+            _set_condition(jobset["status"], "Completed", "True", "AllJobsCompleted", "jobset completed successfully")
+            self._changed.notify_all()
+        return []
+
     def _kubelet(self, pod: _Pod) -> None:
-        node, unschedulable = self._schedule(pod)
+        bound = pod.manifest["spec"].get("nodeName")
+        node, unschedulable = (self.node(bound), "") if bound else self._schedule(pod)
         with self._changed:
             if pod.gone:
                 return
@@ -332,15 +578,17 @@ class FakeKubeAPI:
             pod.status["containerStatuses"] = [self._container_status(pod, {"waiting": {"reason": "ContainerCreating"}}, ready=False)]
             self._changed.notify_all()
         container = pod.container
-        command = list(container.get("command") or []) + list(container.get("args") or [])
+        own = {e["name"]: _env_value(e, pod.manifest) for e in container.get("env") or [] if _env_value(e, pod.manifest) is not None}
+        own = {k: self._resolve_hosts(pod.namespace, v) for k, v in own.items()}
+        command = [self._resolve_hosts(pod.namespace, _expand(a, own)) for a in list(container.get("command") or []) + list(container.get("args") or [])]
         if command and command[0] in ("python", "python3"):
             command[0] = self.python
         env = {
             "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
             "HOME": os.environ.get("HOME", "/root"),
             "LANG": os.environ.get("LANG", "C.UTF-8"),
-            "HOSTNAME": pod.name,
-            **{e["name"]: e.get("value", "") for e in container.get("env") or [] if "valueFrom" not in e},
+            "HOSTNAME": pod.manifest["spec"].get("hostname") or pod.name,
+            **own,
         }
         with self._changed:
             if pod.gone or pod.deleting:
@@ -370,7 +618,7 @@ class FakeKubeAPI:
             pod.log_closed = True
             self.exit_codes[pod.name] = exit_code
             reason = "Completed" if exit_code == 0 else "Error"
-            terminated = {"exitCode": exit_code, "reason": reason, "startedAt": started, "finishedAt": _now()}
+            terminated = {"exitCode": exit_code, "reason": reason, "startedAt": started, "finishedAt": _now_precise()}
             pod.status["containerStatuses"] = [self._container_status(pod, {"terminated": terminated}, ready=False)]
             pod.status["phase"] = "Succeeded" if exit_code == 0 and not pod.eviction else "Failed"
             if pod.eviction:
@@ -378,7 +626,17 @@ class FakeKubeAPI:
             _set_condition(pod.status, "Ready", "False", "PodCompleted")
             if pod.deleting:
                 self._remove(pod)
+            peers = self._jobset_pod_ended(pod, exit_code)
             self._changed.notify_all()
+        for peer in peers:  # as JobSet deletes a failed JobSet's active jobs, and with them their pods
+            self._delete(peer, float(peer.manifest["spec"].get("terminationGracePeriodSeconds", DEFAULT_GRACE_SECONDS)))
+
+    def _resolve_hosts(self, namespace: str, text: str) -> str:
+        """Stands in for cluster DNS: a JobSet pod's name in its headless service is this machine."""
+        for (ns, name) in list(self._jobsets):
+            if ns == namespace and name in text:
+                text = re.sub(rf"\b{re.escape(name)}-[a-z0-9-]+-\d+-\d+\.{re.escape(name)}(\.{re.escape(ns)}(\.svc(\.cluster\.local)?)?)?\b", "127.0.0.1", text)
+        return text
 
     @staticmethod
     def _container_status(pod: _Pod, state: dict[str, Any], *, ready: bool) -> dict[str, Any]:
@@ -415,7 +673,7 @@ class FakeKubeAPI:
         try:
             process.wait(grace_seconds)
         except subprocess.TimeoutExpired:
-            _signal_group(process, signal.SIGKILL)
+            _kill_tree(process)
 
     def _remove(self, pod: _Pod) -> None:
         pod.gone = True
@@ -433,6 +691,11 @@ _POD = re.compile(r"^/api/v1/namespaces/(?P<ns>[^/]+)/pods/(?P<name>[^/]+)$")
 _POD_LOG = re.compile(r"^/api/v1/namespaces/(?P<ns>[^/]+)/pods/(?P<name>[^/]+)/log$")
 _PODS = re.compile(r"^/api/v1/namespaces/(?P<ns>[^/]+)/pods$")
 _EVENTS = re.compile(r"^/api/v1/namespaces/(?P<ns>[^/]+)/events$")
+_NODE = re.compile(r"^/api/v1/nodes/(?P<name>[^/]+)$")
+_JOBSETS = re.compile(r"^/apis/jobset\.x-k8s\.io/v1alpha2/namespaces/(?P<ns>[^/]+)/jobsets$")
+_JOBSET = re.compile(r"^/apis/jobset\.x-k8s\.io/v1alpha2/namespaces/(?P<ns>[^/]+)/jobsets/(?P<name>[^/]+)$")
+JOBSET_LABEL = "jobset.sigs.k8s.io/jobset-name"
+INDEX_LABEL = "batch.kubernetes.io/job-completion-index"
 
 
 class _Handler(BaseHTTPRequestHandler):
@@ -470,6 +733,18 @@ class _Handler(BaseHTTPRequestHandler):
                 self._send(200, self.api.delete(m["ns"], m["name"], None if grace is None else float(grace)))
             elif method == "GET" and (m := _POD_LOG.match(url.path)):
                 self._log(m["ns"], m["name"], query)
+            elif method == "POST" and (m := _JOBSETS.match(url.path)):
+                self._send(201, self.api.create_jobset(m["ns"], self._body()))
+            elif method == "GET" and (m := _JOBSET.match(url.path)):
+                self._send(200, self.api.read_jobset(m["ns"], m["name"]))
+            elif method == "DELETE" and (m := _JOBSET.match(url.path)):
+                body = self._body()
+                grace = query.get("gracePeriodSeconds", [body.get("gracePeriodSeconds")])[0]
+                self._send(200, self.api.delete_jobset(m["ns"], m["name"], None if grace is None else float(grace)))
+            elif method == "GET" and (m := _NODE.match(url.path)):
+                self._send(200, self.api.node(m["name"]).manifest())
+            elif method == "PATCH" and (m := _NODE.match(url.path)):
+                self._send(200, self.api.patch_node(m["name"], self._body()))
             elif method == "GET" and _EVENTS.match(url.path):
                 self._send(200, {"kind": "EventList", "apiVersion": "v1", "metadata": {}, "items": []})
             else:
@@ -522,6 +797,9 @@ class _Handler(BaseHTTPRequestHandler):
     def do_DELETE(self) -> None:  # noqa: N802
         self._route("DELETE")
 
+    def do_PATCH(self) -> None:  # noqa: N802
+        self._route("PATCH")
+
 
 # Helpers -----------------------------------------------------------------------------------
 def _labels_match(manifest: dict[str, Any], labels: dict[str, str]) -> bool:
@@ -548,6 +826,50 @@ def _set_condition(status: dict[str, Any], kind: str, value: str, reason: str | 
     if message:
         condition["message"] = message
     status["conditions"] = [*conditions, condition]
+
+
+def _env_value(entry: dict[str, Any], pod: dict[str, Any]) -> str | None:
+    """An env entry's value, with the downward API's `fieldRef` resolved (None: not resolvable here)."""
+    if "valueFrom" not in entry:
+        return str(entry.get("value", ""))
+    path = (entry["valueFrom"].get("fieldRef") or {}).get("fieldPath")
+    values = {"spec.nodeName": pod["spec"].get("nodeName"), "metadata.name": pod["metadata"]["name"], "metadata.namespace": pod["metadata"].get("namespace")}
+    return values.get(path or "")
+
+
+def _expand(text: str, env: dict[str, str]) -> str:
+    """`$(VAR)` from the container's env, as a kubelet expands a command (`$$` escapes; unknown stays)."""
+    return re.sub(r"\$\$|\$\(([A-Za-z_][A-Za-z0-9_]*)\)", lambda m: "$" if m.group(0) == "$$" else env.get(m.group(1), m.group(0)), text)
+
+
+def _node_affinity_allows(spec: dict[str, Any], name: str, labels: dict[str, str]) -> bool:
+    """`requiredDuringScheduling` node affinity: any term whose expressions and fields all hold."""
+    required = (((spec.get("affinity") or {}).get("nodeAffinity") or {}).get("requiredDuringSchedulingIgnoredDuringExecution") or {})
+    terms = required.get("nodeSelectorTerms") or []
+
+    def holds(requirement: dict[str, Any], value: str | None) -> bool:
+        op, values = requirement["operator"], requirement.get("values") or []
+        return {"In": value in values, "NotIn": value not in values, "Exists": value is not None, "DoesNotExist": value is None}[op]
+
+    return not terms or any(
+        all(holds(r, labels.get(r["key"])) for r in t.get("matchExpressions") or [])
+        and all(holds(r, name if r["key"] == "metadata.name" else None) for r in t.get("matchFields") or [])
+        for t in terms
+    )
+
+
+def _kill_tree(process: subprocess.Popen) -> None:
+    """SIGKILL a container's process and everything under it (ranks in sessions of their own too)."""
+    try:
+        tree = [psutil.Process(process.pid), *psutil.Process(process.pid).children(recursive=True)]
+    except psutil.NoSuchProcess:
+        tree = []
+    _signal_group(process, signal.SIGKILL)
+    for child in tree:
+        try:
+            child.kill()
+        except psutil.NoSuchProcess:
+            pass
 
 
 def _signal_group(process: subprocess.Popen, signum: int) -> None:

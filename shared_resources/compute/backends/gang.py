@@ -37,12 +37,13 @@ def node_name(pool: str, node_rank: int) -> str:
     return f"{pool}-node{node_rank}"
 
 
-def torchrun_command(interpreter: str, spec: StepSpec, node_rank: int, port: int) -> list[str]:
-    """The command that starts one node of `spec`'s gang: `torchrun` for its ranks."""
+def torchrun_command(interpreter: str, spec: StepSpec, node_rank: int | str, port: int, master_addr: str = "127.0.0.1") -> list[str]:
+    """The command that starts one node of `spec`'s gang: `torchrun` for its ranks. `node_rank`
+    may be a reference the launcher expands (Kubernetes: `$(JOB_COMPLETION_INDEX)`)."""
     return [
         interpreter, "-m", "torch.distributed.run",
         f"--nnodes={spec.nodes}", f"--node-rank={node_rank}", f"--nproc-per-node={spec.ranks_per_node or 1}",
-        "--master-addr=127.0.0.1", f"--master-port={port}",
+        f"--master-addr={master_addr}", f"--master-port={port}",
         "--max-restarts=0", f"--monitor-interval={MONITOR_SECONDS}",
         "-m", spec.entry_point,
     ]  # fmt: skip

@@ -24,13 +24,14 @@ How an attempt ends:
 
 While the pod exists it is recorded in `state/inflight/`; `status` and `cancel` find it again
 from that record (the watcher sensor uses them for pods an orchestrator left behind).
+
+A gang (`StepSpec.gang`) runs as one JobSet instead, all of its pods or none
+(`kubernetes_gang.py`); a node it lost is cordoned (`drain_node`).
 """
 
 from __future__ import annotations
 
 import json
-import math
-import re
 import signal
 import time
 from collections.abc import Callable, Iterator
@@ -38,126 +39,39 @@ from contextlib import contextmanager
 from typing import Any
 
 import dagster as dg
-import kubernetes
 from dagster_k8s.pipes import PipesK8sClient, PipesK8sPodLogsMessageReader
 from dagster_pipes import PIPES_PROTOCOL_VERSION_FIELD
 from kubernetes.client import ApiException, CoreV1Api
 from urllib3.exceptions import HTTPError
 
 from shared_resources.catalog.backends import KubernetesSettings, settings_for
-from shared_resources.compute.backends.base import AttemptOutcome, AttemptResult, Backend, JobHandle, JobState, JobStatus, outcome_of
+from shared_resources.catalog.pools import Pool
+from shared_resources.catalog.step_spec import StepSpec
+from shared_resources.compute.backends.base import (
+    AttemptOutcome,
+    AttemptResult,
+    Backend,
+    JobHandle,
+    JobState,
+    JobStatus,
+    outcome_of,
+)
+from shared_resources.compute.backends.kubernetes_gang import (
+    JobSetGangs,
+    JobSetNotCreated,
+)
+from shared_resources.compute.backends.kubernetes_pod import (
+    BROKEN_START_REASONS,
+    CONTAINER,
+    LABEL,
+    core_api,
+    job_status,
+    pod_spec_for,
+)
 from shared_resources.compute.inflight import attempt_owner, inflight_of
 from shared_resources.runtime.inputs import WorkloadInputs
 from shared_resources.runtime.messages import parse_messages
-from shared_resources.catalog.pools import Pool
-from shared_resources.catalog.step_spec import StepSpec
 from shared_resources.runtime.storage import write_bytes_atomic
-from shared_resources.settings import settings
-
-CONTAINER = "workload"
-LABEL = "sinewgrid.io"
-# Pod `status.reason` values that mean the platform took the pod away, not that it failed.
-DISRUPTION_REASONS = {"Evicted", "Preempting", "NodeLost", "Shutdown", "NodeShutdown", "Terminated"}
-# Waiting reasons of a container that will not start without a fix (image, secret, command).
-BROKEN_START_REASONS = {"ErrImagePull", "ImagePullBackOff", "InvalidImageName", "CreateContainerConfigError", "RunContainerError"}
-
-
-# The pod ---------------------------------------------------------------------------------------
-def label_value(text: str) -> str:
-    """`text` as a Kubernetes label value: at most 63 of [A-Za-z0-9._-], alphanumeric at both ends."""
-    return re.sub(r"[^A-Za-z0-9._-]", "-", str(text))[:63].strip("._-") or "none"
-
-
-def image_for(pool: Pool, spec: StepSpec) -> str:
-    """The container image the pool runs the step's runtime with."""
-    image = pool.runtimes.get(spec.runtime)
-    if not isinstance(image, str) or not image:
-        raise dg.Failure(
-            description=(
-                f"pool {pool.name} (kubernetes) has no container image for the `{spec.runtime}` runtime that "
-                f"{spec.name} needs (got {image!r}). Set `runtimes.{spec.runtime}` for this pool in the pool "
-                f"catalog to an image, e.g. `registry.example.com/sinewgrid/workload:0.1.0`."
-            )
-        )
-    return image
-
-
-def pod_spec_for(pool: Pool, spec: StepSpec, *, storage_root: str, run_id: str, attempt: int) -> dict[str, Any]:
-    """The pod for one attempt of `spec` on `pool`, as `{"metadata": ..., "spec": ...}` in the
-    API's own (camelCase) field names: the `base_pod_meta` and `base_pod_spec` handed to
-    PipesK8sClient, which adds the pod's name and the Pipes variables."""
-    settings: KubernetesSettings = settings_for(pool)
-    labels = {
-        **{k: label_value(v) for k, v in settings.labels.items()},
-        f"{LABEL}/run-id": label_value(run_id),
-        f"{LABEL}/step": label_value(spec.name),
-        f"{LABEL}/attempt": str(attempt),
-        f"{LABEL}/pool": label_value(pool.name),
-    }
-    container: dict[str, Any] = {
-        "name": CONTAINER,
-        "image": image_for(pool, spec),
-        "command": ["python", "-m", spec.entry_point],
-        "env": [
-            {"name": "SINEWGRID_HOME", "value": storage_root},
-            {"name": "SINEWGRID_POOL", "value": pool.name},
-            {"name": "PYTHONUNBUFFERED", "value": "1"},  # the log shows the workload's output as it comes
-        ],
-    }
-    if settings.env_from_secrets:
-        container["envFrom"] = [{"secretRef": {"name": name}} for name in settings.env_from_secrets]
-    if spec.gpus:
-        container["resources"] = {"limits": {settings.gpu_resource: str(spec.gpus)}}
-    pod_spec: dict[str, Any] = {
-        "restartPolicy": "Never",  # a failed attempt is the platform's to retry, elsewhere if need be
-        # Time for the workload to save its checkpoint after SIGTERM (eviction, spot reclaim).
-        "terminationGracePeriodSeconds": max(30, math.ceil(2 * spec.checkpoint_seconds + 10)),
-        "containers": [container],
-    }
-    if settings.node_selector:
-        pod_spec["nodeSelector"] = dict(settings.node_selector)
-    if settings.tolerations:
-        pod_spec["tolerations"] = [dict(t) for t in settings.tolerations]
-    if settings.service_account:
-        pod_spec["serviceAccountName"] = settings.service_account
-    if settings.image_pull_secrets:
-        pod_spec["imagePullSecrets"] = [{"name": name} for name in settings.image_pull_secrets]
-    metadata = {"labels": labels, "annotations": {f"{LABEL}/step": spec.name, f"{LABEL}/run-id": run_id}}
-    return {"metadata": metadata, "spec": pod_spec}
-
-
-def job_status(pod: Any | None) -> JobStatus:
-    """What a pod (a `V1Pod`, or None when the API no longer has it) says about the attempt."""
-    if pod is None:
-        return JobStatus(JobState.gone, reason="the pod is gone (deleted, or its node was lost)")
-    status = pod.status
-    terminated = next((c.state.terminated for c in status.container_statuses or [] if c.state and c.state.terminated), None)
-    exit_code = terminated.exit_code if terminated else None
-    disruption = next((c for c in status.conditions or [] if c.type == "DisruptionTarget" and c.status == "True"), None)
-    words = "; ".join(
-        w
-        for w in (
-            f"{status.reason}: {status.message}" if status.reason else "",
-            f"{disruption.reason}: {disruption.message}" if disruption else "",
-            f"container {terminated.reason}" if terminated and terminated.reason not in (None, "Completed", "Error") else "",
-        )
-        if w
-    )
-    if status.phase == "Pending":
-        unscheduled = next((c for c in status.conditions or [] if c.type == "PodScheduled" and c.status == "False"), None)
-        waiting = next((c.state.waiting for c in status.container_statuses or [] if c.state and c.state.waiting), None)
-        if unscheduled:
-            words = f"{unscheduled.reason}: {unscheduled.message}"
-        elif waiting:
-            words = f"{waiting.reason}: {waiting.message}" if waiting.message else str(waiting.reason)
-        return JobStatus(JobState.pending, reason=words)
-    if status.phase == "Running":
-        return JobStatus(JobState.running, reason=words)
-    if status.phase == "Succeeded" or exit_code == 0:
-        return JobStatus(JobState.succeeded, exit_code=0)
-    if disruption or status.reason in DISRUPTION_REASONS:
-        return JobStatus(JobState.preempted, exit_code=exit_code, reason=words)
-    return JobStatus(JobState.failed, exit_code=exit_code, reason=words)
 
 
 # PipesK8sClient, with a pending deadline ----------------------------------------------------------
@@ -255,17 +169,6 @@ class SinewgridPipesK8sClient(PipesK8sClient):
 
 
 # The backend --------------------------------------------------------------------------------------
-def core_api(info: dict[str, Any]) -> CoreV1Api:
-    """A Kubernetes client for a pool's (or a job handle's) kubeconfig and context; in a
-    cluster with neither, the in-cluster service account."""
-    kubeconfig, context = info.get("kubeconfig"), info.get("context")
-    if kubeconfig or context or not settings().in_kubernetes:
-        return CoreV1Api(kubernetes.config.new_client_from_config(config_file=kubeconfig, context=context))
-    configuration = kubernetes.client.Configuration()
-    kubernetes.config.load_incluster_config(client_configuration=configuration)
-    return CoreV1Api(kubernetes.client.ApiClient(configuration))
-
-
 def _without_pipes_messages(log: bytes) -> bytes:
     """The pod log minus the Pipes protocol lines (those reached Dagster as events already)."""
     kept = []
@@ -284,6 +187,10 @@ class KubernetesBackend(Backend):
     """Runs each attempt as a pod on the pool's cluster, through PipesK8sClient."""
 
     kind = "kubernetes"
+    runs_gangs = True  # as a JobSet (kubernetes_gang.py)
+
+    def __init__(self) -> None:
+        self.gangs = JobSetGangs()
 
     @staticmethod
     def handle_for(pool: Pool, pod_name: str) -> JobHandle:
@@ -298,6 +205,11 @@ class KubernetesBackend(Backend):
             return refused
         settings: KubernetesSettings = settings_for(pool)
         pod = pod_spec_for(pool, spec, storage_root=str(inputs.storage_root), run_id=context.run_id, attempt=inputs.attempt)
+        if spec.gang:
+            try:
+                return self.gangs.run_attempt(context, pool, spec, inputs, pod)
+            except JobSetNotCreated as exc:
+                return self._not_created(pool, settings, exc.__cause__, what="JobSet")
         inflight = inflight_of(inputs)
         handles: list[JobHandle] = []
 
@@ -358,24 +270,37 @@ class KubernetesBackend(Backend):
         return AttemptResult(outcome, status.exit_code, messages, metadata, log_uri=log_uri, log_tail=tail)
 
     @staticmethod
-    def _not_created(pool: Pool, settings: KubernetesSettings, error: BaseException | None) -> AttemptResult:
-        """The API did not take the pod: a quota or an unreachable cluster is a refusal (try the
-        next pool); anything else is a configuration to fix."""
+    def _not_created(pool: Pool, settings: KubernetesSettings, error: BaseException | None, what: str = "pod") -> AttemptResult:
+        """The API did not take the pod (or a gang's JobSet): a quota or an unreachable cluster is
+        a refusal (try the next pool); anything else is a configuration to fix."""
         where = f"pool {pool.name}, namespace {settings.namespace}"
         if isinstance(error, ApiException) and error.status == 403 and "exceeded quota" in str(error.body):
-            return AttemptResult(AttemptOutcome.refused, None, log_tail=f"{where}: the namespace's quota refused the pod: {error.body}")
+            return AttemptResult(AttemptOutcome.refused, None, log_tail=f"{where}: the namespace's quota refused the {what}: {error.body}")
         if isinstance(error, HTTPError | ConnectionError):
             return AttemptResult(AttemptOutcome.refused, None, log_tail=f"{where}: the Kubernetes API is unreachable: {error}")
+        crd = " (a JobSet needs the JobSet controller and its CRD installed: docs/gangs.md)" if what == "JobSet" else ""
         raise dg.Failure(
             description=(
-                f"{where}: the Kubernetes API did not create the pod: {error}. Check the pool's `backend_settings` "
+                f"{where}: the Kubernetes API did not create the {what}: {error}{crd}. Check the pool's `backend_settings` "
                 f"(namespace, kubeconfig: {settings.kubeconfig or 'default'}, context: {settings.context or 'current'}) "
-                "and the service account's rights to create pods there."
+                f"and the service account's rights to create {what}s there."
             )
         ) from error
 
+    def drain_node(self, pool: Pool, node: str, reason: str) -> bool:
+        """Cordon the node (`spec.unschedulable`, as `kubectl cordon`): its pods run on, no new pod lands there."""
+        settings: KubernetesSettings = settings_for(pool)
+        body = {"metadata": {"annotations": {f"{LABEL}/cordoned": reason[:250]}}, "spec": {"unschedulable": True}}
+        try:
+            core_api({"kubeconfig": settings.kubeconfig, "context": settings.context}).patch_node(node, body)
+        except ApiException:
+            return False
+        return True
+
     # Finding, stopping and reading a pod again (the watcher, and the end of an attempt) ------------
     def status(self, handle: JobHandle) -> JobStatus:
+        if handle.info.get("jobset"):
+            return self.gangs.status(handle)
         try:
             pod = core_api(handle.info).read_namespaced_pod(handle.job_id, handle.info["namespace"])
         except ApiException as exc:
@@ -388,11 +313,13 @@ class KubernetesBackend(Backend):
         """Kubernetes delivers only SIGTERM (by deleting the pod; SIGKILL follows after its
         `terminationGracePeriodSeconds`)."""
         if signum != signal.SIGTERM:
-            raise ValueError(f"pod {handle.job_id}: Kubernetes can only send SIGTERM (by deleting the pod), not signal {signum}")
+            raise ValueError(f"{handle.job_id}: Kubernetes can only send SIGTERM (by deleting the pod), not signal {signum}")
         self.cancel(handle)
 
     def cancel(self, handle: JobHandle) -> None:
-        """Delete the pod: SIGTERM now (the workload checkpoints), SIGKILL after its grace period."""
+        """Delete the pod (a gang: its JobSet): SIGTERM now (the workload checkpoints), SIGKILL after its grace period."""
+        if handle.info.get("jobset"):
+            return self.gangs.cancel(handle)
         try:
             core_api(handle.info).delete_namespaced_pod(handle.job_id, handle.info["namespace"])
         except ApiException as exc:
@@ -400,7 +327,9 @@ class KubernetesBackend(Backend):
                 raise
 
     def collect(self, handle: JobHandle) -> bytes:
-        """The pod log (stdout and stderr), or nothing once the pod is gone or never started."""
+        """The pod log (stdout and stderr; a gang: rank 0's), or nothing once the pod is gone or never started."""
+        if handle.info.get("jobset"):
+            return self.gangs.collect(handle)
         try:
             response = core_api(handle.info).read_namespaced_pod_log(
                 handle.job_id, handle.info["namespace"], container=CONTAINER, _preload_content=False
