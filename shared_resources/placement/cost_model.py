@@ -166,7 +166,7 @@ def assess(steps: list[StepSpec], pools: list[Pool], context: PlanContext) -> As
     held = np.where(gang, np.maximum(nodes * gpn, gpus), gpus)
     # Standby spares are never offered for fitting; they wait to replace a gang's failed node.
     refused["nodes"] = nodes > _col(pools, lambda p: p.offered_nodes)
-    refused["gpus"] = np.where(gang, held, raw_gpus) > total_gpus
+    refused["gpus"] = np.where(gang, np.maximum(nodes * gpn, raw_gpus), raw_gpus) > total_gpus
     refused["gpus_per_node"] = ~refused["gpus"] & (np.ceil(raw_gpus / nodes) > gpn)
     # Tightly coupled: every node inside one fast interconnect domain (none declared: no domain).
     coupled = _row(steps, lambda s: s.tightly_coupled, bool)
