@@ -24,12 +24,23 @@ from shared_resources.accounting.ledger import read_ledger
 from shared_resources.catalog.backends import settings_for
 from shared_resources.catalog.pools import Pool
 from shared_resources.compute.backends.kubernetes import KubernetesBackend
-from shared_resources.compute.backends.kubernetes_gang import INDEX_LABEL, JOBSET_LABEL, jobset_for, master_port
+from shared_resources.compute.backends.kubernetes_gang import (
+    INDEX_LABEL,
+    JOBSET_LABEL,
+    jobset_for,
+    master_port,
+)
 from shared_resources.compute.backends.kubernetes_pod import pod_spec_for
 from shared_resources.runtime.inputs import Failpoint, WorkloadInputs
 from shared_resources.runtime.storage import Storage
 from tests.engines.fake_kube_api import FakeKubeAPI, FakeNode
-from tests.fixtures.gang import STEPS, assert_close_weights, final_weights, pretrain_spec, run_pretrain
+from tests.fixtures.gang import (
+    STEPS,
+    assert_close_weights,
+    final_weights,
+    pretrain_spec,
+    run_pretrain,
+)
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(180)]
 
@@ -62,7 +73,7 @@ def kube(tmp_path) -> Iterator[FakeKubeAPI]:
 
 # The JobSet --------------------------------------------------------------------------------------
 def test_a_gang_is_one_jobset_of_indexed_pods_whose_template_the_kubernetes_models_accept():
-    pool = Pool(name="k8s-gang", **{**_pool_fields("/kube/config", queue="team-a"), "backend_settings": {**_pool_fields("")["backend_settings"], "queue": "team-a", "gpu_resource": "nvidia.com/gpu"}})
+    pool = Pool(name="k8s-gang", **_pool_fields("/kube/config", queue="team-a"))
     spec = pretrain_spec("s3://data/omics", nodes=4, ranks=8).model_copy(update={"gpus": 32, "exclude_nodes": ["gpu-x"]})
     pod = pod_spec_for(pool, spec, storage_root="s3://sinewgrid", run_id="run-1", attempt=2)
     jobset = jobset_for(pod, spec, settings_for(pool), name="cell-foundation-model-a2-abc123", env={"DAGSTER_PIPES_CONTEXT": "e30="})
