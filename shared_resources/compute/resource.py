@@ -180,7 +180,11 @@ def _policies(spec: StepSpec, plan: PlacementPlan) -> dict[str, RecoveryPolicy]:
 def _replace_node(context: dg.AssetExecutionContext, spec: StepSpec, pool: Pool, node: str, outcome: Outcome) -> None:
     """Drain the gang's bad node on its engine (where the engine has nodes to drain) and say so."""
     reason = f"sinewgrid: {outcome.cause} in {spec.name}"
-    drained = backend_for(pool.backend).drain_node(pool, node, reason)
+    try:
+        drained = backend_for(pool.backend).drain_node(pool, node, reason)
+    except Exception as exc:  # noqa: BLE001 - the gang still leaves the node out (`exclude_nodes`)
+        context.log.warning(f"{spec.name} on {pool.name}: could not drain node {node} on its engine ({exc!r}); the gang leaves it out all the same")
+        drained = False
     context.log.warning(
         f"{spec.name} on {pool.name}: node {node} ({outcome.cause}) is replaced by a spare; "
         f"{'drained it, ' if drained else ''}the gang resumes from its latest checkpoint on the same pool without it"

@@ -31,7 +31,7 @@ def main(argv: list[str] | None = None) -> int:
     drained = subprocess.run(
         [sys.executable, "-m", "ray.scripts.scripts", "drain-node", "--address", "auto", "--node-id", alive[0],
          "--reason", "DRAIN_NODE_REASON_PREEMPTION", "--reason-message", reason[:200]],
-        capture_output=True, text=True,
+        capture_output=True, text=True, check=False,
     )  # fmt: skip
     print((drained.stdout + drained.stderr).strip() or f"sinewgrid: drained Ray node {alive[0]}", flush=True)
     return 0 if drained.returncode == 0 else 1

@@ -119,9 +119,11 @@ class RayBackend(EngineBackend):
         if not spec.gang:
             return command
         ranks = spec.ranks_per_node or 1
+        # GPUs in each rank's bundle only where the cluster counts them as Ray's `GPU` resource.
+        gpus = spec.gpus // spec.world_size if settings_for(pool).gpu_resource == "GPU" else 0
         return [
             command[0], "-m", "shared_resources.runtime.ray_gang",
-            f"--nodes={spec.nodes}", f"--ranks={ranks}", f"--gpus={spec.gpus // spec.world_size}",
+            f"--nodes={spec.nodes}", f"--ranks={ranks}", f"--gpus={gpus}",
             f"--strategy={'STRICT_SPREAD' if spec.nodes > 1 else 'PACK'}", f"--wait={pool.pending_deadline_seconds:g}",
             "--", *command,
         ]  # fmt: skip
@@ -139,7 +141,7 @@ class RayBackend(EngineBackend):
         node: Ray places nothing on a dead node) or the drain did not finish in time."""
         settings: RaySettings = settings_for(pool)
         client = self._client(settings.address, pool.name)
-        spec = StepSpec(name="drain", entry_point="shared_resources.runtime.ray_drain", gpus=0)
+        spec = StepSpec(name="drain", entry_point="shared_resources.runtime.ray_drain", tenant="platform", gpus=0)
         runtime_env = self.runtime_env(pool, spec, {})
         command = shlex.join([self.interpreter(pool, spec), "-m", spec.entry_point, node, reason])
         job = client.submit_job(entrypoint=command if runtime_env.get("working_dir") else f"cd {shlex.quote(str(REPO_ROOT))} && exec {command}", runtime_env=runtime_env)
