@@ -92,6 +92,13 @@ def _method() -> list[str]:
         "episode committed) and waits there, and the injector fires on that and lets it go on (an unhealthy node: "
         "the workload waits until the platform stops it). The held time counts neither as work nor as step time. "
         "A drill too small for its fault, or whose run finished with nothing to recover, is an error.",
+        "**Gang scenarios** (`node-loss`, `slow-rank`, `node-unqualified`, workload `pretrain-gang`): the pretraining "
+        "as a gang of 2 nodes × 1 rank on a pool of 3 nodes (one spare): local (torchrun per node), Slurm (a 3-node "
+        "cluster, each node in its own network namespace) and Ray (a head and 3 worker nodes). The fault hits rank 1's "
+        "node; the platform replaces that node alone (Slurm: drained; Ray: Ray's own drain; local: left out) and the "
+        "gang resumes on the spare. `node-unqualified` fires before the gang starts: the node that would host rank 1 "
+        "fails its health check in the gang's qualification probe (one rank per node), so nothing runs and nothing "
+        "is lost; its times count from the moment the health check was set to fail, before the run began.",
         "**Detect**: when the platform saw the attempt end or flagged it (the backend saw the process or job "
         "end, the straggler detector or the health check raised it).",
         "**Contain**: when the faulty capacity was out of use: the attempt's process gone, the pool cooled "

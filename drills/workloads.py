@@ -83,8 +83,8 @@ def build_spec(w: DrillWorkload, drill: str, inputs: dict[str, str], output_uri:
             "imports": [*TRAINING_IMPORTS, "anndata"],  # as the Cell lane's foundation_model asset
             "config": {"dataset_uri": inputs["omics"], "steps": w.total, "batch_size": 128, "seed": 7},
         }
-        if w.nodes > 1:  # one rank (and one GPU) per node
-            spec |= {"nodes": w.nodes, "gpus": w.nodes}
+        if w.nodes > 1:  # one rank per node, on the CPU (gloo): the drill clusters have no GPUs
+            spec |= {"nodes": w.nodes, "gpus": 0}
     elif w.name == "policy":
         spec = {
             "name": f"drills.{drill}.policy",
