@@ -1,9 +1,12 @@
-"""Teleop sessions through the sensor, and policy training that resumes exactly after a kill."""
+"""Teleop sessions through the sensor, and policy training that resumes exactly after a kill
+and trains data-parallel as a gang to the one-process policy."""
 
 from __future__ import annotations
 
 import json
 import signal
+import subprocess
+import sys
 from pathlib import Path
 
 import dagster as dg
@@ -17,9 +20,11 @@ from robotics_lane.episodes.lerobot_v3 import Episode, write_dataset
 from robotics_lane.sim.base import ACTION_NAMES, STATE_NAMES
 from robotics_lane.standins.teleop_operator import TeleopOperatorStandIn
 from shared_resources.catalog.step_spec import TRAINING_IMPORTS
+from shared_resources.compute.backends.gang import free_port
 from shared_resources.resources import StorageResource
 from shared_resources.runtime.checkpoints import CheckpointStore
 from shared_resources.runtime.inputs import Failpoint
+from shared_resources.settings import REPO_ROOT, child_env
 from tests.helpers import WorkloadProcess
 
 pytestmark = pytest.mark.e2e  # runs workloads end to end, in their own processes
@@ -92,6 +97,29 @@ def test_killed_policy_training_resumes_to_the_same_weights(tmp_path):
     actual = CheckpointStore(str(tmp_path / "killed")).latest_valid().tensors["policy"]
     for name in expected:
         assert torch.equal(expected[name], actual[name]), name
+
+
+def test_policy_training_as_a_gang_of_two_ranks_trains_the_one_process_policy(tmp_path):
+    """Data-parallel behaviour cloning (`torchrun`, 2 ranks, gloo): the same global batches, each
+    rank on its half, to the weights one process trains (within floating-point tolerance)."""
+    dataset = _dataset(tmp_path / "demos")
+    reference = WorkloadProcess(TRAIN_POLICY, _extras(tmp_path, dataset, "reference"), "run", imports=POLICY_IMPORTS)
+    assert reference.wait() == 0, reference.tail()
+    extras = _extras(tmp_path, dataset, "gang")
+    log = tmp_path / "gang.log"
+    with log.open("wb") as out:
+        gang = subprocess.run(
+            [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node=2", f"--master-port={free_port()}", "-m", TRAIN_POLICY, "--extras", str(extras)],
+            cwd=REPO_ROOT, env=child_env({"OMP_NUM_THREADS": "1"}), stdout=out, stderr=subprocess.STDOUT, timeout=300, check=False,
+        )
+    assert gang.returncode == 0, log.read_text()[-3000:]
+    assert "× 2 rank(s)" in log.read_text()
+    store = CheckpointStore(str(tmp_path / "gang"))
+    assert Path(store.step_uri(100), "dcp").is_dir()  # an intermediate checkpoint: every rank's shards
+    expected = CheckpointStore(str(tmp_path / "reference")).latest_valid().tensors["policy"]
+    actual = store.latest_valid().tensors["policy"]
+    for name in expected:
+        torch.testing.assert_close(actual[name], expected[name], rtol=1e-4, atol=1e-5, msg=lambda m, n=name: f"{n}: {m}")
 
 
 def test_robot_cell_results_with_a_broken_trial_line_are_quarantined(instance, resources, home, storage):

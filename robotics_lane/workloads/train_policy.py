@@ -2,6 +2,13 @@
 
 Reads LeRobot v3 datasets (teleop sessions, successful rollouts, relabelled failures), fits an
 MLP from state to action, checkpoints on cadence and on SIGTERM, resumes exactly.
+
+Runs as one process or data-parallel as a gang (`torchrun --nproc-per-node N -m
+robotics_lane.workloads.train_policy --extras extras.json`, or a step with `nodes` ×
+`ranks_per_node`): every rank draws the same global batch from the shared seed and trains on
+its share, each rank's loss is its sum over the global count, so DDP's averaged gradient is the
+one-process gradient. Checkpoints are sharded (`torch.distributed.checkpoint`) and load onto
+any number of ranks; the final one is safetensors for the registry.
 """
 
 from __future__ import annotations
@@ -13,8 +20,8 @@ from torch import nn
 from robotics_lane.episodes.lerobot_v3 import read_dataset
 from robotics_lane.mlp_policy import MLPPolicy
 from robotics_lane.workloads.config import TrainPolicyConfig
-from shared_resources.runtime.torch_state import restore_training, training_files
-from shared_resources.runtime.workload import WorkloadRun
+from shared_resources.runtime.torch_state import restore_sharded, restore_training, sharded_state, training_files
+from shared_resources.runtime.workload import ShardedState, WorkloadRun
 
 
 def load_demonstrations(uris: list[str], successful_only: bool) -> tuple[np.ndarray, np.ndarray, int]:
@@ -37,6 +44,7 @@ def main() -> None:
         cfg = run.config_as(TrainPolicyConfig)
         torch.set_num_threads(cfg.threads)
         torch.manual_seed(cfg.seed)
+        gang = run.gang  # None when it runs as one process
         checkpoint = run.resume()
         if checkpoint is not None and checkpoint.final:
             run.report_already_complete(checkpoint)
@@ -48,27 +56,42 @@ def main() -> None:
         generator = torch.Generator().manual_seed(cfg.seed)
         losses: list[float] = []
         start = 0
-        if checkpoint is not None:
+        if checkpoint is not None and checkpoint.sharded:
+            from shared_resources.runtime.sharded import load_sharded
+
+            saved = sharded_state(model, optimizer, generator)
+            load_sharded(checkpoint, saved)
+            restore_sharded(saved, model, optimizer, generator)
+        elif checkpoint is not None:  # written by one process as safetensors
             restore_training(checkpoint.tensors, "policy", model, optimizer, generator)
+        if checkpoint is not None:
             losses = list(checkpoint.meta.get("losses", []))
             start = checkpoint.step
+        trained = gang.wrap(model) if gang else model
+        ranks = gang.world_size if gang else 1
 
-        def state() -> dict:
-            return training_files("policy", model, optimizer, generator)
+        def state() -> dict | ShardedState:
+            # One process keeps its safetensors checkpoints; a gang writes its shards together.
+            return ShardedState(sharded_state(model, optimizer, generator)) if gang else training_files("policy", model, optimizer, generator)
 
-        run.info(f"behaviour cloning on {len(x)} frames from {n_episodes} episodes, steps {start}→{cfg.steps}")
+        run.info(f"behaviour cloning on {len(x)} frames from {n_episodes} episodes × {ranks} rank(s), steps {start}→{cfg.steps}")
         for step in range(start, cfg.steps):
             rows = torch.randint(0, len(x), (cfg.batch_size,), generator=generator)
-            loss = nn.functional.mse_loss(model(x[rows]), y[rows])
+            if gang:
+                share = rows[gang.shard(torch.arange(cfg.batch_size))]
+                # This rank's sum over the global batch's element count: DDP's mean over ranks is the global mean.
+                loss = nn.functional.mse_loss(trained(x[share]), y[share], reduction="sum") * ranks / (cfg.batch_size * y.shape[1])
+            else:
+                loss = nn.functional.mse_loss(model(x[rows]), y[rows])
             optimizer.zero_grad(set_to_none=True)
             loss.backward()
             optimizer.step()
-            losses.append(round(loss.item(), 6))
+            losses.append(round((gang.all_sum(loss.item()) if gang else loss.item()) / ranks, 6))
             run.step_done(step + 1, state, meta=lambda: {"losses": losses, "hidden": cfg.hidden}, loss=losses[-1])
 
         run.finish(
             cfg.steps,
-            state(),
+            training_files("policy", model, optimizer, generator),  # safetensors, for the registry
             meta={"losses": losses, "hidden": cfg.hidden, "config": cfg.model_dump()},
             metadata={
                 "final_loss": round(float(np.mean(losses[-50:])), 6),
