@@ -45,6 +45,8 @@ class PolicyLaunchpad(dg.Config, PolicySettings):
     """Behaviour-cloning settings (change them in the launchpad)."""
 
     checkpoint_every_steps: int = Field(250, ge=1, description="Save a checkpoint every this many steps (and on preemption).")
+    nodes: int = Field(1, ge=1, description="Train data-parallel across this many nodes (a gang: all start together or none); 1: one node.")
+    ranks_per_node: int = Field(1, ge=1, description="Data-parallel ranks per node, usually one per GPU. The policy is the same whatever the gang's size.")
 
 
 class SimEvalSettings(dg.Config):
@@ -59,7 +61,8 @@ def policy(context: dg.AssetExecutionContext, config: PolicyLaunchpad, storage: 
     """The robot's policy: a network that maps the cart-pole state to a force, learnt by
     imitating every validated teleop demonstration and every successful simulated rollout.
 
-    Trains on the pool with fast interconnect; checkpoints and resumes after preemption.
+    Trains on the pool with fast interconnect, on one process or data-parallel as a gang of
+    `nodes` × `ranks_per_node` (launchpad); checkpoints and resumes after preemption.
     `lineage` names every episode and rollout version it learnt from; `loss_curve` plots this
     run beside the previous one.
     """
@@ -73,7 +76,9 @@ def policy(context: dg.AssetExecutionContext, config: PolicyLaunchpad, storage: 
         name="robotics.policy",
         entry_point="robotics_lane.workloads.train_policy",
         tenant="robotics",
-        gpus=1,
+        gpus=config.nodes * config.ranks_per_node,
+        nodes=config.nodes,
+        ranks_per_node=config.ranks_per_node if config.nodes * config.ranks_per_node > 1 else None,
         tightly_coupled=True,
         checkpoint_every_steps=config.checkpoint_every_steps,
         expected_hours=0.2,
