@@ -26,6 +26,7 @@ import socket
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 import torch.distributed as dist
@@ -152,6 +153,7 @@ class Gang:
         self._step_began = time.monotonic()
         self._collective_seconds = 0.0  # this step's time in the workload's own collectives (`all_sum`)
         self.nodes_by_rank: list[str] = [member.node]
+        self.checkpoint_group: Any = None
 
     @classmethod
     def join(cls, member: GangMember, timeout_seconds: float = COLLECTIVE_TIMEOUT_SECONDS) -> Gang:
@@ -167,6 +169,8 @@ class Gang:
             world_size=member.world_size,
             timeout=dt.timedelta(seconds=timeout_seconds),
         )
+        # Checkpoints are written in the background on a gloo group of their own (`sharded.py`).
+        gang.checkpoint_group = dist.new_group(backend="gloo")
         names: list[str | None] = [None] * member.world_size
         dist.all_gather_object(names, member.node)
         gang.nodes_by_rank = [str(n) for n in names]

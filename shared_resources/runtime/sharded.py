@@ -11,12 +11,20 @@ same folder loads onto one process or any number of ranks (`load_sharded`), whic
 resumes on fewer or more nodes, or on another backend. The folder is DCP's own format:
 `torch.distributed.checkpoint.format_utils.dcp_to_torch_save` turns it into one `torch.save`
 file; a run's final checkpoint is written as safetensors files for the registry.
+
+A gang writes its cadence checkpoints **asynchronously** (`start_sharded_save`, DCP's
+`async_save` on a gloo group of its own): the state is copied to host memory, training goes on
+while the files are written, and rank 0 publishes the step once they all are. One write is in
+flight at a time; a checkpoint on SIGTERM and the final one are written at once.
 """
 
 from __future__ import annotations
 
 import posixpath
-from collections.abc import Mapping
+import time
+from collections.abc import Callable, Mapping
+from concurrent.futures import Future
+from dataclasses import dataclass
 from typing import Any
 
 import torch.distributed as dist
@@ -41,13 +49,59 @@ def save_sharded(
     shards = posixpath.join(where, SHARDS)
     dcp.save(state, storage_writer=FsspecWriter(shards), no_dist=not dist.is_initialized())
     if leader:
-        fs, root = fs_for(shards)
-        entries = {}
-        for path in sorted(fs.find(root)):
-            data = read_bytes(fs.unstrip_protocol(path) if "://" in shards else path)
-            entries[posixpath.join(SHARDS, posixpath.relpath(path, root))] = {"sha256": sha256_bytes(data), "bytes": len(data)}
-        store.publish(step, entries, meta=meta, lineage=lineage, layout=SHARDS)
+        _publish(store, step, meta, lineage)
     return where
+
+
+def _publish(store: CheckpointStore, step: int, meta: Mapping[str, Any] | None, lineage: Mapping[str, Any] | None) -> None:
+    """Rank 0, once every rank's part is written: the step's manifest, which makes it valid."""
+    shards = posixpath.join(store.step_uri(step), SHARDS)
+    fs, root = fs_for(shards)
+    entries = {}
+    for path in sorted(fs.find(root)):
+        data = read_bytes(fs.unstrip_protocol(path) if "://" in shards else path)
+        entries[posixpath.join(SHARDS, posixpath.relpath(path, root))] = {"sha256": sha256_bytes(data), "bytes": len(data)}
+    store.publish(step, entries, meta=meta, lineage=lineage, layout=SHARDS)
+
+
+@dataclass
+class PendingSave:
+    """A sharded checkpoint being written in the background; `wait()` finishes and publishes it."""
+
+    step: int
+    where: str
+    future: Future
+    publish: Callable[[], None]
+    committed_seconds: float  # the attempt's productive time when the state was taken
+    blocked_seconds: float  # what training waited for: the copy to host memory
+
+    def done(self) -> bool:
+        return self.future.done()
+
+    def wait(self) -> None:
+        self.future.result()
+        self.publish()
+
+
+def start_sharded_save(
+    store: CheckpointStore,
+    step: int,
+    state: dict[str, Any],
+    *,
+    group: Any,
+    leader: bool,
+    committed_seconds: float,
+    meta: Mapping[str, Any] | None = None,
+    lineage: Mapping[str, Any] | None = None,
+) -> PendingSave:
+    """Start writing `state` at `step` from every rank of the gang (DCP's `async_save`, on the
+    gloo `group` kept for checkpoints so it never crosses the training's collectives)."""
+    began = time.monotonic()
+    shards = posixpath.join(store.step_uri(step), SHARDS)
+    response = dcp.async_save(state, storage_writer=FsspecWriter(shards), process_group=group)
+    future = getattr(response, "upload_completion", response)  # a Future, or DCP's response that holds one
+    publish = (lambda: _publish(store, step, meta, lineage)) if leader else (lambda: None)
+    return PendingSave(step, store.step_uri(step), future, publish, committed_seconds, round(time.monotonic() - began, 3))
 
 
 def load_sharded(checkpoint: Checkpoint, state: dict[str, Any]) -> None:

@@ -30,8 +30,6 @@ What the platform passes besides the config is one typed model, `WorkloadInputs`
 
 from __future__ import annotations
 
-import argparse
-import json
 import logging
 import os
 import signal
@@ -47,14 +45,15 @@ from shared_resources.runtime.checkpoints import Checkpoint, CheckpointStore, Fr
 from shared_resources.runtime.failpoints import hold
 from shared_resources.runtime.inputs import WorkloadInputs
 from shared_resources.runtime.messages import CheckpointSaved, Preemption, Progress, Resumed, Telemetry, BaseMessage
+from shared_resources.runtime.standalone import EXTRAS_ENV, StandaloneReporter, standalone_inputs  # noqa: F401 - EXTRAS_ENV: read from here too
 
 if TYPE_CHECKING:
     from shared_resources.runtime.gang import Gang
+    from shared_resources.runtime.sharded import PendingSave
 
 # EX_TEMPFAIL: "temporary failure; the user is invited to retry". Distinct from a
 # crash (1) and from death by signal (128 + n), so the platform can tell them apart.
 PREEMPTED_EXIT_CODE = 75
-EXTRAS_ENV = "SINEWGRID_WORKLOAD_EXTRAS"
 
 Files = Mapping[str, Mapping[str, Any]]
 C = TypeVar("C", bound=BaseModel)
@@ -74,47 +73,6 @@ class Preempted(Exception):
     """Raised inside the workload once its preemption checkpoint is safe."""
 
 
-class _StandaloneReporter:
-    """Stands in for the Pipes context when a workload is run by hand."""
-
-    def __init__(self, extras: Mapping[str, Any], rank: int | None = None, level: int = logging.INFO):
-        self.extras = extras
-        self.log = logging.getLogger("sinewgrid.workload" if rank is None else f"sinewgrid.workload.rank{rank}")
-        if not self.log.handlers:
-            handler = logging.StreamHandler(sys.stderr)
-            where = "" if rank is None else f"rank {rank}: "
-            handler.setFormatter(logging.Formatter(f"%(asctime)s %(levelname)s {where}%(message)s"))
-            self.log.addHandler(handler)
-            self.log.setLevel(level)
-        self.messages: list[Any] = []
-
-    def report_custom_message(self, payload: Any) -> None:
-        self.messages.append(payload)
-        self.log.debug("message: %s", payload)
-
-    def report_asset_materialization(self, metadata: Mapping[str, Any] | None = None, **_: Any) -> None:
-        self.log.info("result: %s", json.dumps(metadata, default=str))
-
-    def close(self) -> None:
-        pass
-
-
-def _standalone_inputs(argv: list[str]) -> WorkloadInputs:
-    parser = argparse.ArgumentParser(add_help=False)
-    parser.add_argument("--extras")
-    args, _ = parser.parse_known_args(argv)
-    if args.extras:
-        with open(args.extras) as fh:
-            return WorkloadInputs.from_extras(json.load(fh), where=args.extras)
-    if os.environ.get(EXTRAS_ENV):
-        return WorkloadInputs.from_extras(json.loads(os.environ[EXTRAS_ENV]), where=f"${EXTRAS_ENV}")
-    raise SystemExit(
-        "This workload was started outside Dagster without its settings. Pass "
-        f"--extras FILE.json or set {EXTRAS_ENV} to a JSON object with `config`, "
-        "`checkpoint_uri` and `checkpoint_every_steps`."
-    )
-
-
 class WorkloadRun:
     """Pipes session, resume, checkpoint cadence, preemption and productive-time accounting.
 
@@ -126,7 +84,7 @@ class WorkloadRun:
         self._argv = sys.argv[1:] if argv is None else argv
         self._framework: Framework = framework
         self.preempt_requested = False
-        self._pipes: PipesContext | _StandaloneReporter | None = None
+        self._pipes: PipesContext | StandaloneReporter | None = None
         self._started = time.monotonic()
         self._work_seconds = 0.0  # training time since this attempt resumed
         self._work_mark: float | None = None
@@ -137,6 +95,7 @@ class WorkloadRun:
         self._telemetry_reports = 0
         self._rank_busy: list[float] = []  # gang leader: each rank's busy seconds since the last report
         self.gang: Gang | None = None
+        self._pending: PendingSave | None = None  # a gang's checkpoint being written in the background
 
     # Life cycle ---------------------------------------------------------------
     def __enter__(self) -> WorkloadRun:
@@ -150,11 +109,11 @@ class WorkloadRun:
             self.inputs = WorkloadInputs.from_extras(self._pipes.extras)
         elif member is not None and not member.leader:
             # The other ranks stay off Pipes (rank 0 speaks for the gang); they read the same inputs.
-            self._pipes = _StandaloneReporter({}, rank=member.rank, level=logging.WARNING)
+            self._pipes = StandaloneReporter({}, rank=member.rank, level=logging.WARNING)
             self.inputs = self._rank_inputs()
         else:
-            self.inputs = _standalone_inputs(self._argv)
-            self._pipes = _StandaloneReporter(self.inputs.to_extras())
+            self.inputs = standalone_inputs(self._argv)
+            self._pipes = StandaloneReporter(self.inputs.to_extras())
         if not self.inputs.checkpoint_uri:
             raise SystemExit("This workload needs `checkpoint_uri` in its inputs: where its checkpoints live.")
         self.config: dict[str, Any] = dict(self.inputs.config)
@@ -174,7 +133,7 @@ class WorkloadRun:
     def _rank_inputs(self) -> WorkloadInputs:
         """A non-leader rank's inputs: the Pipes extras read without opening the session, or
         the standalone sources when started by hand."""
-        return WorkloadInputs.from_pipes_env() or _standalone_inputs(self._argv)
+        return WorkloadInputs.from_pipes_env() or standalone_inputs(self._argv)
 
     def config_as(self, model: type[C]) -> C:
         """The workload's config as its model; exits with every bad field named otherwise."""
@@ -244,6 +203,8 @@ class WorkloadRun:
         The wait is neither work, nor step time, nor time towards a time-based checkpoint.
         Returns the seconds held (0 when it did not fire)."""
         began = time.monotonic()
+        if self._pending is not None and self.inputs.failpoint is not None and self.inputs.failpoint.at_step == step:
+            self.settle_checkpoint()  # a drill's fault lands after the checkpoints before it are safe
         if not hold(self.inputs.failpoint, step, reports=self._telemetry_reports, stop=lambda: self.preempt_requested):
             return 0.0
         held = time.monotonic() - began
@@ -279,9 +240,18 @@ class WorkloadRun:
         began = time.monotonic()
         lineage = self.inputs.lineage.model_dump() if self.inputs.lineage else {}
         if isinstance(files, ShardedState):
-            from shared_resources.runtime.sharded import save_sharded
+            from shared_resources.runtime.sharded import save_sharded, start_sharded_save
 
+            self.settle_checkpoint()  # one write in flight at a time, and in step order
             leader = self.gang is None or self.gang.leader
+            if self.gang is not None and not self.preempt_requested:  # in the background: training goes on
+                self._pending = start_sharded_save(
+                    self.checkpoints, step, files, group=self.gang.checkpoint_group, leader=leader, committed_seconds=committed, meta=meta, lineage=lineage
+                )
+                self._last_save_at = time.monotonic()
+                if self._work_mark is not None:
+                    self._work_mark = time.monotonic()
+                return self._pending.where
             where = save_sharded(self.checkpoints, step, files, leader=leader, meta=meta, lineage=lineage)
         else:
             where = self.checkpoints.save(step, files, meta=meta, lineage=lineage, final=final)
@@ -294,6 +264,17 @@ class WorkloadRun:
             CheckpointSaved(step=step, uri=where, final=final, committed_seconds=round(committed, 3), checkpoint_seconds=round(written, 3))
         )
         return where
+
+    def settle_checkpoint(self, block: bool = True) -> None:
+        """Finish the checkpoint written in the background, if any (without `block`: only if its
+        files are all written), publish it and report it."""
+        pending = self._pending
+        if pending is None or not (block or pending.done()):
+            return
+        self._pending = None
+        pending.wait()
+        self._last_saved_step = pending.step
+        self.report(CheckpointSaved(step=pending.step, uri=pending.where, committed_seconds=pending.committed_seconds, checkpoint_seconds=pending.blocked_seconds))
 
     def commit(self, step: int, **info: Any) -> None:
         """Report work made durable by the workload itself (e.g. an episode file written
@@ -343,16 +324,18 @@ class WorkloadRun:
     def _gang_step_done(self, step: int, files: Callable[[], Files], meta: Callable[[], Mapping[str, Any]] | None, metrics: Mapping[str, float]) -> None:
         """`step_done` for one rank of a gang: every rank takes the same decision at the same step."""
         assert self.gang is not None
+        self.settle_checkpoint(block=False)
         held = self._hold(step)
         interval_due = bool(self.checkpoint_interval and time.monotonic() - self._last_save_at >= self.checkpoint_interval)
         agreed = self.gang.agree(preempt=self.preempt_requested, checkpoint_due=interval_due, idle_seconds=held)
         if self.gang.leader:
             self._gang_telemetry(step, agreed.busy_seconds)
+        if agreed.preempt:  # a peer's notice is this rank's too: its checkpoint is written at once
+            self.preempt_requested = True
         if step % self.checkpoint_every == 0 or agreed.checkpoint_due or agreed.preempt:
             self._checkpoint(step, files, meta, metrics)
             self.gang.restart_step_clock()
         if agreed.preempt:
-            self.preempt_requested = True
             raise Preempted()
 
     def _gang_telemetry(self, step: int, busy: list[float]) -> None:
@@ -384,6 +367,7 @@ class WorkloadRun:
     def finish(self, step: int, files: Files, *, meta: Mapping[str, Any] | None = None, metadata: Mapping[str, Any] | None = None) -> None:
         """Publish the final checkpoint and report the result's metadata (in a gang: rank 0
         writes it, from its copy of the weights, which every rank holds alike)."""
+        self.settle_checkpoint()
         if self.gang is not None and not self.gang.leader:
             return
         metadata = dict(metadata or {})
