@@ -90,12 +90,18 @@ def test_what_is_not_a_platform_message_is_skipped():
 
 
 @pytest.mark.parametrize(
-    ("launchpad", "settings_model"),
-    [(PretrainLaunchpad, PretrainSettings), (FinetuneLaunchpad, FinetuneSettings), (PolicyLaunchpad, PolicySettings)],
+    ("launchpad", "settings_model", "how_it_runs"),
+    [
+        (PretrainLaunchpad, PretrainSettings, {"checkpoint_every_steps"}),
+        (FinetuneLaunchpad, FinetuneSettings, {"checkpoint_every_steps"}),
+        (PolicyLaunchpad, PolicySettings, {"checkpoint_every_steps", "nodes", "ranks_per_node"}),  # a gang's shape too
+    ],
 )
-def test_the_launchpad_is_the_workload_settings_plus_the_cadence(launchpad, settings_model):
+def test_the_launchpad_is_the_workload_settings_plus_how_the_step_runs(launchpad, settings_model, how_it_runs):
+    """What the workload trains with, plus how the platform runs it (cadence, gang shape): those
+    never reach the workload's config, so the same settings train the same model on any shape."""
     assert issubclass(launchpad, settings_model)
-    assert set(launchpad.model_fields) - set(settings_model.model_fields) == {"checkpoint_every_steps"}
+    assert set(launchpad.model_fields) - set(settings_model.model_fields) == how_it_runs
 
 
 def test_the_workload_config_carries_the_launchpad_names_unchanged():
