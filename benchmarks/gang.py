@@ -18,7 +18,9 @@ same ranks started by hand, and how long a gang takes to resume after it lost a 
 On Ray (a head and a second raylet on this machine, each on its own loopback address) the
 platform's gang is a Ray job running `runtime/ray_gang.py`; by hand, a Ray job whose driver
 creates the placement group itself and runs each rank as a task in its bundle
-(`RAY_BY_HAND` below), polled through the Jobs API every 0.1 s.
+(`RAY_BY_HAND` below), polled through the Jobs API every 0.1 s. The resume after a node loss
+on Ray runs on a head and 3 worker nodes: the whole Ray node of rank 1 is killed, and the gang
+comes back on the two left.
 
 (No `from __future__ import annotations`: Dagster reads the asset's annotations.)
 """
@@ -278,6 +280,28 @@ def run(repeats: int = 3) -> dict[str, Any]:
                 )
             finally:
                 head.stop()
+        try:
+            from testbed.ray_head import start_ray_nodes
+
+            ray_nodes = start_ray_nodes(workers=3)
+        except Exception:  # noqa: BLE001 - the launch row already says why Ray is missing
+            ray_nodes = None
+        if ray_nodes is not None:
+            try:
+                ray3_catalog = folder / "ray3.yaml"
+                settings = {"address": ray_nodes.address, "resources": ray_nodes.entry_resources, "gpu_resource": None}
+                ray3_catalog.write_text(yaml.safe_dump({"pools": {"bench": _pool("ray", settings, nodes=3)}}))
+
+                def kill_ray(home: Path) -> None:  # the whole Ray node of rank 1
+                    from drills.faults import rank_process
+
+                    _, node = rank_process(1, "cell_lane.workloads.pretrain")
+                    ray_nodes.kill_node(node)
+
+                ray_pretrain = pretrain.model_copy(update={"ranks_per_node": 1})
+                resumes.append(_resume_after_node_loss("ray (2 × 1, 3 worker nodes)", folder / "home-ray-resume", ray3_catalog, ray_pretrain, kill_ray, dataset_uri))
+            finally:
+                ray_nodes.stop()
     return {"launch": launches, "resume": resumes}
 
 
