@@ -65,6 +65,11 @@ def _calendar_png(plan) -> bytes:
     return buffer.getvalue()
 
 
+def _spares(row: dict) -> str:
+    """A gang's standby spare nodes, where the pool holds some: their part of the cost."""
+    return f" (spares ${row['spare_usd']:,.2f})" if row.get("spare_usd") else ""
+
+
 def _steps_markdown(rows: list[dict]) -> str:
     lines = [
         "| step | pool | mode | start | GPUs | GPU-h | egress | cost | checkpoint every | failover |",
@@ -74,7 +79,7 @@ def _steps_markdown(rows: list[dict]) -> str:
         every = f"{row['checkpoint_interval_seconds'] / 60:.0f} min" if row["checkpoint_interval_seconds"] else "—"
         lines.append(
             f"| {row['step'].split('/', 1)[1]} | `{row['pool']}` | {row['purchasing']} | {row['start']} | {row['gpus']} | "
-            f"{row['gpu_hours']:,.1f} | ${row['egress_usd']:,.2f} | ${row['cost_usd']:,.2f} | {every} | "
+            f"{row['gpu_hours']:,.1f} | ${row['egress_usd']:,.2f} | ${row['cost_usd']:,.2f}{_spares(row)} | {every} | "
             f"{', '.join(row['failover'][:3]) or '—'} |"
         )
     return "\n".join(lines)
@@ -122,6 +127,7 @@ def capacity_plan(context: dg.AssetExecutionContext, config: CapacityPlanConfig,
             "cost_usd": dg.MetadataValue.float(round(totals["cost_usd"], 2)),
             "gpu_hours": dg.MetadataValue.float(round(totals["gpu_hours"], 1)),
             "committed_gpu_hours_used": dg.MetadataValue.float(round(totals["committed_gpu_hours_used"], 1)),
+            "spare_nodes_usd": dg.MetadataValue.float(round(totals.get("spare_usd", 0.0), 2)),
             "prices": "illustrative list prices, not quotes" if totals["prices_illustrative"] else "from the catalogs' sources",
             "summary": dg.MetadataValue.md("\n".join(summary)),
             **{f"plan_{job}": dg.MetadataValue.md(_steps_markdown(r)) for job, r in by_job.items()},
