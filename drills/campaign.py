@@ -41,6 +41,16 @@ def matrix(backends: list[str], scenarios: list[str], workloads: list[str]) -> l
 
 
 @contextmanager
+def registered(key: str, cluster: object) -> Iterator[None]:
+    """`cluster` is the one the drill asset faults for `key` while the context lasts."""
+    runner.ACTIVE_CLUSTERS[key] = cluster
+    try:
+        yield
+    finally:
+        runner.ACTIVE_CLUSTERS.pop(key, None)
+
+
+@contextmanager
 def slurm_cluster() -> Iterator[object]:
     """A single-node Slurm cluster for the campaign, registered for the drill asset."""
     from testbed.slurm_cluster import SlurmCluster
@@ -48,12 +58,8 @@ def slurm_cluster() -> Iterator[object]:
     missing = [d for d in ("munged", "slurmctld", "slurmd") if not shutil.which(d) and not Path(f"/usr/sbin/{d}").exists()]
     if missing:
         raise RuntimeError(f"Slurm drills need {', '.join(missing)}: install them with `make slurm-packages` (Debian packages slurmctld slurmd munge)")
-    with SlurmCluster() as cluster:
-        runner.ACTIVE_CLUSTERS["slurm"] = cluster
-        try:
-            yield cluster
-        finally:
-            runner.ACTIVE_CLUSTERS.pop("slurm", None)
+    with SlurmCluster() as cluster, registered("slurm", cluster):
+        yield cluster
 
 
 @contextmanager
@@ -61,12 +67,8 @@ def gang_slurm_cluster() -> Iterator[object]:
     """A Slurm cluster of 3 nodes, each in a network namespace of its own, for the gang scenarios."""
     from testbed.slurm_multinode import MultiNodeSlurmCluster
 
-    with MultiNodeSlurmCluster(nodes=3) as cluster:
-        runner.ACTIVE_CLUSTERS["slurm-gang"] = cluster
-        try:
-            yield cluster
-        finally:
-            runner.ACTIVE_CLUSTERS.pop("slurm-gang", None)
+    with MultiNodeSlurmCluster(nodes=3) as cluster, registered("slurm-gang", cluster):
+        yield cluster
 
 
 @contextmanager
@@ -75,11 +77,10 @@ def ray_cluster() -> Iterator[object]:
     from testbed.ray_head import start_ray_nodes
 
     cluster = start_ray_nodes(workers=3)
-    runner.ACTIVE_CLUSTERS["ray"] = cluster
     try:
-        yield cluster
+        with registered("ray", cluster):
+            yield cluster
     finally:
-        runner.ACTIVE_CLUSTERS.pop("ray", None)
         cluster.stop()
 
 

@@ -346,7 +346,9 @@ def best_goodput(work_s: float, checkpoint_s: float, wall_s: float, timeline: li
     """The most goodput this run could have had: Daly's model at the Young/Daly interval for the
     measured checkpoint cost, one fault per run (M = the run's wall time) and the measured
     restart cost (start, imports, data, reading the checkpoint), plus the first start-up."""
-    starts = [t["resumed_at"] - t["running_at"] for t in timeline if t.get("resumed_at") and t.get("running_at")]
+    # An engine may see its job running after the workload already said it resumed (Slurm polls
+    # its queue): such a start-up counts as none, never as negative time.
+    starts = [max(0.0, t["resumed_at"] - t["running_at"]) for t in timeline if t.get("resumed_at") and t.get("running_at")]
     if wall_s <= 0 or work_s <= 0 or not starts:
         return 0.0
     restart = sum(starts) / len(starts)

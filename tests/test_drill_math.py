@@ -390,3 +390,11 @@ def test_several_traces_are_summarised_per_cadence(tmp_path: Path):
     for run in first.runs:
         # The mean of two identical traces is the trace's own figure.
         assert f"| {run.cadence} | 2 | {2 * len(run.faults_at)} | {run.goodput:.1%} |" in page
+
+
+def test_a_start_up_the_engine_saw_late_counts_as_none_not_as_negative_time():
+    """Slurm may list a job running after its workload already reported it resumed."""
+    from drills.runner import best_goodput
+
+    timeline = [{"running_at": 10.3, "resumed_at": 10.0}, {"running_at": 20.4, "resumed_at": 20.2}]
+    assert 0 < best_goodput(work_s=30.0, checkpoint_s=0.1, wall_s=40.0, timeline=timeline) <= 1

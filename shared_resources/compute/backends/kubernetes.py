@@ -66,6 +66,7 @@ from shared_resources.compute.backends.kubernetes_pod import (
     LABEL,
     core_api,
     job_status,
+    log_tail,
     pod_spec_for,
 )
 from shared_resources.compute.inflight import attempt_owner, inflight_of
@@ -262,11 +263,7 @@ class KubernetesBackend(Backend):
         if invocation is not None:
             for result in invocation.get_results():
                 metadata.update(getattr(result, "metadata", None) or {})
-        tail = "\n".join(log.decode("utf-8", errors="replace").rstrip().splitlines()[-25:])
-        if outcome is AttemptOutcome.refused:
-            tail = status.reason
-        elif status.reason:
-            tail = f"[kubernetes: {status.reason}]\n{tail}"
+        tail = log_tail(log, outcome, status.reason)
         return AttemptResult(outcome, status.exit_code, messages, metadata, log_uri=log_uri, log_tail=tail)
 
     @staticmethod

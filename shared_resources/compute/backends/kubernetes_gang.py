@@ -65,6 +65,7 @@ from shared_resources.compute.backends.kubernetes_pod import (
     CONTAINER,
     core_api,
     job_status,
+    log_tail,
 )
 from shared_resources.compute.causes import Cause
 from shared_resources.compute.inflight import attempt_owner, inflight_of
@@ -342,11 +343,7 @@ class JobSetGangs:
         if outcome is AttemptOutcome.succeeded:
             for result in session.get_results():
                 metadata.update(getattr(result, "metadata", None) or {})
-        tail = "\n".join(log.decode("utf-8", errors="replace").rstrip().splitlines()[-25:])
-        if outcome is AttemptOutcome.refused:
-            tail = status.reason
-        elif status.reason:
-            tail = f"[kubernetes: {status.reason}]\n{tail}"
+        tail = log_tail(log, outcome, status.reason)
         return AttemptResult(
             outcome, status.exit_code, messages, metadata, log_uri=inputs.log_uri, log_tail=tail,
             queue_seconds=max((started_at or ended_at) - handle.submitted_at, 0.0), running_at=started_at, ended_at=ended_at,

@@ -17,7 +17,7 @@ from kubernetes.client import CoreV1Api
 from shared_resources.catalog.backends import KubernetesSettings, settings_for
 from shared_resources.catalog.pools import Pool
 from shared_resources.catalog.step_spec import StepSpec
-from shared_resources.compute.backends.base import JobState, JobStatus
+from shared_resources.compute.backends.base import AttemptOutcome, JobState, JobStatus
 from shared_resources.settings import settings
 
 CONTAINER = "workload"
@@ -136,3 +136,11 @@ def core_api(info: dict[str, Any]) -> CoreV1Api:
     configuration = kubernetes.client.Configuration()
     kubernetes.config.load_incluster_config(client_configuration=configuration)
     return CoreV1Api(kubernetes.client.ApiClient(configuration))
+
+
+def log_tail(log: bytes, outcome: AttemptOutcome, reason: str) -> str:
+    """The attempt's last words: the pod's last log lines, or why nothing ran (a refusal)."""
+    tail = "\n".join(log.decode("utf-8", errors="replace").rstrip().splitlines()[-25:])
+    if outcome is AttemptOutcome.refused:
+        return reason
+    return f"[kubernetes: {reason}]\n{tail}" if reason else tail

@@ -36,10 +36,12 @@ which `JobSubmissionClient` gives in a few lines, without another dependency to 
 
 from __future__ import annotations
 
+import json
 import shlex
 import signal
 import sys
 import time
+import urllib.request
 from pathlib import Path
 from typing import Any
 
@@ -140,6 +142,8 @@ class RayBackend(EngineBackend):
         only the cluster's GCS takes the call). False when the node is gone already (a lost
         node: Ray places nothing on a dead node) or the drain did not finish in time."""
         settings: RaySettings = settings_for(pool)
+        if not self._alive(settings.address, node):
+            return False  # a dead node takes no work: nothing to drain
         client = self._client(settings.address, pool.name)
         spec = StepSpec(name="drain", entry_point="shared_resources.runtime.ray_drain", tenant="platform", gpus=0)
         runtime_env = self.runtime_env(pool, spec, {})
@@ -152,6 +156,18 @@ class RayBackend(EngineBackend):
                 return str(status) == "SUCCEEDED"
             time.sleep(0.2)
         return False
+
+    @staticmethod
+    def _alive(address: str, node: str) -> bool:
+        """Whether the cluster lists `node` (`ray-<id prefix>`) alive, from the dashboard's state
+        API; True when it cannot tell (the drain job then finds out)."""
+        try:
+            with urllib.request.urlopen(f"{address.rstrip('/')}/api/v0/nodes?limit=1000", timeout=10) as response:
+                rows = json.loads(response.read()).get("data", {}).get("result", {}).get("result", [])
+        except (OSError, ValueError):
+            return True
+        prefix = node.removeprefix("ray-")
+        return any(row.get("node_id", "").startswith(prefix) and row.get("state") == "ALIVE" for row in rows)
 
     # Runtimes ------------------------------------------------------------------------
     def _runtime(self, pool: Pool, spec: StepSpec) -> str | dict[str, Any]:
