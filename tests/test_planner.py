@@ -197,3 +197,11 @@ def test_when_cost_regret_leaves_a_step_without_room_the_planner_packs_biggest_f
     where = {row["step"]: row["pool"] for row in plan.rows()}
     assert where["s1"] == "C" and {where["s2"], where["s3"]} == {"A", "B"}
     assert plan.totals()["cost_usd"] == pytest.approx(424.0)
+
+
+def test_equal_cost_ties_go_to_the_pool_name_not_the_catalog_order():
+    """docs/placement.md: on equal cost, the pool that moves less data, then by name."""
+    zeta, alpha = _pool("zeta"), _pool("alpha")
+    plan = plan_job("j", [_step("s", gpus=8, expected_hours=1)], _catalog(zeta, alpha))
+    assert [r["pool"] for r in plan.rows()] == ["alpha"]
+    assert plan_placement(_step("s", gpus=8, expected_hours=1), _catalog(zeta, alpha)).first.name == "alpha"

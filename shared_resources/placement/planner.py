@@ -63,6 +63,7 @@ def assign(a: Assessment, allowed: np.ndarray, order: list[int], score: np.ndarr
     left = np.array([p.committed_gpu_hours or 0.0 for p in a.pools], dtype=float)
     price = np.array([p.price_per_gpu_hour for p in a.pools])
     marginal = np.array([p.marginal_price_per_gpu_hour for p in a.pools])
+    by_name = np.argsort(np.argsort([p.name for p in a.pools], kind="stable"))  # each pool's place in name order
     s0 = np.floor(a.start_hours / SLOT_HOURS).astype(int)
     s1 = np.where(np.isfinite(a.end_hours), np.ceil(a.end_hours / SLOT_HOURS), s0[:, None] + 1).astype(int)
     s0 = np.maximum(s0, 0)
@@ -92,7 +93,7 @@ def assign(a: Assessment, allowed: np.ndarray, order: list[int], score: np.ndarr
         fits_budget = true_cost <= (a.steps[i].budget_usd if a.steps[i].budget_usd is not None else math.inf)
         ok = room & fits_budget
         key = true_cost if score is None else score[i, cands]
-        rank = np.lexsort((cands, a.moved_gb[i, cands], np.round(key, 6)))
+        rank = np.lexsort((by_name[cands], a.moved_gb[i, cands], np.round(key, 6)))  # ties: less data moved, then the pool's name
         failover[i] = [int(cands[r]) for r in rank if ok[r]]
         refusals[i] = {
             int(cands[r]): (
