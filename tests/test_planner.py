@@ -205,3 +205,9 @@ def test_equal_cost_ties_go_to_the_pool_name_not_the_catalog_order():
     plan = plan_job("j", [_step("s", gpus=8, expected_hours=1)], _catalog(zeta, alpha))
     assert [r["pool"] for r in plan.rows()] == ["alpha"]
     assert plan_placement(_step("s", gpus=8, expected_hours=1), _catalog(zeta, alpha)).first.name == "alpha"
+
+
+def test_a_step_without_gpus_is_billed_as_one_gpu_as_the_docs_say():
+    """docs/placement.md: a `gpus: 0` step (CPU work) takes a slot of a node, billed as one GPU."""
+    plan = plan_job("j", [_step("cpu", gpus=0, expected_hours=2)], _catalog(_pool("p", price_per_gpu_hour=3.0)))
+    assert plan.totals()["cost_usd"] == pytest.approx(3.0 * 1 * 2)
