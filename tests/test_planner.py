@@ -211,3 +211,35 @@ def test_a_step_without_gpus_is_billed_as_one_gpu_as_the_docs_say():
     """docs/placement.md: a `gpus: 0` step (CPU work) takes a slot of a node, billed as one GPU."""
     plan = plan_job("j", [_step("cpu", gpus=0, expected_hours=2)], _catalog(_pool("p", price_per_gpu_hour=3.0)))
     assert plan.totals()["cost_usd"] == pytest.approx(3.0 * 1 * 2)
+
+
+POOL_YAML = """
+pools:
+  {name}:
+    provider: aws
+    region: us-east-1
+    backend: local
+    purchasing: on_demand
+    accelerator: h100-80gb
+    gpus_per_node: 8
+    price_per_gpu_hour: 2.0
+"""
+EGRESS_YAML = "egress:\n  default: {cross_provider: 0.5}\n"
+
+
+@pytest.mark.parametrize("egress_file", ["a-egress.yaml", "z-egress.yaml"])
+def test_a_folder_s_egress_default_comes_from_the_file_that_sets_it_whatever_its_name(tmp_path, egress_file):
+    from shared_resources.catalog.pools import load_catalog
+
+    (tmp_path / "m-pools.yaml").write_text(POOL_YAML.format(name="p"))
+    (tmp_path / egress_file).write_text(POOL_YAML.format(name="e") + EGRESS_YAML)
+    assert load_catalog(tmp_path).egress.default.cross_provider == 0.5
+
+
+def test_two_files_with_different_egress_defaults_are_refused_by_name(tmp_path):
+    from shared_resources.catalog.pools import PoolCatalogError, load_catalog
+
+    (tmp_path / "a.yaml").write_text(POOL_YAML.format(name="p") + EGRESS_YAML)
+    (tmp_path / "b.yaml").write_text(POOL_YAML.format(name="q") + "egress:\n  default: {cross_provider: 0.09}\n")
+    with pytest.raises(PoolCatalogError, match=r"b\.yaml: `egress.default` differs from the one set in .*a\.yaml"):
+        load_catalog(tmp_path)

@@ -273,10 +273,19 @@ class Catalog:
         clash = set(self.pools) & set(other.pools)
         if clash:
             raise PoolCatalogError(f"{other.files[0]}: pool names already defined in {', '.join(self.files)}: {', '.join(sorted(clash))}")
+        # The egress `default` is whichever file sets one (never the order the files are read in);
+        # two files that set different ones are an error.
+        mine, theirs = ("default" in self.egress.model_fields_set), ("default" in other.egress.model_fields_set)
+        if mine and theirs and self.egress.default != other.egress.default:
+            raise PoolCatalogError(
+                f"{other.files[0]}: `egress.default` differs from the one set in {', '.join(self.files)}; "
+                "set the default egress rates in one catalog file only"
+            )
+        default = {"default": self.egress.default if mine else other.egress.default} if mine or theirs else {}
         egress = EgressTable(
             source="; ".join(s for s in (self.egress.source, other.egress.source) if s),
-            default=self.egress.default,
             providers={**self.egress.providers, **other.egress.providers},
+            **default,
         )
         prices = PriceProvenance(
             source=self.prices.source or other.prices.source,
