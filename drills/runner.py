@@ -175,9 +175,10 @@ def run_scenario(context: dg.AssetExecutionContext, setup: DrillSetup, scenario_
             held["throttle"].stop()
         if "quota" in held:
             held["quota"].stop()
-        trigger = faults.rank1_sickens(setup.drill_root, first_pool)
-        held["sickened"] = not trigger.exists()
-        trigger.unlink(missing_ok=True)
+        if scenario.key == "node-unqualified":  # the trigger is gone once a health check took it
+            trigger = faults.rank1_sickens(setup.drill_root, first_pool)
+            held["sickened"] = not trigger.exists()
+            trigger.unlink(missing_ok=True)
         sick = faults.sick_nodes(setup.drill_root, setup.pools)
         for node in sick:
             faults.unhealthy_marker(setup.drill_root, node).unlink()
@@ -226,9 +227,9 @@ def run_scenario(context: dg.AssetExecutionContext, setup: DrillSetup, scenario_
     if injector is not None and injector.error is not None:
         raise dg.Failure(f"the drill could not inject its fault: {injector.error!r}")
     if failpoint is None:  # node-unqualified: fired when a probe's health check took the trigger
-        fired = {"step": 0, "at": sickened_at} if held.get("sickened") else None
-        if fired is None:
+        if not held.get("sickened"):
             raise dg.Failure(f"the {scenario.title.lower()} fault never fired: no qualification probe ran rank 1's health check on {first_pool}")
+        fired = {"step": 0, "at": sickened_at}
     elif (marker := Path(failpoint.marker)).exists():
         fired = json.loads(marker.read_text())
     else:

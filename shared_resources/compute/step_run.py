@@ -123,8 +123,8 @@ def attempt_timeline(attempt: int, pool: Pool, submitted: float, result: Attempt
 def disqualified_timeline(attempt: int, pool: Pool, at: float, problem: str, node: str = "") -> dict[str, Any]:
     """The timeline entry of a pool that failed qualification: nothing ran, the pool (or, for a
     gang with a spare, only the `node` that failed) was drained."""
-    return {"node": node,
-        "attempt": attempt, "pool": pool.name, "backend": pool.backend, "outcome": "disqualified", "cause": Cause.unhealthy_node.value,
+    return {
+        "attempt": attempt, "pool": pool.name, "backend": pool.backend, "outcome": "disqualified", "cause": Cause.unhealthy_node.value, "node": node,
         "submitted_at": at, "running_at": None, "resumed_at": None, "resumed_step": None, "last_step": None,
         "last_checkpoint_step": None, "last_checkpoint_at": None, "step_seconds": None, "ended_at": at, "contained_at": at,
         "checkpoints": 0, "checkpoint_seconds": 0.0,

@@ -114,32 +114,33 @@ def main() -> int:
 def gang_main(member) -> int:
     """A gang's probe: one rank per node checks its own node, rank 0 reports them all, so the
     platform learns which node failed and can start the gang without it (on a spare)."""
+    if not member.leader:
+        inputs = WorkloadInputs.from_pipes_env()
+        if inputs is None:
+            raise SystemExit("the qualification probe runs under Dagster Pipes: the platform starts it")
+        _gather(member, inputs)
+        return 0
+    with open_dagster_pipes() as pipes:
+        answers = _gather(member, WorkloadInputs.from_extras(pipes.extras))
+        failed = {node: problem for node, _, problem in answers if problem}
+        for problem in failed.values():
+            pipes.log.error(problem)
+            print(problem, file=sys.stderr)
+        checks = {f"{name} ({node})": found for node, results, _ in answers for name, found in results.items()}
+        pipes.report_custom_message(Qualified(checks=checks, node=member.node, failed_nodes=failed, at=round(time.time(), 4)).payload())
+    return 1 if failed else 0
+
+
+def _gather(member, inputs: WorkloadInputs) -> list[tuple[str, dict[str, str], str | None]]:
+    """Check this rank's node, then every rank's answer: (node, what each check found, problem)."""
     from torch import distributed as dist
 
     from shared_resources.runtime.gang import Gang
 
-    if member.leader:
-        with open_dagster_pipes() as pipes:
-            inputs = WorkloadInputs.from_extras(pipes.extras)
-            answers = _gather(Gang.join(member), inputs, member.node, dist)
-            failed = {node: problem for node, _, problem in answers if problem}
-            for problem in failed.values():
-                pipes.log.error(problem)
-                print(problem, file=sys.stderr)
-            checks = {f"{name} ({node})": found for node, results, _ in answers for name, found in results.items()}
-            pipes.report_custom_message(Qualified(checks=checks, node=member.node, failed_nodes=failed, at=round(time.time(), 4)).payload())
-        return 1 if failed else 0
-    inputs = WorkloadInputs.from_pipes_env()
-    if inputs is None:
-        raise SystemExit("the qualification probe runs under Dagster Pipes: the platform starts it")
-    _gather(Gang.join(member), inputs, member.node, dist)
-    return 0
-
-
-def _gather(gang, inputs: WorkloadInputs, node: str, dist) -> list[tuple[str, dict[str, str], str | None]]:
-    results, problem = run_checks(inputs, node)
+    results, problem = run_checks(inputs, member.node)
+    gang = Gang.join(member)
     answers: list = [None] * gang.world_size
-    dist.all_gather_object(answers, (node, results, problem))
+    dist.all_gather_object(answers, (member.node, results, problem))
     gang.leave()
     return answers
 
