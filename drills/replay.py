@@ -131,8 +131,10 @@ def run_trace(
                 interval_seconds=round(interval, 3) if interval else None,
                 faults_at=killer.fired,
                 wall_seconds=round(step.wall_seconds, 3),
-                productive_seconds=round(work_s, 3),
-                goodput=round(work_s / step.wall_seconds, 4) if step.wall_seconds else 0.0,
+                # This run's own work in its result (from the ledger), not the calm run's: a machine
+                # that runs faster or slower now than it did then cannot put goodput above 1 or below.
+                productive_seconds=round(step.productive_seconds, 3),
+                goodput=round(step.productive_seconds / step.wall_seconds, 4) if step.wall_seconds else 0.0,
                 predicted_goodput=round(predicted, 4),
                 checkpoints=sum(t["checkpoints"] for t in step.timeline),
                 work_lost_seconds=round(sum(a.lost_preemption_seconds for a in step.attempts), 3),
