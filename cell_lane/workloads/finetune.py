@@ -50,7 +50,7 @@ def main() -> None:
             raise SystemExit(f"no finished foundation checkpoint under {cfg.foundation_checkpoint_uri}; materialize cell/foundation_model first")
         embeddings = foundation.tensors["model"]["gene_embedding"].float()
 
-        var = read_dataset(cfg.dataset_uri).var
+        var = read_dataset(cfg.dataset_uri, lazy_x=True).var  # the genes' labels; the matrix stays unread
         labelled = np.flatnonzero(var["assay_n"].to_numpy() > 0)
         if len(labelled) < 2 * cfg.folds:
             raise SystemExit(

@@ -16,7 +16,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from cell_lane.omics import read_dataset
+from cell_lane.omics import dense_rows, read_dataset
 from cell_lane.workloads.config import PretrainConfig
 from cell_lane.workloads.models import MaskedExpressionModel
 from shared_resources.runtime.torch_state import (
@@ -43,7 +43,7 @@ def main() -> None:
             return
 
         adata = read_dataset(cfg.dataset_uri)
-        expression = torch.from_numpy(np.asarray(adata.X, dtype=np.float32)).to(device)
+        expression = adata.X  # stays sparse in host memory; each batch is densified on its own
         n_cells, n_genes = expression.shape
         model = MaskedExpressionModel(n_genes, cfg.embedding_dim, cfg.hidden).to(device)
         optimizer = torch.optim.Adam(model.parameters(), lr=cfg.learning_rate)
@@ -74,7 +74,8 @@ def main() -> None:
             mask = (torch.rand(cfg.batch_size, n_genes, generator=generator) < cfg.mask_fraction).to(device)
             masked_values = mask.sum()  # over the global batch
             share = gang.shard(torch.arange(cfg.batch_size)) if gang else slice(None)
-            batch, mask = expression[rows[share].to(device)], mask[share]
+            batch = torch.from_numpy(dense_rows(expression, rows[share].numpy())).to(device)
+            mask = mask[share]
             with autocast:
                 prediction = trained(batch.masked_fill(mask, 0.0))
             loss = nn.functional.mse_loss(prediction.float()[mask], batch[mask], reduction="sum") * ranks / masked_values
