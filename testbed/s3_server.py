@@ -15,7 +15,9 @@ import subprocess
 import sys
 import tempfile
 import time
+import urllib.parse
 import urllib.request
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -28,6 +30,8 @@ PREFIX = "sinewgrid-s3-"
 FOLDER_ENV = "SINEWGRID_TESTBED_FOLDER"
 START_TIMEOUT_S = 60.0
 RUNNING_ON = re.compile(r"Running on http://127\.0\.0\.1:(\d+)")
+REQUEST = re.compile(r'"(GET|HEAD|PUT|POST|DELETE) (\S+) HTTP/[\d.]+" (\d{3})')
+_LOGS: dict[str, Path] = {}  # endpoint -> the server's output (its request log), while it runs
 
 
 def moto_server_bin() -> Path:
@@ -56,15 +60,40 @@ def s3_server(timeout_s: float = START_TIMEOUT_S) -> Iterator[str]:
                 [str(moto_server_bin()), "-H", "127.0.0.1", "-p", "0"],
                 stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=child_env({FOLDER_ENV: folder}),
             )
+        endpoint = ""
         try:
-            yield _wait_until_it_answers(server, log_path, timeout_s)
+            endpoint = _wait_until_it_answers(server, log_path, timeout_s)
+            _LOGS[endpoint] = log_path
+            yield endpoint
         finally:
+            _LOGS.pop(endpoint, None)
             server.terminate()
             try:
                 server.wait(timeout=10)
             except subprocess.TimeoutExpired:
                 server.kill()
                 server.wait(timeout=10)
+
+
+def object_reads(endpoint: str, prefix: str) -> list[str]:
+    """The objects read so far from the server at `endpoint` whose key starts with `prefix`
+    (`bucket/key...`): one entry per successful GET of an object, from the server's own request
+    log. Listings (`GET /bucket?list-type=2...`) are not reads of an object and are left out.
+
+    The server logs a request just after answering it: a marker request is sent first and the
+    log read once it shows, so every request answered before this call is in it."""
+    marker = f"log-sync-{uuid.uuid4().hex}"
+    with contextlib.suppress(OSError):
+        urllib.request.urlopen(f"{endpoint}/{marker}", timeout=5).close()
+    deadline = time.monotonic() + 30
+    while marker not in (log := _LOGS[endpoint].read_text(errors="replace")) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    reads = []
+    for method, target, status in REQUEST.findall(log):
+        path = urllib.parse.unquote(target.split("?", 1)[0]).lstrip("/")
+        if method == "GET" and status.startswith("2") and "?" not in target and path.startswith(prefix):
+            reads.append(path)
+    return reads
 
 
 def _wait_until_it_answers(server: subprocess.Popen, log_path: Path, timeout_s: float) -> str:

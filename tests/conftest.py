@@ -65,6 +65,8 @@ def s3_root(s3_endpoint: str, monkeypatch: pytest.MonkeyPatch, request: pytest.F
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "test")
     monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")
     monkeypatch.setenv("SINEWGRID_LEDGER_URL", f"sqlite:///{tmp_path / 'ledger.db'}")
+    # The node cache of this test's "node" (runtime/node_cache.py): no test finds another's files.
+    monkeypatch.setenv("SINEWGRID_NODE_CACHE_DIR", str(tmp_path / "node-cache"))
     s3fs.S3FileSystem.clear_instance_cache()
     fs = s3fs.S3FileSystem()
     if not fs.exists(S3_BUCKET):

@@ -78,6 +78,8 @@ attempts = sa.Table(
     sa.Column("cause", sa.String(64), nullable=False, server_default=""),
     sa.Column("ranks", sa.Integer, nullable=False, server_default="1"),
     sa.Column("node", sa.String(200), nullable=False, server_default=""),
+    sa.Column("cache_bytes", sa.BigInteger, nullable=False, server_default="0"),
+    sa.Column("store_bytes", sa.BigInteger, nullable=False, server_default="0"),
     sa.Column("gpu_hours", sa.Float, nullable=False),
     sa.Column("gpu_cost_usd", sa.Float, nullable=False),
     sa.Column("cost_usd", sa.Float, nullable=False),

@@ -109,6 +109,9 @@ class AttemptRecord:
     cause: str = ""
     ranks: int = 1  # processes of a gang (nodes × ranks per node): all of them lose the same time
     node: str = ""  # the node at fault, when known (a gang's lost, slow or sick node, replaced by a spare)
+    # Bytes of datasets and checkpoints the attempt read: found in the node cache, read from the store.
+    cache_bytes: int = 0
+    store_bytes: int = 0
 
     @property
     def wall_seconds(self) -> float:
@@ -182,6 +185,8 @@ class AttemptRecord:
         cause: str | None = None,
         ranks: int = 1,
         node: str = "",
+        cache_bytes: int = 0,
+        store_bytes: int = 0,
     ) -> AttemptRecord:
         """A record from plain values; the time split and the defaults are worked out here.
 
@@ -228,6 +233,8 @@ class AttemptRecord:
             cause=cause if cause is not None else ("" if outcome == "succeeded" else outcome),
             ranks=ranks,
             node=node,
+            cache_bytes=cache_bytes,
+            store_bytes=store_bytes,
         )
 
     @classmethod
@@ -250,14 +257,14 @@ class AttemptRecord:
 def ledger_markdown(records: list[AttemptRecord]) -> str:
     """The attempts of one step as a markdown table, for an asset's metadata."""
     lines = [
-        "| attempt | pool | backend | purchasing | outcome | allocated s | productive s | checkpoint s | lost s (why) | GPU-h | cost |",
-        "|---|---|---|---|---|---|---|---|---|---|---|",
+        "| attempt | pool | backend | purchasing | outcome | allocated s | productive s | checkpoint s | lost s (why) | read MB (node cache / store) | GPU-h | cost |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in records:
         why = ", ".join(f"{reason} {getattr(r, f'lost_{reason}_seconds'):.1f}" for reason in LOST_REASONS if getattr(r, f"lost_{reason}_seconds") > 0)
         lines.append(
             f"| {r.attempt} | `{r.pool}` | {r.backend} | {r.purchasing} | {r.outcome} | {r.allocated_seconds:.1f} | "
             f"{r.productive_seconds:.1f} | {r.checkpoint_seconds:.1f} | {r.lost_seconds:.1f}{f' ({why})' if why else ''} | "
-            f"{r.gpu_hours:.4f} | ${r.cost_usd:.4f} |"
+            f"{r.cache_bytes / 1e6:.1f} / {r.store_bytes / 1e6:.1f} | {r.gpu_hours:.4f} | ${r.cost_usd:.4f} |"
         )
     return "\n".join(lines)

@@ -127,6 +127,8 @@ def book(
         outcome=result.outcome.value,
         exit_code=result.exit_code,
         cause=result.cause,
+        cache_bytes=result.data_bytes[0],
+        store_bytes=result.data_bytes[1],
     )
     record_attempt(storage, record)
     return record

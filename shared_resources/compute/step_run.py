@@ -82,6 +82,8 @@ class StepRun:
             "goodput": dg.MetadataValue.float(round(self.goodput, 4)),
             "gpu_hours": dg.MetadataValue.float(round(self.gpu_hours, 5)),
             "cost_usd": dg.MetadataValue.float(round(self.cost_usd, 5)),
+            "bytes_from_node_cache": dg.MetadataValue.int(sum(a.cache_bytes for a in self.attempts)),
+            "bytes_from_store": dg.MetadataValue.int(sum(a.store_bytes for a in self.attempts)),
             "checkpoints": dg.MetadataValue.path(self.checkpoint_uri),
             "placement": dg.MetadataValue.md(self.plan.evidence_markdown()),
             "ledger": dg.MetadataValue.md(ledger_markdown(self.attempts)),

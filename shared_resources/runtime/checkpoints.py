@@ -37,6 +37,7 @@ from typing import Any, Literal
 import numpy as np
 
 from shared_resources.runtime.inputs import Failpoint
+from shared_resources.runtime.node_cache import NodeCache
 from shared_resources.runtime.storage import fs_for, read_bytes, sha256_bytes, write_bytes_atomic, write_json_atomic
 
 Framework = Literal["torch", "numpy"]
@@ -88,6 +89,7 @@ class Checkpoint:
     final: bool
     tensors: dict[str, dict[str, Any]]  # file stem -> name -> tensor (empty when sharded)
     manifest: dict[str, Any]
+    local_uri: str | None = None  # the same step folder on this node (its node cache), when there is one
 
     @property
     def meta(self) -> dict[str, Any]:
@@ -101,18 +103,34 @@ class Checkpoint:
 
     @property
     def shards_uri(self) -> str:
-        return posixpath.join(self.uri, SHARDS)
+        """Where to read its `torch.distributed.checkpoint` folder: the node's copy when it has one."""
+        return posixpath.join(self.local_uri or self.uri, SHARDS)
 
 
 class CheckpointStore:
     """The checkpoints of one lineage (one training run's identity) under a URI, read back as
-    `framework` tensors."""
+    `framework` tensors.
 
-    def __init__(self, uri: str, warn: Callable[[str], None] | None = None, failpoint: Failpoint | None = None, framework: Framework = "torch"):
+    With a node `cache` (a workload's, `runtime/node_cache.py`), the files it writes are kept on
+    the node and the files it reads come from there when their sha256 matches the manifest, so
+    a resume on the same node reads no checkpoint bytes from the store; `read_bytes` counts
+    `(from the node, from the store)`.
+    """
+
+    def __init__(
+        self,
+        uri: str,
+        warn: Callable[[str], None] | None = None,
+        failpoint: Failpoint | None = None,
+        framework: Framework = "torch",
+        cache: NodeCache | None = None,
+    ):
         self.uri = uri.rstrip("/")
         self.framework = framework
         self._warn = warn or (lambda msg: None)
         self._failpoint = failpoint
+        self.cache = cache
+        self.read_bytes = [0, 0]  # bytes read (from the node cache, from the store)
 
     def step_uri(self, step: int) -> str:
         return posixpath.join(self.uri, f"step-{step:08d}")
@@ -145,6 +163,7 @@ class CheckpointStore:
             data = to_safetensors(tensors)
             write_bytes_atomic(posixpath.join(where, f"{stem}.safetensors"), data)
             entries[f"{stem}.safetensors"] = {"sha256": sha256_bytes(data), "bytes": len(data)}
+            self.keep_on_node(data, entries[f"{stem}.safetensors"]["sha256"], where)
         return self.publish(step, entries, meta=meta, lineage=lineage, final=final)
 
     def publish(
@@ -176,6 +195,21 @@ class CheckpointStore:
         )
         return where
 
+    def keep_on_node(self, data: bytes, sha256: str, uri: str) -> None:
+        """A file this process just wrote, kept in the node cache for the next reader here."""
+        if self.cache is not None and self.cache.caches(uri):
+            self.cache.put_bytes(data, sha256)
+
+    def _read(self, uri: str, expected: Mapping[str, Any]) -> bytes:
+        if self.cache is None:
+            data = read_bytes(uri)
+            self.read_bytes[1] += len(data)
+            return data
+        data, fetched = self.cache.read_file(uri, str(expected.get("sha256")), int(expected.get("bytes") or 0))
+        self.read_bytes[0] += fetched.cache_bytes
+        self.read_bytes[1] += fetched.store_bytes
+        return data
+
     def drop_shards(self, step: int) -> None:
         """Remove the sharded files of step `step` once its final checkpoint replaced them (the
         last training step checkpoints on its cadence, then the run publishes its final one)."""
@@ -199,7 +233,7 @@ class CheckpointStore:
         for name, expected in manifest.get("files", {}).items():
             file_uri = posixpath.join(where, name)
             try:
-                data = read_bytes(file_uri)
+                data = self._read(file_uri, expected)
             except FileNotFoundError:
                 self._warn(f"checkpoint {where} is missing {name}; skipped")
                 return None
@@ -208,7 +242,10 @@ class CheckpointStore:
                 return None
             if name.endswith(".safetensors"):
                 tensors[name.removesuffix(".safetensors")] = from_safetensors(data, self.framework)
-        return Checkpoint(where, int(manifest["step"]), bool(manifest.get("final")), tensors, manifest)
+        local = None
+        if manifest.get("layout") == SHARDS and self.cache is not None and self.cache.caches(where):
+            local = self.cache.view_of(where, {name: e["sha256"] for name, e in manifest.get("files", {}).items()})
+        return Checkpoint(where, int(manifest["step"]), bool(manifest.get("final")), tensors, manifest, local)
 
     def latest_valid(self) -> Checkpoint | None:
         """The newest checkpoint that is whole and matches its manifest, or None."""

@@ -22,6 +22,7 @@ class Event(StrEnum):
     telemetry = "telemetry"  # mean seconds per step since the last report (the straggler detector reads it)
     preempted = "preempted"  # SIGTERM arrived; the checkpoint at `step` is safe and the workload exits 75
     qualified = "qualified"  # the qualification probe passed its checks
+    data_read = "data_read"  # bytes of a dataset or checkpoint read, from the node cache and from the store
 
 
 class BaseMessage(BaseModel):
@@ -87,7 +88,18 @@ class Qualified(BaseMessage):
     failed_nodes: dict[str, str] = Field(default_factory=dict)
 
 
-Message = Annotated[Resumed | CheckpointSaved | Progress | Telemetry | Preemption | Qualified, Field(discriminator="event")]
+class DataRead(BaseMessage):
+    """What reading a dataset or a checkpoint cost: bytes found in the node cache (verified) and
+    bytes read from the storage root (`runtime/node_cache.py`)."""
+
+    event: Literal[Event.data_read] = Event.data_read
+    kind: Literal["dataset", "checkpoint"]
+    uri: str
+    cache_bytes: int = 0
+    store_bytes: int = 0
+
+
+Message = Annotated[Resumed | CheckpointSaved | Progress | Telemetry | Preemption | Qualified | DataRead, Field(discriminator="event")]
 _ADAPTER: TypeAdapter[Message] = TypeAdapter(Message)
 M = TypeVar("M", bound=BaseMessage)
 _EVENTS = frozenset(e.value for e in Event)

@@ -60,7 +60,9 @@ def _publish(store: CheckpointStore, step: int, meta: Mapping[str, Any] | None, 
     entries = {}
     for path in sorted(fs.find(root)):
         data = read_bytes(fs.unstrip_protocol(path) if "://" in shards else path)
-        entries[posixpath.join(SHARDS, posixpath.relpath(path, root))] = {"sha256": sha256_bytes(data), "bytes": len(data)}
+        sha = sha256_bytes(data)
+        entries[posixpath.join(SHARDS, posixpath.relpath(path, root))] = {"sha256": sha, "bytes": len(data)}
+        store.keep_on_node(data, sha, shards)
     store.publish(step, entries, meta=meta, lineage=lineage, layout=SHARDS)
 
 
@@ -106,5 +108,5 @@ def start_sharded_save(
 
 def load_sharded(checkpoint: Checkpoint, state: dict[str, Any]) -> None:
     """Fill `state` (a DCP state dict of this rank's model and optimizer) from `checkpoint`,
-    whatever number of ranks wrote it."""
+    whatever number of ranks wrote it (from the node's copy when its cache holds one)."""
     dcp.load(state, storage_reader=FsspecReader(checkpoint.shards_uri), no_dist=not dist.is_initialized())

@@ -44,7 +44,8 @@ from pydantic import BaseModel, ValidationError
 from shared_resources.runtime.checkpoints import Checkpoint, CheckpointStore, Framework
 from shared_resources.runtime.failpoints import hold
 from shared_resources.runtime.inputs import WorkloadInputs
-from shared_resources.runtime.messages import CheckpointSaved, Preemption, Progress, Resumed, Telemetry, BaseMessage
+from shared_resources.runtime.messages import BaseMessage, CheckpointSaved, DataRead, Preemption, Progress, Resumed, Telemetry
+from shared_resources.runtime.node_cache import NodeCache
 from shared_resources.runtime.standalone import EXTRAS_ENV, StandaloneReporter, standalone_inputs  # noqa: F401 - EXTRAS_ENV: read from here too
 
 if TYPE_CHECKING:
@@ -121,7 +122,10 @@ class WorkloadRun:
         self.checkpoint_interval = self.inputs.checkpoint_interval_seconds
         self.attempt = self.inputs.attempt
         self.telemetry_seconds = self.inputs.telemetry_seconds
-        self.checkpoints = CheckpointStore(self.inputs.checkpoint_uri, warn=self.warning, failpoint=self.inputs.failpoint, framework=self._framework)
+        self.cache = NodeCache.from_env(warn=self.warning)
+        self.checkpoints = CheckpointStore(
+            self.inputs.checkpoint_uri, warn=self.warning, failpoint=self.inputs.failpoint, framework=self._framework, cache=self.cache
+        )
         signal.signal(signal.SIGTERM, self._on_sigterm)
         if member is not None:
             from shared_resources.runtime.gang import Gang
@@ -219,6 +223,9 @@ class WorkloadRun:
     def resume(self) -> Checkpoint | None:
         """The newest valid checkpoint (torn or corrupt ones are skipped with a warning)."""
         checkpoint = self.checkpoints.latest_valid()
+        if any(self.checkpoints.read_bytes):
+            from_cache, from_store = self.checkpoints.read_bytes
+            self.report(DataRead(kind="checkpoint", uri=self.checkpoints.uri, cache_bytes=from_cache, store_bytes=from_store))
         if checkpoint is None:
             self.info(f"no checkpoint under {self.checkpoints.uri}; starting from step 0")
         else:
@@ -227,6 +234,17 @@ class WorkloadRun:
         self.report(Resumed(step=checkpoint.step if checkpoint else 0))
         self._work_mark = time.monotonic()
         return checkpoint
+
+    def cached(self, uri: str) -> str:
+        """Where to read the dataset at `uri` on this node: a verified local copy from the node
+        cache (`runtime/node_cache.py`), fetched from the store only where it is missing or
+        changed; `uri` itself when it is a local path or the cache is off. Reports the bytes."""
+        if self.cache is None:
+            return uri
+        fetched = self.cache.fetch(uri)
+        self.report(DataRead(kind="dataset", uri=uri, cache_bytes=fetched.cache_bytes, store_bytes=fetched.store_bytes))
+        self.info(f"{uri}: {fetched.cache_bytes / 1e6:.1f} MB from the node cache, {fetched.store_bytes / 1e6:.1f} MB from the store")
+        return fetched.path
 
     def _committed_seconds(self) -> float:
         if self._work_mark is not None:

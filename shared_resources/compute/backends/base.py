@@ -22,7 +22,7 @@ from shared_resources.catalog.step_spec import StepSpec
 from shared_resources.compute.causes import Cause
 from shared_resources.compute.monitor import Flag
 from shared_resources.runtime.inputs import WorkloadInputs
-from shared_resources.runtime.messages import CheckpointSaved, Message, of_kind
+from shared_resources.runtime.messages import CheckpointSaved, DataRead, Message, of_kind
 from shared_resources.runtime.workload import PREEMPTED_EXIT_CODE
 from shared_resources.settings import REPO_ROOT
 
@@ -71,6 +71,12 @@ class AttemptResult:
     def committed_seconds(self) -> float:
         """Training time this attempt saved in a checkpoint (its productive time)."""
         return max((m.committed_seconds for m in of_kind(self.messages, CheckpointSaved)), default=0.0)
+
+    @property
+    def data_bytes(self) -> tuple[int, int]:
+        """Bytes of datasets and checkpoints the attempt read: (from the node cache, from the store)."""
+        reads = of_kind(self.messages, DataRead)
+        return sum(m.cache_bytes for m in reads), sum(m.store_bytes for m in reads)
 
     def first_at(self, kind: type) -> float | None:
         """When the workload first reported a message of `kind` (unix time it stamped on it)."""
