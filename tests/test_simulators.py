@@ -183,7 +183,7 @@ def test_physics_params_change_the_mujoco_model(mujoco_sim):
     import mujoco
 
     with make_simulator("mujoco", TaskSpec(params={"pole_mass_scale": 3.0, "gravity_scale": 1.5})) as heavy:
-        model, base = heavy._env.unwrapped.model, mujoco_sim._env.unwrapped.model
+        model, base = heavy.vector.models[0], mujoco_sim.vector.models[0]
         pole = mujoco.mj_name2id(model, mujoco.mjtObj.mjOBJ_BODY, "pole")
         assert model.body_mass[pole] == pytest.approx(3.0 * base.body_mass[pole])
         assert model.opt.gravity[2] == pytest.approx(1.5 * base.opt.gravity[2])

@@ -10,14 +10,14 @@ Every backend speaks the same cart-pole language:
 - an episode succeeds when it reaches ``task.max_steps`` without termination; a terminated
   step names its ``failure_mode`` (``"pole_fell"`` or ``"cart_out_of_bounds"``).
 
-``SimulatorBase`` does the backend-independent part (clipping, actuator gain, observation
-noise, step counting, truncation, refusing to step a finished episode) so both backends treat
-the task parameters identically. Nothing here imports Dagster, MuJoCo or Isaac Lab.
+``vector.VectorSimulatorBase`` does the backend-independent part (clipping, actuator gain,
+observation noise, step counting, truncation, refusing to step a finished episode), for many
+envs at once, so both backends treat the task parameters identically; ``vector.SingleEnv`` is
+the one-env ``Simulator`` over it. Nothing here imports Dagster, MuJoCo or Isaac Lab.
 """
 
 from __future__ import annotations
 
-import abc
 import hashlib
 import json
 import math
@@ -141,86 +141,6 @@ class Simulator(Protocol):
     def __enter__(self) -> Simulator: ...
 
     def __exit__(self, *exc: object) -> None: ...
-
-
-class SimulatorBase(abc.ABC):
-    """The adapter shared by the backends; a backend implements the three ``_physics_*`` hooks.
-
-    Hooks see forces in normalised units (already clipped and multiplied by
-    ``actuator_gain``) and return states in ``STATE_NAMES`` order, without noise.
-    """
-
-    backend: str = ""
-    control_dt: float = 0.0
-    supported_physics_params: frozenset[str] = frozenset()
-
-    def __init__(self, task: TaskSpec) -> None:
-        unsupported = sorted(set(task.non_default_params()) & (set(PHYSICS_PARAMS) - self.supported_physics_params))
-        if unsupported:
-            raise ValueError(
-                f"TaskSpec.params {unsupported}: not supported by the {self.backend!r} backend "
-                f"(it supports {sorted(self.supported_physics_params | set(ADAPTER_PARAMS))}); "
-                "drop them or run this task on another backend"
-            )
-        self.task = task
-        self._gain = task.param("actuator_gain")
-        self._noise_std = task.param("observation_noise")
-        self._rng = np.random.default_rng(0)
-        self._steps = 0
-        self._episode_open = False
-
-    @abc.abstractmethod
-    def _physics_reset(self, seed: int) -> np.ndarray: ...
-
-    @abc.abstractmethod
-    def _physics_step(self, force: float) -> tuple[np.ndarray, str | None]:
-        """Advance one control step; return the new state and a failure mode or None."""
-
-    @abc.abstractmethod
-    def _physics_close(self) -> None: ...
-
-    def reset(self, seed: int) -> np.ndarray:
-        """Start an episode; the same seed gives the same initial state and noise."""
-        self._rng = np.random.default_rng(seed)
-        state = self._physics_reset(int(seed))
-        self._steps = 0
-        self._episode_open = True
-        return self._observe(state)
-
-    def step(self, action: np.ndarray) -> StepResult:
-        """Apply one normalised action (clipped to [-1, 1]) for ``control_dt`` seconds."""
-        if not self._episode_open:
-            raise RuntimeError(
-                f"{self.backend} simulator: step() called with no episode running "
-                "(before the first reset() or after the episode ended); call reset(seed) first"
-            )
-        act = np.asarray(action, dtype=np.float64).reshape(-1)
-        if act.shape != (len(ACTION_NAMES),) or not np.isfinite(act).all():
-            raise ValueError(f"action must be {len(ACTION_NAMES)} finite value(s) {ACTION_NAMES}, got {action!r}")
-        force = float(np.clip(act[0], -1.0, 1.0)) * self._gain
-        state, failure_mode = self._physics_step(force)
-        self._steps += 1
-        terminated = failure_mode is not None
-        truncated = not terminated and self._steps >= self.task.max_steps
-        self._episode_open = not (terminated or truncated)
-        return StepResult(self._observe(state), 0.0 if terminated else 1.0, terminated, truncated, failure_mode)
-
-    def close(self) -> None:
-        """Release the physics (for Isaac Lab, leave its simulation context)."""
-        self._episode_open = False
-        self._physics_close()
-
-    def __enter__(self) -> SimulatorBase:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-    def _observe(self, state: np.ndarray) -> np.ndarray:
-        obs = np.asarray(state, dtype=np.float64).reshape(len(STATE_NAMES))
-        if self._noise_std > 0:
-            obs = obs + self._rng.normal(0.0, self._noise_std, size=obs.shape)
-        return obs.astype(np.float32)
 
 
 Policy = Callable[[np.ndarray], np.ndarray]

@@ -35,14 +35,20 @@ class BalancingController:
     target_position: float = 0.0  # metres; a target past the rail's end drives the cart out of bounds
 
     def __call__(self, observation: np.ndarray) -> np.ndarray:
-        x, theta, v, omega = (float(s) for s in np.asarray(observation).reshape(4))
+        """One observation (4,) -> one action (1,)."""
+        return self.batch(np.asarray(observation).reshape(1, 4))[0]
+
+    def batch(self, observations: np.ndarray) -> np.ndarray:
+        """(N, 4) observations -> (N, 1) actions, in one numpy expression over all envs."""
+        obs = np.asarray(observations, dtype=np.float64)
+        x, theta, v, omega = obs[:, 0], obs[:, 1], obs[:, 2], obs[:, 3]
         u = (
             self.k_angle * theta
             + self.k_angular_velocity * omega
             + self.k_position * (x - self.target_position)
             + self.k_velocity * v
         )
-        return np.array([np.clip(u, -1.0, 1.0)], dtype=np.float32)
+        return np.clip(u, -1.0, 1.0).astype(np.float32).reshape(-1, 1)
 
 
 class NoisyOperator:
@@ -66,6 +72,37 @@ class NoisyOperator:
         action = np.asarray(self.controller(observation), dtype=np.float64)
         noisy = action + self._rng.normal(0.0, self.noise_std, size=action.shape)
         return np.clip(noisy, -1.0, 1.0).astype(np.float32)
+
+
+class ScriptedOperator:
+    """The batch form of ``NoisyOperator`` (a ``BatchPolicy`` for ``run_episodes``): the
+    controller over all envs at once, plus operator noise seeded per episode.
+
+    Each episode's noise is drawn when it starts, from a Generator seeded with the episode's
+    seed: the same draws, in the same order, as ``NoisyOperator(controller, noise_std, seed)``
+    acting once per step, so an episode gets the same actions in any env slot.
+    """
+
+    def __init__(self, controller: BalancingController, noise_std: float, num_envs: int, max_steps: int) -> None:
+        if noise_std < 0:
+            raise ValueError(f"ScriptedOperator.noise_std must be >= 0, got {noise_std}")
+        self.controller = controller
+        self.noise_std = float(noise_std)
+        self._rows = np.arange(num_envs)
+        self._noise = np.zeros((num_envs, max_steps)) if noise_std > 0 else None
+
+    def start(self, envs: np.ndarray, seeds: np.ndarray) -> None:
+        if self._noise is None:
+            return
+        for env in np.flatnonzero(envs):  # once per episode
+            self._noise[env] = np.random.default_rng(int(seeds[env])).normal(0.0, self.noise_std, self._noise.shape[1])
+
+    def __call__(self, observations: np.ndarray, steps: np.ndarray) -> np.ndarray:
+        action = self.controller.batch(observations)
+        if self._noise is None:
+            return action
+        noise = self._noise[self._rows, np.minimum(steps, self._noise.shape[1] - 1)]
+        return np.clip(action[:, 0].astype(np.float64) + noise, -1.0, 1.0).astype(np.float32).reshape(-1, 1)
 
 
 def zero_policy(observation: np.ndarray) -> np.ndarray:

@@ -1,4 +1,4 @@
-"""MuJoCo cart-pole: gymnasium's ``InvertedPendulum-v5`` behind the common simulator interface.
+"""MuJoCo cart-pole: gymnasium's ``InvertedPendulum-v5``, vectorised, behind the common interface.
 
 The model (gymnasium's ``inverted_pendulum.xml``): a 10.5 kg cart on a 2 m rail (slider joint
 limited to ±1 m), a 0.6 m, 5 kg pole on a hinge; one motor on the slider with control range
@@ -6,47 +6,63 @@ limited to ±1 m), a 0.6 m, 5 kg pole on a hinge; one motor on the slider with c
 skip 2). Its observation is already [cart_pos, pole_angle, cart_vel, pole_ang_vel] with the
 pole angle positive towards +x, which is ``STATE_NAMES`` as is.
 
+``num_envs`` copies run through gymnasium's vector API, ``gymnasium.make_vec(...,
+vectorization_mode="sync")`` (a ``SyncVectorEnv``: one process, the envs stepped one after the
+other in C). Each copy is a separate MuJoCo model and data, seeded on its own, so an episode
+depends only on its seed. Many envs per process pay the adapter's per-step numpy work once for
+all of them; to use more cores, run more shards.
+
 Termination: gymnasium ends the episode when |pole_angle| > 0.2 rad (``"pole_fell"``); the
 adapter also ends it when the cart reaches the rail's end stops, |cart_position| >=
 ``CART_LIMIT_M`` (``"cart_out_of_bounds"``), since past that the joint limit, not the
 controller, holds the cart.
 
-Runs in the main venv (``pip install mujoco gymnasium[mujoco]``), about 30k steps/s on one core.
+Runs in the main venv (``pip install mujoco gymnasium[mujoco]``).
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from robotics_lane.sim.base import SimulatorBase, TaskSpec
+from robotics_lane.sim.base import TaskSpec
+from robotics_lane.sim.vector import CART_OUT_OF_BOUNDS, NO_FAILURE, POLE_FELL, VectorSimulatorBase
 
 ENV_ID = "InvertedPendulum-v5"
 POLE_FELL_RAD = 0.2  # gymnasium's own termination threshold for this env
 CART_LIMIT_M = 0.95  # the slider's range is ±1 m; stop just before the end stop takes over
 
 
-class MujocoCartpole(SimulatorBase):
-    """Cart-pole on MuJoCo (gymnasium ``InvertedPendulum-v5``); supports every physics param."""
+def make_vector_env(num_envs: int, max_steps: int):  # -> gymnasium.vector.SyncVectorEnv
+    """gymnasium's own vector env of ``num_envs`` InvertedPendulum-v5 copies (what the adapter steps)."""
+    try:
+        import gymnasium as gym
+    except ImportError as exc:  # pragma: no cover - depends on the venv
+        raise RuntimeError(
+            "The MuJoCo backend needs `mujoco` and `gymnasium[mujoco]` in this venv "
+            f"({exc}); install them with `pip install mujoco 'gymnasium[mujoco]'`"
+        ) from exc
+    # gymnasium's TimeLimit must never end an episode before the adapter does.
+    return gym.make_vec(ENV_ID, num_envs=num_envs, vectorization_mode="sync", max_episode_steps=max_steps + 1)
+
+
+class MujocoCartpoleVec(VectorSimulatorBase):
+    """``num_envs`` cart-poles on MuJoCo (gymnasium ``InvertedPendulum-v5``); every physics param."""
 
     backend = "mujoco"
     supported_physics_params = frozenset({"pole_mass_scale", "cart_mass_scale", "gravity_scale"})
 
-    def __init__(self, task: TaskSpec) -> None:
-        super().__init__(task)
-        try:
-            import gymnasium as gym
-        except ImportError as exc:  # pragma: no cover - depends on the venv
-            raise RuntimeError(
-                "The MuJoCo backend needs `mujoco` and `gymnasium[mujoco]` in this venv "
-                f"({exc}); install them with `pip install mujoco 'gymnasium[mujoco]'`"
-            ) from exc
-        # gymnasium's TimeLimit must never end an episode before the adapter does.
-        self._env = gym.make(ENV_ID, max_episode_steps=task.max_steps + 1)
-        model = self._env.unwrapped.model
-        self.control_dt = float(self._env.unwrapped.dt)
-        low, high = self._env.action_space.low[0], self._env.action_space.high[0]
+    def __init__(self, task: TaskSpec, num_envs: int = 1) -> None:
+        super().__init__(task, num_envs)
+        self._env = make_vector_env(self.num_envs, task.max_steps)
+        first = self._env.envs[0].unwrapped
+        self.control_dt = float(first.dt)
+        low, high = self._env.single_action_space.low[0], self._env.single_action_space.high[0]
         self._force_scale = float(min(-low, high))  # normalised 1.0 -> full motor control
-        self._apply_physics(model)
+        for env in self._env.envs:
+            self._apply_physics(env.unwrapped.model)
+        # Every copy must have been reset before the vector env steps it (parked envs included).
+        obs, _ = self._env.reset(seed=[0] * self.num_envs)
+        self._state = np.asarray(obs, dtype=np.float64)
 
     def _apply_physics(self, model: object) -> None:
         import mujoco
@@ -59,18 +75,24 @@ class MujocoCartpole(SimulatorBase):
             model.body_inertia[body_id] *= scale
         model.opt.gravity[:] = model.opt.gravity * self.task.param("gravity_scale")
 
-    def _physics_reset(self, seed: int) -> np.ndarray:
-        obs, _ = self._env.reset(seed=seed)
-        return np.asarray(obs, dtype=np.float64)
+    @property
+    def models(self) -> list:
+        """The MuJoCo models of the envs (``mujoco.MjModel``), e.g. to check the physics params."""
+        return [env.unwrapped.model for env in self._env.envs]
 
-    def _physics_step(self, force: float) -> tuple[np.ndarray, str | None]:
-        obs, _, terminated, _, _ = self._env.step(np.array([force * self._force_scale], dtype=np.float32))
+    def _physics_reset(self, seeds: np.ndarray, envs: np.ndarray) -> np.ndarray:
+        obs, _ = self._env.reset(seed=[int(s) for s in seeds], options={"reset_mask": envs.copy()})
+        self._state = np.asarray(obs, dtype=np.float64)
+        return self._state
+
+    def _physics_step(self, forces: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        actions = (forces * self._force_scale).astype(np.float32).reshape(-1, 1)
+        obs, _, terminated, _, _ = self._env.step(actions)
         state = np.asarray(obs, dtype=np.float64)
-        if terminated or abs(state[1]) > POLE_FELL_RAD or not np.isfinite(state).all():
-            return state, "pole_fell"
-        if abs(state[0]) >= CART_LIMIT_M:
-            return state, "cart_out_of_bounds"
-        return state, None
+        fell = terminated | (np.abs(state[:, 1]) > POLE_FELL_RAD) | ~np.isfinite(state).all(axis=1)
+        out = np.abs(state[:, 0]) >= CART_LIMIT_M
+        codes = np.where(fell, POLE_FELL, np.where(out, CART_OUT_OF_BOUNDS, NO_FAILURE)).astype(np.int8)
+        return state, codes
 
     def _physics_close(self) -> None:
         self._env.close()
