@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from shared_resources.placement.job_files import JobFileError, check_against_catalog, load_job, with_job_limits
+from shared_resources.placement.job_files import JobFileError, check_against_catalog, load_job, plan_calendar, plan_job_file
 from shared_resources.catalog.pools import load_catalog
 
 REPO = Path(__file__).resolve().parent.parent
@@ -61,10 +61,43 @@ def test_impossible_request_is_refused_before_planning(tmp_path):
         check_against_catalog(load_job(path), catalog, path)
 
 
-def test_job_limits_narrow_the_catalog_tenant_limits():
+def test_job_limits_travel_with_every_step():
     job = load_job(REPO / "deploy" / "jobs" / "cell.yaml")
-    catalog = with_job_limits(job, load_catalog(REPO / "deploy" / "pools"))
-    assert catalog.tenants["cell"].providers == ["aws", "gcp", "azure", "oci"]
+    assert {tuple(s.limits.providers) for s in job.step_specs()} == {("aws", "gcp", "azure", "oci")}
+
+
+CATALOG = """
+tenants:
+  partner: {providers: [aws, gcp]}
+pools:
+  aws-pool: {provider: aws, region: us-east-1, backend: local, purchasing: on_demand, accelerator: h100-80gb, gpus_per_node: 8, price_per_gpu_hour: 1.0}
+  gcp-pool: {provider: gcp, region: us-central1, backend: local, purchasing: on_demand, accelerator: h100-80gb, gpus_per_node: 8, price_per_gpu_hour: 3.0}
+"""
+
+
+def test_a_job_s_limits_bind_a_step_run_for_another_tenant(tmp_path):
+    """The job's owner promised its data goes to gcp only: a step run for `partner` (whose own
+    limits allow aws and gcp) stays on gcp though aws is cheaper; both limits apply."""
+    (tmp_path / "pools.yaml").write_text(CATALOG)
+    path = tmp_path / "job.yaml"
+    path.write_text(
+        "job: j\ntenant: cell\nstart: 2026-12-07T00:00:00Z\nlimits: {providers: [gcp]}\n"
+        "steps:\n  own: {gpus: 8, expected_hours: 1}\n  shared: {gpus: 8, expected_hours: 1, tenant: partner, start_hours: 2}\n"
+    )
+    plan = plan_job_file(path, [tmp_path / "pools.yaml"])
+    assert {r["step"]: r["pool"] for r in plan.rows()} == {"own": "gcp-pool", "shared": "gcp-pool"}
+    refused = plan.placement(1).verdict("aws-pool")
+    assert refused.reasons == ["the job's `limits:` do not allow aws us-east-1 (allowed providers: gcp; regions: any)"]
+
+
+def test_one_job_s_limits_do_not_narrow_another_job_of_the_same_tenant(tmp_path):
+    (tmp_path / "pools.yaml").write_text(CATALOG)
+    strict, free = tmp_path / "strict.yaml", tmp_path / "free.yaml"
+    strict.write_text("job: strict\ntenant: cell\nstart: 2026-12-07T00:00:00Z\nlimits: {providers: [gcp]}\n"
+                      "steps:\n  a: {gpus: 8, expected_hours: 1}\n")
+    free.write_text("job: free\ntenant: cell\nstart: 2026-12-07T00:00:00Z\nsteps:\n  b: {gpus: 8, expected_hours: 1, start_hours: 2}\n")
+    plan = plan_calendar([strict, free], [tmp_path / "pools.yaml"])
+    assert {r["step"]: r["pool"] for r in plan.rows()} == {"strict/a": "gcp-pool", "free/b": "aws-pool"}
 
 
 @pytest.mark.parametrize("name", ["cell", "robotics"])
@@ -73,7 +106,7 @@ def test_sample_jobs_plan_against_the_cloud_catalogs(name):
 
     path = REPO / "deploy" / "jobs" / f"{name}.yaml"
     job = load_job(path)
-    catalog = with_job_limits(job, load_catalog(REPO / "deploy" / "pools"))
+    catalog = load_catalog(REPO / "deploy" / "pools")
     check_against_catalog(job, catalog, path)
     plan = plan_job(job.job, job.step_specs(), catalog, budget_usd=job.budget_usd)
     rows = plan.rows()

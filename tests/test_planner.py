@@ -102,9 +102,11 @@ def test_data_gravity_egress_cost_and_words():
     far = _pool("far", region="eu-west-1", price_per_gpu_hour=1.95)
     egress = EgressTable(default=EgressRates(cross_region=0.09, gbps=10))
     plan = plan_placement(_step(gpus=8, expected_hours=10, datasets=data), _catalog(near, far, egress=egress))
-    # far: 80 × 1.95 = 156 + 2100 × 0.09 = 189 → 345; near: 160. Compute goes to the data.
+    # far: the 8 GPUs are held (and billed) while 2.1 TB moves at 10 Gb/s: 2100·8/10/3600 = 0.4667 h, so
+    # (80 + 8 × 0.4667) × 1.95 = 163.28, + 2100 × 0.09 = 189 → 352.28; near: 160. Compute goes to the data.
     assert [p.name for p in plan.ranked] == ["near", "far"]
-    assert plan.verdict("far").expected_cost_usd == pytest.approx(345.0)
+    assert plan.verdict("far").expected_cost_usd == pytest.approx(352.28)
+    assert plan.verdict("far").transfer_hours == pytest.approx(2100 * 8 / 10 / 3600)
     assert "egress 2.1 TB aws us-east-1 → aws eu-west-1 adds $189.00 and 28 min" in plan.verdict("far").reasons
     assert "data already in aws us-east-1 (2.1 TB)" in plan.verdict("near").reasons
 

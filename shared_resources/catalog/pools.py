@@ -35,13 +35,37 @@ class Purchasing(StrEnum):
 
 
 class Capacity(StrEnum):
-    """What kind of capacity a pool offers: steady (long runs), burst (short, elastic),
-    evaluation (kept apart so evaluation never queues behind training), any."""
+    """What kind of capacity a step asks for: steady (long runs), burst (short, elastic),
+    evaluation (kept apart so evaluation never queues behind training), or any (no particular kind)."""
 
     steady = "steady"
     burst = "burst"
     evaluation = "evaluation"
     any = "any"
+
+
+class PoolCapacity(StrEnum):
+    """What kind of capacity a pool offers. One kind (steady, burst, evaluation) runs the steps that
+    ask for it; `every` runs steps of every kind; `unspecified` (the default) promises no kind and
+    runs only steps that ask for none (`capacity: any` on the step). Steps asking for no kind may
+    land on any pool."""
+
+    steady = "steady"
+    burst = "burst"
+    evaluation = "evaluation"
+    every = "every"
+    unspecified = "unspecified"
+
+    def runs(self, asked: Capacity) -> bool:
+        """Whether a step asking for `asked` may land here."""
+        return asked is Capacity.any or self is PoolCapacity.every or self.value == asked.value
+
+
+AMBIGUOUS_POOL_CAPACITY = (
+    "`capacity: any` is ambiguous on a pool: write `capacity: every` for a pool that runs steps of every kind "
+    "(steady, burst and evaluation), or `capacity: unspecified` (the default) for one that runs only steps asking "
+    "for no particular kind, which is what `any` meant on a pool before"
+)
 
 
 class Pool(BaseModel):
@@ -56,7 +80,7 @@ class Pool(BaseModel):
     backend: str = Field(description=f"Which backend runs the pool's steps: {', '.join(BACKENDS)}.")
     backend_settings: dict[str, object] = Field(default_factory=dict)
     purchasing: Purchasing
-    capacity: Capacity = Capacity.any
+    capacity: PoolCapacity = PoolCapacity.unspecified
     accelerator: str
     gpus_per_node: Annotated[int, Field(ge=0)]
     nodes: Annotated[int, Field(ge=1)] = 1
@@ -117,6 +141,13 @@ class Pool(BaseModel):
     def _known_backend(cls, kind: str) -> str:
         backend_kind(kind)
         return kind
+
+    @field_validator("capacity", mode="before")
+    @classmethod
+    def _unambiguous_capacity(cls, value: object) -> object:
+        if isinstance(value, str) and value == "any":
+            raise ValueError(AMBIGUOUS_POOL_CAPACITY)
+        return value
 
     @field_validator("accelerator")
     @classmethod

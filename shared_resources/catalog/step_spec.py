@@ -8,7 +8,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from shared_resources.catalog.accelerators import check_accelerator
-from shared_resources.catalog.pools import Capacity
+from shared_resources.catalog.pools import Capacity, TenantLimits
 from shared_resources.runtime.inputs import DEFAULT_CHECKPOINT_EVERY_STEPS, DEFAULT_TELEMETRY_SECONDS, Failpoint
 
 # What a training step imports on its pool, and so what qualifying a pool for it imports there.
@@ -49,6 +49,13 @@ class StepSpec(BaseModel):
         description="Nodes of the pool the step must not use (Slurm `--exclude`); the platform adds a gang's failed node when it replaces it with a spare.",
     )
     accelerators: list[str] | None = Field(default=None, description="Acceptable accelerators; None: any.")
+    limits: TenantLimits | None = Field(
+        default=None,
+        description=(
+            "Where this step may run on top of its tenant's limits: the providers and regions its job's owner agreed "
+            "its data may go to (a job file's `limits:`). Both apply. None: only the tenant's."
+        ),
+    )
     capacity: Capacity = Capacity.any
     tightly_coupled: bool = False
     checkpoints: bool = Field(default=True, description="Resumes from checkpoints, so spot capacity is acceptable.")

@@ -12,10 +12,11 @@ from __future__ import annotations
 import datetime as dt
 import math
 from dataclasses import dataclass, field
+from functools import cached_property
 
 import numpy as np
 
-from shared_resources.catalog.pools import Capacity, EgressTable, Pool, Purchasing, TenantLimits
+from shared_resources.catalog.pools import EgressTable, Pool, Purchasing, TenantLimits
 from shared_resources.catalog.step_spec import StepSpec
 
 # The rules, in the order their refusals are listed. Each key names a constraint a person can
@@ -65,7 +66,12 @@ class PlanContext:
 
 @dataclass
 class Assessment:
-    """Every step against every pool: refusals by rule, cost terms, times (hours from `epoch`)."""
+    """Every step against every pool: refusals by rule, cost terms, times (hours from `epoch`).
+
+    The terms a plan is chosen by are dense steps × pools matrices; the ones only a person reads
+    (the checkpoint interval, the commitment's share, the spares' part of the bill) are worked out
+    from them when first asked for, so a plan of 10,000 steps over 500 pools stays small in memory.
+    """
 
     steps: list[StepSpec]
     pools: list[Pool]
@@ -73,14 +79,10 @@ class Assessment:
     refused: dict[str, np.ndarray]  # rule -> bool[S, P]
     feasible: np.ndarray  # bool[S, P]
     rework: np.ndarray  # share of the run redone or spent checkpointing
-    interval_hours: np.ndarray  # Young/Daly checkpoint interval; inf where nothing interrupts
-    mtbi_hours: np.ndarray  # mean time between interruptions for the step's node count
     held_gpus: np.ndarray  # GPUs the step holds on the pool: whole nodes for a gang, else what it asks
-    gpu_hours: np.ndarray  # billed GPU-hours, rework and a gang's standby spares included
+    gpu_hours: np.ndarray  # billed GPU-hours: data transfer, rework and a gang's standby spares included
     spare_gpu_hours: np.ndarray  # of those, the pool's standby spares held while a gang runs
-    covered_gpu_hours: np.ndarray  # of those, inside a commitment already paid for
-    compute_usd: np.ndarray
-    spare_usd: np.ndarray  # the spares' part of compute_usd
+    cost_usd: np.ndarray  # expected cost: compute (with the whole commitment left) + egress
     egress_usd: np.ndarray
     moved_gb: np.ndarray
     transfer_hours: np.ndarray
@@ -90,10 +92,37 @@ class Assessment:
     locations: list[tuple[str, str]]  # (provider, region) of the datasets
     gb_by_location: np.ndarray  # [S, L]
     egress_price: np.ndarray  # [L, P] $/GB
+    committed: np.ndarray  # [P]: GPU-hours of each commitment this assessment counts as left (0: none)
+    delta_hours: np.ndarray  # [S]: time to write one checkpoint
 
-    @property
-    def cost_usd(self) -> np.ndarray:
-        return self.compute_usd + self.egress_usd
+    @cached_property
+    def mtbi_hours(self) -> np.ndarray:
+        """Mean time between interruptions for the step's node count on the pool (inf: none)."""
+        rate = np.array([p.interruption_rate_per_hour for p in self.pools], dtype=float)[None, :]
+        nodes = np.array([s.nodes for s in self.steps], dtype=float)[:, None]
+        with np.errstate(divide="ignore"):
+            return np.where(rate > 0, 1.0 / (rate * nodes), math.inf) * np.ones((len(self.steps), 1))
+
+    @cached_property
+    def interval_hours(self) -> np.ndarray:
+        """Young/Daly checkpoint interval; inf where nothing interrupts."""
+        mtbi, delta = self.mtbi_hours, self.delta_hours[:, None]
+        with np.errstate(invalid="ignore"):
+            return np.where(delta >= 2 * mtbi, mtbi, np.sqrt(2.0 * delta * mtbi))
+
+    @cached_property
+    def covered_gpu_hours(self) -> np.ndarray:
+        """Of the billed GPU-hours, those inside a commitment already paid for."""
+        return np.minimum(self.gpu_hours, self.committed[None, :])
+
+    @cached_property
+    def compute_usd(self) -> np.ndarray:
+        return self.cost_usd - self.egress_usd
+
+    @cached_property
+    def spare_usd(self) -> np.ndarray:
+        """The spares' part of compute_usd."""
+        return spare_share(self.compute_usd, self.spare_gpu_hours, self.gpu_hours)
 
 
 def spare_share(compute_usd: np.ndarray, spare_gpu_hours: np.ndarray, gpu_hours: np.ndarray) -> np.ndarray:
@@ -122,11 +151,16 @@ def _row(steps: list[StepSpec], attr, dtype=float) -> np.ndarray:
     return np.array([attr(s) for s in steps], dtype=dtype)[:, None]
 
 
-def _tenant_allows(tenant: str, pool: Pool, limits: dict[str, TenantLimits]) -> bool:
-    limit = limits.get(tenant)
+def _limits_allow(limit: TenantLimits | None, pool: Pool) -> bool:
     if limit is None:
         return True
     return (limit.providers is None or pool.provider in limit.providers) and (limit.regions is None or pool.region in limit.regions)
+
+
+def _limits_key(s: StepSpec) -> tuple:
+    lim = s.limits
+    return (s.tenant, None if lim is None else (tuple(lim.providers or ()) if lim.providers is not None else None,
+                                                 tuple(lim.regions or ()) if lim.regions is not None else None))
 
 
 def assess(steps: list[StepSpec], pools: list[Pool], context: PlanContext) -> Assessment:
@@ -154,19 +188,19 @@ def assess(steps: list[StepSpec], pools: list[Pool], context: PlanContext) -> As
 
     refused: dict[str, np.ndarray] = {}
     refused["tenant"] = _mask_by_key([s.tenant for s in steps], pools, lambda t, p: p.tenants is not None and t not in p.tenants)
-    refused["tenant_limits"] = _mask_by_key([s.tenant for s in steps], pools, lambda t, p: not _tenant_allows(t, p, context.tenant_limits))
-    refused["capacity"] = _mask_by_key(
-        [s.capacity for s in steps], pools, lambda c, p: c is not Capacity.any and p.capacity is not c
-    )
+    # The tenant's limits (catalog `tenants:`) and the step's own (its job's `limits:`) both bind.
+    refused["tenant_limits"] = _limits_mask(steps, pools, context.tenant_limits)
+    refused["capacity"] = _mask_by_key([s.capacity for s in steps], pools, lambda c, p: not p.capacity.runs(c))
     refused["accelerator"] = _mask_by_key(
         [tuple(s.accelerators or ()) for s in steps], pools, lambda a, p: bool(a) and p.accelerator not in a
     )
     # A gang (docs/gangs.md) takes whole nodes: it holds, and pays for, every GPU of each node it runs on.
     gang = _row(steps, lambda s: s.gang, bool)
-    held = np.where(gang, np.maximum(nodes * gpn, gpus), gpus)
+    any_gang = bool(gang.any())
+    held = np.where(gang, np.maximum(nodes * gpn, gpus), gpus) if any_gang else np.broadcast_to(gpus, (S, P))
     # Standby spares are never offered for fitting; they wait to replace a gang's failed node.
-    refused["nodes"] = nodes > _col(pools, lambda p: p.offered_nodes)
-    refused["gpus"] = np.where(gang, np.maximum(nodes * gpn, raw_gpus), raw_gpus) > total_gpus
+    refused["nodes"] = np.broadcast_to(nodes > _col(pools, lambda p: p.offered_nodes), (S, P))
+    refused["gpus"] = np.broadcast_to((np.where(gang, np.maximum(nodes * gpn, raw_gpus), raw_gpus) if any_gang else raw_gpus) > total_gpus, (S, P))
     refused["gpus_per_node"] = ~refused["gpus"] & (np.ceil(raw_gpus / nodes) > gpn)
     # Tightly coupled: every node inside one fast interconnect domain (none declared: no domain).
     coupled = _row(steps, lambda s: s.tightly_coupled, bool)
@@ -174,14 +208,20 @@ def assess(steps: list[StepSpec], pools: list[Pool], context: PlanContext) -> As
         (_col(pools, lambda p: p.domain_gpus or 0) < gpus) | (_col(pools, lambda p: p.domain_nodes or 0) < nodes)
     )
     refused["runtime"] = _mask_by_key([s.runtime for s in steps], pools, lambda r, p: r not in p.runtimes)
-    refused["spot_checkpoint"] = is_spot & ~_row(steps, lambda s: s.checkpoints, bool)
+    # A step that cannot checkpoint loses its whole run to an interruption: never on spot, nor on any
+    # pool that declares interruptions.
+    refused["spot_checkpoint"] = (is_spot | (rate > 0)) & ~_row(steps, lambda s: s.checkpoints, bool)
 
-    # Young/Daly: M for n nodes is 1/(n·λ); the interval and the waste follow from δ and M.
-    with np.errstate(divide="ignore", invalid="ignore"):
-        mtbi = np.where(rate > 0, 1.0 / (rate * nodes), math.inf) * np.ones((S, 1))
+    # Young/Daly: M for n nodes is 1/(n·λ); the interval and the waste follow from δ and M. Where the
+    # pool does not interrupt, nothing is lost (only the columns that do are worked out).
+    rework = np.zeros((S, P))
+    cols = np.flatnonzero(rate[0] > 0)
+    if cols.size:
+        mtbi = 1.0 / (rate[:, cols] * nodes)
         interval = np.where(delta_h >= 2 * mtbi, mtbi, np.sqrt(2.0 * delta_h * mtbi))
-        rework = np.where(np.isinf(mtbi), 0.0, delta_h / interval + interval / (2.0 * mtbi))
-    rework = np.nan_to_num(rework, nan=0.0)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            part = np.nan_to_num(delta_h / interval + interval / (2.0 * mtbi), nan=0.0)
+        rework[:, cols] = part
     refused["spot_rework"] = rework >= 1.0
 
     # Data gravity: GB per (step, dataset location) times $/GB per (location, pool).
@@ -200,27 +240,47 @@ def assess(steps: list[StepSpec], pools: list[Pool], context: PlanContext) -> As
     moved_gb = gb @ moved
     transfer = (gb * hours_per_gb[None, :]) @ moved
 
-    run_hours = hours * (1.0 + rework)
-    # A gang keeps the pool's spares standing by for as long as it runs; they draw on a commitment
-    # like its working nodes. A single process does not pay for them (it has no node to replace).
-    spare_gpu_hours = np.where(gang, _col(pools, lambda p: p.spare_nodes * p.gpus_per_node), 0.0) * run_hours
-    gpu_hours = held * run_hours + spare_gpu_hours
-    covered = np.minimum(gpu_hours, committed)
-    compute = price * (gpu_hours - covered) + marginal * covered
-    end = start[:, None] + transfer + run_hours
+    # The step holds its GPUs from its start: while its data moves in, then for the run and its
+    # rework. All of it is billed. A gang keeps the pool's spares standing by as long as it holds its
+    # nodes; they draw on a commitment like its working nodes. A single process does not pay for them.
+    held_hours = hours * (1.0 + rework)
+    held_hours += transfer
+    end = held_hours + start[:, None]
+    if any_gang:
+        spare_gpu_hours = np.where(gang, _col(pools, lambda p: p.spare_nodes * p.gpus_per_node), 0.0) * held_hours
+        gpu_hours = held * held_hours + spare_gpu_hours
+    else:
+        spare_gpu_hours = np.broadcast_to(np.zeros((1, 1)), (S, P))
+        gpu_hours = held * held_hours
+    del held_hours
+    # cost = price·(h − c) + marginal·c + egress, c = min(h, commitment left)
+    cost = price * gpu_hours
+    committed_cols = np.flatnonzero(committed[0] > 0)
+    if committed_cols.size:
+        c = np.minimum(gpu_hours[:, committed_cols], committed[:, committed_cols])
+        cost[:, committed_cols] -= (price - marginal)[:, committed_cols] * c
+    cost += egress_usd
 
     w_start = _col(pools, lambda p: context.hours(p.window_start) if p.window_start else -math.inf)
     w_end = _col(pools, lambda p: context.hours(p.window_end) if p.window_end else math.inf)
     refused["window"] = (start[:, None] < w_start) | (end > w_end)
     refused["deadline"] = end > deadline[:, None]
-    refused["budget"] = (compute + egress_usd) > budget
+    refused["budget"] = cost > budget
 
     feasible = ~np.logical_or.reduce([refused[r] for r in RULES]) if P else np.zeros((S, 0), dtype=bool)
     return Assessment(
         steps=steps, pools=pools, context=context, refused=refused, feasible=feasible, rework=rework,
-        interval_hours=interval, mtbi_hours=mtbi, held_gpus=held * np.ones((1, P)), gpu_hours=gpu_hours,
-        spare_gpu_hours=spare_gpu_hours * np.ones((S, 1)), covered_gpu_hours=covered,
-        compute_usd=compute, spare_usd=spare_share(compute, spare_gpu_hours, gpu_hours), egress_usd=egress_usd, moved_gb=moved_gb, transfer_hours=transfer,
+        held_gpus=held, gpu_hours=gpu_hours, spare_gpu_hours=spare_gpu_hours, cost_usd=cost,
+        egress_usd=egress_usd, moved_gb=moved_gb, transfer_hours=transfer,
         start_hours=start, end_hours=end, deadline_hours=deadline, locations=locations,
-        gb_by_location=gb, egress_price=egress_price,
+        gb_by_location=gb, egress_price=egress_price, committed=committed[0], delta_hours=delta_h[:, 0],
+    )
+
+
+def _limits_mask(steps: list[StepSpec], pools: list[Pool], tenant_limits: dict[str, TenantLimits]) -> np.ndarray:
+    """bool[S, P]: True where the tenant's limits or the step's own (its job's) refuse the pool."""
+    by_key = {_limits_key(s): s for s in steps}
+    return _mask_by_key(
+        [_limits_key(s) for s in steps], pools,
+        lambda k, p: not (_limits_allow(tenant_limits.get(k[0]), p) and _limits_allow(by_key[k].limits, p)),
     )

@@ -83,7 +83,9 @@ class JobFile(BaseModel):
     tenant: str
     start: dt.datetime
     budget_usd: Annotated[float, Field(ge=0)] | None = None
-    limits: TenantLimits | None = None  # narrows the catalog's limits for this tenant
+    # Where the job's data may go: binds every step of the job, a step run for another tenant too,
+    # on top of that tenant's own limits in the catalog (both apply).
+    limits: TenantLimits | None = None
     datasets: dict[str, Dataset] = Field(default_factory=dict)
     steps: dict[str, JobStep] = Field(min_length=1)
 
@@ -116,6 +118,7 @@ class JobFile(BaseModel):
                     StepSpec(
                         name=f"{name}#{k + 1}" if step.repeat else name,
                         tenant=step.tenant or self.tenant,
+                        limits=self.limits,
                         datasets=datasets,
                         start=self.start + dt.timedelta(hours=offset),
                         **fields,
@@ -170,21 +173,6 @@ def check_against_catalog(job: JobFile, catalog: Catalog, path: str | Path) -> N
         raise JobFileError("impossible request:\n  " + "\n  ".join(problems))
 
 
-def with_job_limits(job: JobFile, catalog: Catalog) -> Catalog:
-    """The catalog with the job's own limits narrowing its tenant's (both apply)."""
-    if job.limits is None:
-        return catalog
-    base = catalog.tenants.get(job.tenant, TenantLimits())
-
-    def narrow(a: list[str] | None, b: list[str] | None) -> list[str] | None:
-        if a is None or b is None:
-            return a if b is None else b
-        return [x for x in a if x in b]
-
-    limits = TenantLimits(providers=narrow(base.providers, job.limits.providers), regions=narrow(base.regions, job.limits.regions))
-    return Catalog(catalog.pools, catalog.prices, catalog.egress, {**catalog.tenants, job.tenant: limits}, catalog.files)
-
-
 def plan_job_file(path: str | Path, pool_sources: list[str | Path | None]):
     """Load a job file and the catalogs (files or folders, merged in order; None: the default)
     and plan it. Raises JobFileError, PoolCatalogError or InfeasiblePlanError with their reasons."""
@@ -196,7 +184,6 @@ def plan_job_file(path: str | Path, pool_sources: list[str | Path | None]):
     catalog = load_catalog(sources[0])
     for source in sources[1:]:
         catalog = catalog.merged(load_catalog(source))
-    catalog = with_job_limits(job, catalog)
     check_against_catalog(job, catalog, path)
     return plan_job(job.job, job.step_specs(), catalog, epoch=job.start, budget_usd=job.budget_usd)
 
@@ -204,7 +191,7 @@ def plan_job_file(path: str | Path, pool_sources: list[str | Path | None]):
 def plan_calendar(paths: list[str | Path], pool_sources: list[str | Path | None], name: str = "calendar"):
     """Plan several job files together, so their steps share the pools' quotas and commitments.
 
-    Each step is named `<job>/<step>`; each job's tenant limits apply to its own steps. The jobs'
+    Each step is named `<job>/<step>`; each job's `limits:` bind its own steps only. The jobs'
     budgets are checked one by one afterwards (JobPlan.rows() carries each step's cost)."""
     from shared_resources.placement.planner import InfeasiblePlanError, plan_job
     from shared_resources.catalog.pools import load_catalog
@@ -216,7 +203,6 @@ def plan_calendar(paths: list[str | Path], pool_sources: list[str | Path | None]
     jobs = [(path, load_job(path)) for path in paths]
     steps: list[StepSpec] = []
     for path, job in jobs:
-        catalog = with_job_limits(job, catalog)
         check_against_catalog(job, catalog, path)
         steps += [s.model_copy(update={"name": f"{job.job}/{s.name}"}) for s in job.step_specs()]
     plan = plan_job(name, steps, catalog, epoch=min(job.start for _, job in jobs))

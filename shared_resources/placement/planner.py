@@ -1,155 +1,91 @@
 """The capacity plan for a whole job: which pool each step gets, its failover order, the totals.
 
-Greedy, not an integer program, on purpose: each step's choice is "the cheapest pool
-that still has room, given the steps placed before it", which a person can check line
-by line against the evidence; it is deterministic; and it plans 10,000 steps over 500
-pools in seconds (benchmarks/planner.py measures it, and its cost gap to the optimum
-HiGHS finds for the same instances). Steps are placed hardest first: the step that
-would lose the most by not getting its cheapest pool (its *regret*) goes first, so a
-scarce commitment or quota goes where it saves the most.
+Exact where it can be: the job is first planned greedily (`greedy.py`: each step, hardest first,
+on the cheapest pool that still has room), then as an integer program of the same cost model
+(`exact.py`, HiGHS through `scipy.optimize.milp`) within a time budget. If HiGHS proves its plan
+optimal, that is the plan; if it proves no plan places every step, the job is refused with the
+steps and why. Beyond the budget (or a job too big to build the program for) the greedy plan is
+improved by local search (`improve.py`: moves, and moves that first move another step out of the
+way) and the plan says so, with a bound on how far from the optimum it can be.
 
 Shared limits between steps:
 
 - **quota**: a pool's GPUs (`quota_gpus`, else nodes × GPUs per node, standby spares left
   out) held by the steps running on it at the same time, on a 15-minute grid; a gang holds
   whole nodes (nodes × the pool's GPUs per node);
-- **commitment**: reserved/block GPU-hours already paid for, used up step by step;
-- **budget**: the job's total.
+- **commitment**: GPU-hours already paid for on a pool, worth the same to every step on it;
+- **budget**: each step's, and the job's total.
 """
 
 from __future__ import annotations
 
 import datetime as dt
 import math
-from collections import Counter
-from dataclasses import dataclass, field, replace
+import time
+from dataclasses import dataclass, replace
+from functools import cached_property
 
 import numpy as np
 
-from shared_resources.placement.cost_model import RULES, Assessment, PlanContext, assess, spare_share
-from shared_resources.placement.ranking import PlacementPlan, refusal_reasons, step_plan
 from shared_resources.catalog.pools import Catalog, Purchasing
 from shared_resources.catalog.step_spec import StepSpec
+from shared_resources.placement.cost_model import (
+    RULES,
+    Assessment,
+    PlanContext,
+    assess,
+    spare_share,
+)
+from shared_resources.placement.exact import ExactResult, solve
+from shared_resources.placement.given_rest import GivenRest
+from shared_resources.placement.greedy import (
+    SLOT_HOURS,
+    Placed,
+    assign,
+    commitment_terms,
+    greedy,
+    plan_cost,
+    regret_order,
+)
+from shared_resources.placement.improve import TOL, improve
+from shared_resources.placement.ranking import PlacementPlan, refusal_reasons, step_plan
 
-SLOT_HOURS = 0.25
+DEFAULT_TIME_BUDGET_S = 5.0
 
 
 class InfeasiblePlanError(RuntimeError):
-    """No plan meets the job's constraints; the message names the constraint and the steps."""
+    """No plan meets the job's constraints; the message names the constraint and the steps.
+
+    `unplaced` lists, per step no plan could place, its name and the reasons (for `--json`)."""
+
+    def __init__(self, message: str, unplaced: list[dict] | None = None):
+        super().__init__(message)
+        self.unplaced = unplaced or []
 
 
-@dataclass
-class Assignment:
-    """Choices of one policy: pool index per step (-1: none), failover order, true cost terms."""
+@dataclass(frozen=True)
+class Method:
+    """How a plan was found, and how far from the cheapest plan it can be.
 
-    choice: np.ndarray
-    failover: list[list[int]]
-    quota_refusals: dict[int, dict[int, str]]
-    compute_usd: np.ndarray
-    covered_gpu_hours: np.ndarray
-    unplaced: list[int] = field(default_factory=list)
-    # Per step, the GPU-hours each commitment still had when the step was placed.
-    committed_left: dict[int, dict[str, float]] = field(default_factory=dict)
-
-
-def assign(a: Assessment, allowed: np.ndarray, order: list[int], score: np.ndarray | None = None) -> Assignment:
-    """Place steps in `order`, each on the cheapest allowed pool with quota room, or the one
-    with the lowest `score` if given (a naive policy's own idea of cheap).
-
-    Costs are always the true ones (commitment used up in this order), whatever the score.
+    `name`: `exact` (HiGHS proved it optimal, to `gap_bound`) or `greedy+local-search`.
+    `gap_bound`: the plan's cost ÷ the best lower bound known − 1 (None: no bound known).
+    `lower_bound_usd`: no plan of this job costs less (HiGHS's dual bound, or each step on its
+    cheapest pool with the whole commitment and no quota). `exact_status`: what HiGHS said.
     """
-    S, P = a.feasible.shape
-    quota = np.array([p.total_gpus for p in a.pools], dtype=float)
-    left = np.array([p.committed_gpu_hours or 0.0 for p in a.pools], dtype=float)
-    price = np.array([p.price_per_gpu_hour for p in a.pools])
-    marginal = np.array([p.marginal_price_per_gpu_hour for p in a.pools])
-    by_name = np.argsort(np.argsort([p.name for p in a.pools], kind="stable"))  # each pool's place in name order
-    s0 = np.floor(a.start_hours / SLOT_HOURS).astype(int)
-    s1 = np.where(np.isfinite(a.end_hours), np.ceil(a.end_hours / SLOT_HOURS), s0[:, None] + 1).astype(int)
-    s0 = np.maximum(s0, 0)
-    horizon = int(max(s1[a.feasible].max(initial=1), s0.max(initial=0) + 1)) + 1
-    usage = np.zeros((P, horizon))
-    held = a.held_gpus  # [S, P]: whole nodes for a gang
-    choice = np.full(S, -1)
-    failover: list[list[int]] = [[] for _ in range(S)]
-    refusals: dict[int, dict[int, str]] = {}
-    compute = np.zeros(S)
-    covered_out = np.zeros(S)
-    unplaced = []
-    committed_pools = [j for j, p in enumerate(a.pools) if p.committed_gpu_hours is not None]
-    snapshots: dict[int, dict[str, float]] = {}
-    for i in order:
-        snapshots[i] = {a.pools[j].name: float(left[j]) for j in committed_pools}
-        cands = np.flatnonzero(allowed[i])
-        if cands.size == 0:
-            unplaced.append(i)
-            continue
-        ends = np.clip(s1[i, cands], s0[i] + 1, horizon)
-        window = usage[cands, s0[i] : ends.max()]
-        peak = np.maximum.accumulate(window, axis=1)[np.arange(cands.size), ends - s0[i] - 1]
-        room = peak + held[i, cands] <= quota[cands]
-        covered = np.minimum(a.gpu_hours[i, cands], left[cands])
-        true_cost = price[cands] * (a.gpu_hours[i, cands] - covered) + marginal[cands] * covered + a.egress_usd[i, cands]
-        fits_budget = true_cost <= (a.steps[i].budget_usd if a.steps[i].budget_usd is not None else math.inf)
-        ok = room & fits_budget
-        key = true_cost if score is None else score[i, cands]
-        rank = np.lexsort((by_name[cands], a.moved_gb[i, cands], np.round(key, 6)))  # ties: less data moved, then the pool's name
-        failover[i] = [int(cands[r]) for r in rank if ok[r]]
-        refusals[i] = {
-            int(cands[r]): (
-                f"quota: {peak[r]:.0f} of {quota[cands[r]]:.0f} GPUs already planned on it during "
-                f"{_moment(a, s0[i] * SLOT_HOURS)} → {_moment(a, ends[r] * SLOT_HOURS)}; step needs {held[i, cands[r]]:.0f}"
-                f"{' (a gang takes whole nodes)' if a.steps[i].gang and held[i, cands[r]] > a.steps[i].gpus else ''}"
-                if not room[r]
-                else f"expected cost ${true_cost[r]:,.2f} exceeds budget ${a.steps[i].budget_usd:,.2f} once earlier steps used the commitment"
-            )
-            for r in range(cands.size)
-            if not ok[r]
-        }
-        if not failover[i]:
-            unplaced.append(i)
-            continue
-        j = failover[i][0]
-        r = int(np.searchsorted(cands, j))
-        choice[i] = j
-        usage[j, s0[i] : max(s1[i, j], s0[i] + 1)] += held[i, j]
-        left[j] -= covered[r]
-        compute[i] = price[j] * (a.gpu_hours[i, j] - covered[r]) + marginal[j] * covered[r]
-        covered_out[i] = covered[r]
-    return Assignment(choice, failover, refusals, compute, covered_out, unplaced, snapshots)
 
+    name: str
+    gap_bound: float | None
+    lower_bound_usd: float | None
+    exact_status: str
+    seconds: float
 
-def regret_order(a: Assessment) -> list[int]:
-    """Hardest steps first: largest gap between best and second-best cost, then most GPU-hours."""
-    cost = np.where(a.feasible, a.cost_usd, np.inf)
-    two = np.sort(cost, axis=1)[:, :2] if cost.shape[1] >= 2 else np.hstack([cost, np.full((cost.shape[0], 1), np.inf)])
-    with np.errstate(invalid="ignore"):
-        regret = np.where(np.isinf(two[:, 1]), np.inf, two[:, 1] - two[:, 0])
-    best_hours = np.where(a.feasible, a.gpu_hours, 0).max(axis=1, initial=0)
-    return list(np.lexsort((a.start_hours, -best_hours, -np.nan_to_num(regret, posinf=1e18))))
-
-
-def size_order(a: Assessment) -> list[int]:
-    """Biggest steps first (GPUs, then GPU-hours): packs tight quotas better than cost regret."""
-    gpus = np.array([max(s.gpus, 1) for s in a.steps])
-    best_hours = np.where(a.feasible, a.gpu_hours, 0).max(axis=1, initial=0)
-    return list(np.lexsort((a.start_hours, -best_hours, -gpus)))
-
-
-def greedy(a: Assessment) -> Assignment:
-    """Place every step greedily, hardest first (cost regret); when that leaves a step without
-    quota room, try again biggest first and keep whichever places more steps (then the cheaper)."""
-    result = assign(a, a.feasible, regret_order(a))
-    if result.unplaced:
-        other = assign(a, a.feasible, size_order(a))
-
-        def total(r: Assignment) -> float:
-            placed = np.flatnonzero(r.choice >= 0)
-            return float(r.compute_usd[placed].sum() + a.egress_usd[placed, r.choice[placed]].sum())
-
-        if (len(other.unplaced), total(other)) < (len(result.unplaced), total(result)):
-            result = other
-    return result
+    def words(self) -> str:
+        gap = "unknown" if self.gap_bound is None else f"{self.gap_bound:.2%}"
+        if self.name == "exact":
+            return f"exact (HiGHS integer program, proved optimal; gap ≤ {gap})"
+        why = {"time_limit": "HiGHS did not finish within the time budget", "too_big": "too big for the integer program",
+               "failed": "HiGHS failed"}.get(self.exact_status, self.exact_status)
+        return f"greedy + local search ({why}); at most {gap} above the optimum"
 
 
 def _moment(a: Assessment, hours: float) -> str:
@@ -181,82 +117,121 @@ class JobPlan:
 
     name: str
     assessment: Assessment
-    assignment: Assignment
+    placed: Placed
     catalog: Catalog
+    method: Method
     budget_usd: float | None = None
 
     @property
     def steps(self) -> list[StepSpec]:
         return self.assessment.steps
 
-    def placement(self, i: int) -> PlacementPlan:
-        """Step i's ranked pools (the failover order) and the evidence for every pool."""
-        a = self.assessment
-        context = replace(a.context, committed_left=self.assignment.committed_left.get(i))
-        single = assess([a.steps[i]], a.pools, context)
-        return step_plan(single, 0, self.assignment.failover[i], self.assignment.quota_refusals.get(i))
+    @cached_property
+    def _rest(self) -> GivenRest:
+        return GivenRest(self.assessment, self.placed)
 
-    def rows(self) -> list[dict]:
-        """One row per step: where it runs and why, in numbers (evidence text: `placement(i)`)."""
-        a, s = self.assessment, self.assignment
-        rows = []
+    @cached_property
+    def _compute_usd(self) -> np.ndarray:
+        a, p = self.assessment, self.placed
+        base, saving, _ = commitment_terms(a)
+        idx = np.arange(len(a.steps))
+        return base[idx, p.choice] - a.egress_usd[idx, p.choice] - saving[p.choice] * p.covered
+
+    def failover(self, i: int) -> list[int]:
+        """Step i's pools in failover order (the chosen one first), given the rest of the plan."""
+        return self._rest.step(i).failover
+
+    def placement(self, i: int) -> PlacementPlan:
+        """Step i's ranked pools (the failover order) and the evidence for every pool, given the rest of the plan."""
+        a = self.assessment
+        against = self._rest.step(i)
+        context = replace(a.context, committed_left=against.committed_left)
+        single = assess([a.steps[i]], a.pools, context)
+        return step_plan(single, 0, against.failover, against.refusals)
+
+    def iter_rows(self, failover: bool = True):
+        """One row per step, as it is worked out: where it runs and why, in numbers (evidence: `placement(i)`)."""
+        a, choice, covered = self.assessment, self.placed.choice, self.placed.covered
+        compute = self._compute_usd
         for i, step in enumerate(a.steps):
-            j = int(s.choice[i])
+            j = int(choice[i])
             pool = a.pools[j]
-            interval = a.interval_hours[i, j]
-            spare_usd = spare_share(s.compute_usd[i], a.spare_gpu_hours[i, j], a.gpu_hours[i, j])
-            rows.append({
+            gpu_hours, spare_hours = float(a.gpu_hours[i, j]), float(a.spare_gpu_hours[i, j])
+            interval = float(a.interval_hours[i, j]) if a.rework[i, j] else math.inf
+            deadline = a.deadline_hours[i]
+            yield {
                 "step": step.name,
                 "pool": pool.name,
                 "provider": pool.provider,
                 "region": pool.region,
                 "purchasing": pool.purchasing.value,
-                "failover": [a.pools[k].name for k in s.failover[i][1:]],
+                "failover": [a.pools[k].name for k in self.failover(i)[1:]] if failover else None,
                 "gpus": step.gpus,
                 "gpus_held": int(a.held_gpus[i, j]),  # what the quota counts: whole nodes for a gang
                 "start": _moment(a, a.start_hours[i]),
                 "end": _moment(a, a.end_hours[i, j]),
-                "gpu_hours": float(a.gpu_hours[i, j]),
-                "spare_gpu_hours": float(a.spare_gpu_hours[i, j]),
-                "committed_gpu_hours_used": float(s.covered_gpu_hours[i]),
-                "compute_usd": float(s.compute_usd[i]),
-                "spare_usd": float(spare_usd),  # the standby spares' part of compute_usd
+                "start_at": _iso(a, a.start_hours[i]),
+                "end_at": _iso(a, a.end_hours[i, j]),
+                "deadline_at": None if math.isinf(deadline) else _iso(a, deadline),
+                "transfer_hours": float(a.transfer_hours[i, j]),
+                "gpu_hours": gpu_hours,
+                "spare_gpu_hours": spare_hours,
+                "committed_gpu_hours_used": float(covered[i]),
+                "compute_usd": float(compute[i]),
+                "spare_usd": float(spare_share(compute[i], spare_hours, gpu_hours)),  # the spares' part of compute_usd
                 "egress_usd": float(a.egress_usd[i, j]),
                 "moved_gb": float(a.moved_gb[i, j]),
-                "cost_usd": float(s.compute_usd[i] + a.egress_usd[i, j]),
+                "cost_usd": float(compute[i] + a.egress_usd[i, j]),
                 "rework_fraction": float(a.rework[i, j]),
-                "checkpoint_interval_seconds": None if math.isinf(interval) else float(interval * 3600),
+                "checkpoint_interval_seconds": None if math.isinf(interval) else interval * 3600,
                 "price_source": self.catalog.price_provenance(pool),
-            })
-        return rows
+            }
+
+    @cached_property
+    def _rows(self) -> list[dict]:
+        return list(self.iter_rows())
+
+    def rows(self) -> list[dict]:
+        """One row per step: where it runs and why, in numbers (evidence text: `placement(i)`)."""
+        return self._rows
 
     def totals(self) -> dict:
-        rows = self.rows()
-        by_mode = Counter()
-        for r in rows:
-            by_mode[r["purchasing"]] += r["cost_usd"]
+        a, choice = self.assessment, self.placed.choice
+        idx = np.arange(len(a.steps))
+        compute, egress = self._compute_usd, a.egress_usd[idx, choice]
+        cost = compute + egress
+        spare = spare_share(compute, a.spare_gpu_hours[idx, choice], a.gpu_hours[idx, choice])
+        modes = np.array([a.pools[j].purchasing.value for j in range(len(a.pools))])[choice] if len(a.steps) else np.array([])
         return {
-            "steps": len(rows),
-            "cost_usd": sum(r["cost_usd"] for r in rows),
-            "compute_usd": sum(r["compute_usd"] for r in rows),
-            "spare_usd": sum(r["spare_usd"] for r in rows),
-            "egress_usd": sum(r["egress_usd"] for r in rows),
-            "gpu_hours": sum(r["gpu_hours"] for r in rows),
-            "committed_gpu_hours_used": sum(r["committed_gpu_hours_used"] for r in rows),
-            "cost_by_purchasing": {m.value: by_mode.get(m.value, 0.0) for m in Purchasing},
+            "steps": len(a.steps),
+            "cost_usd": float(cost.sum()),
+            "compute_usd": float(compute.sum()),
+            "spare_usd": float(spare.sum()),
+            "egress_usd": float(egress.sum()),
+            "gpu_hours": float(a.gpu_hours[idx, choice].sum()),
+            "committed_gpu_hours_used": float(self.placed.covered.sum()),
+            "cost_by_purchasing": {m.value: float(cost[modes == m.value].sum()) for m in Purchasing},
             "budget_usd": self.budget_usd,
             "prices_illustrative": self.catalog.prices.illustrative,
+            "method": self.method.name,
+            "gap_bound": self.method.gap_bound,
+            "lower_bound_usd": self.method.lower_bound_usd,
+            "exact_status": self.method.exact_status,
         }
 
-    def to_dict(self) -> dict:
+    def to_dict(self, evidence: bool = True) -> dict:
         return {
             "job": self.name,
             "catalogs": self.catalog.files,
             "totals": self.totals(),
             "steps": [
-                {**row, "evidence": self.placement(i).evidence()} for i, row in enumerate(self.rows())
+                {**row, "evidence": self.placement(i).evidence()} if evidence else row for i, row in enumerate(self.iter_rows())
             ],
         }
+
+
+def _iso(a: Assessment, hours: float) -> str:
+    return (a.context.epoch + dt.timedelta(hours=float(hours))).isoformat()
 
 
 def plan_job(
@@ -266,31 +241,113 @@ def plan_job(
     *,
     epoch: dt.datetime | None = None,
     budget_usd: float | None = None,
+    time_budget_s: float = DEFAULT_TIME_BUDGET_S,
 ) -> JobPlan:
-    """Plan every step of a job; raises InfeasiblePlanError naming what no pool meets."""
+    """Plan every step of a job: exactly (HiGHS) when it solves within `time_budget_s`, else the
+    greedy plan improved by local search. Raises InfeasiblePlanError naming what no pool meets."""
+    started = time.perf_counter()
     if epoch is None:
         starts = [s.start for s in steps if s.start is not None]
         epoch = min(starts) if starts else dt.datetime.now(dt.UTC).replace(microsecond=0)
     steps = [s if s.start is not None else s.model_copy(update={"start": epoch}) for s in steps]
     context = PlanContext(epoch=epoch, egress=catalog.egress, tenant_limits=catalog.tenants)
     a = assess(steps, list(catalog.pools.values()), context)
-    result = greedy(a)
-    if result.unplaced:
-        shown = sorted(result.unplaced)[:5]
-        more = f"\n(and {len(result.unplaced) - len(shown)} more steps)" if len(result.unplaced) > len(shown) else ""
-        raise InfeasiblePlanError(
-            "no plan meets the job's constraints:\n"
-            + "\n".join(explain_infeasible(a, i, result.quota_refusals.get(i)) for i in shown)
-            + more
-        )
-    plan = JobPlan(name, a, result, catalog, budget_usd)
+    first = greedy(a)
+    exact = solve(a, max(time_budget_s - (time.perf_counter() - started), 0.1))
+    if exact.status == "optimal":
+        placed = _polished(a, _topped_up(a, exact.choice, exact.covered), started, time_budget_s)
+    else:
+        spare = max(time_budget_s - (time.perf_counter() - started), 0.0)
+        placed = improve(a, first, spare if exact.status != "too_big" else min(spare, SEARCH_BIG_S))
+        if not _within_budgets(a, placed):
+            placed = first
+        if exact.choice is not None and (placed.unplaced or plan_cost(a, _topped_up(a, exact.choice, exact.covered)) < plan_cost(a, placed) - TOL):
+            placed = _topped_up(a, exact.choice, exact.covered)
+    if placed.unplaced:
+        _refuse(a, placed, exact)
+    method = _method(a, placed, exact, time.perf_counter() - started)
+    plan = JobPlan(name, a, placed, catalog, method, budget_usd)
     total = plan.totals()["cost_usd"]
     if budget_usd is not None and total > budget_usd:
+        cheapest = "the cheapest plan" if method.name == "exact" else "the cheapest plan found"
         raise InfeasiblePlanError(
-            f"no plan meets the job's budget: the cheapest plan found costs ${total:,.2f}, over the budget "
+            f"no plan meets the job's budget: {cheapest} costs ${total:,.2f}, over the budget "
             f"${budget_usd:,.2f} by ${total - budget_usd:,.2f}. Raise `budget_usd` or trim the steps."
         )
     return plan
 
 
-__all__ = ["InfeasiblePlanError", "JobPlan", "RULES", "assign", "plan_job", "regret_order"]
+# On a job too big for the integer program, the local search gets at most this long.
+SEARCH_BIG_S = 0.5
+
+
+def _polished(a: Assessment, placed: Placed, started: float, budget_s: float) -> Placed:
+    """An optimal plan with equal-cost ties resolved by the planner's rule (less data moved, then name)."""
+    better = improve(a, placed, max(min(budget_s - (time.perf_counter() - started), 1.0), 0.05), ejects=False)
+    if better.unplaced or not _within_budgets(a, better) or plan_cost(a, better) > plan_cost(a, placed) + TOL:
+        return placed
+    return better
+
+
+def _topped_up(a: Assessment, choice: np.ndarray, covered: np.ndarray) -> Placed:
+    """HiGHS's use of each commitment, with any of it left over given to steps it does not cover in full."""
+    _, _, committed = commitment_terms(a)
+    covered = covered.copy()
+    idx = np.arange(len(a.steps))
+    hours = a.gpu_hours[idx, choice]
+    for j in np.flatnonzero(committed > 0):
+        left = committed[j] - covered[choice == j].sum()
+        for i in np.flatnonzero(choice == j):
+            if left <= 1e-9:
+                break
+            extra = min(hours[i] - covered[i], left)
+            covered[i] += extra
+            left -= extra
+    return Placed(choice.copy(), covered, list(range(len(a.steps))))
+
+
+def _within_budgets(a: Assessment, placed: Placed) -> bool:
+    budget = np.array([s.budget_usd if s.budget_usd is not None else np.inf for s in a.steps])
+    if np.isinf(budget).all():
+        return True
+    base, saving, _ = commitment_terms(a)
+    on = np.flatnonzero(placed.choice >= 0)
+    cost = base[on, placed.choice[on]] - saving[placed.choice[on]] * placed.covered[on]
+    return bool((cost <= budget[on] + 1e-9).all())
+
+
+def _method(a: Assessment, placed: Placed, exact: ExactResult, seconds: float) -> Method:
+    cost = plan_cost(a, placed)
+    simple = float(np.where(a.feasible, a.cost_usd, np.inf).min(axis=1, initial=np.inf).sum()) if len(a.steps) else 0.0
+    bounds = [b for b in (exact.dual_bound_usd, simple) if b is not None and np.isfinite(b)]
+    lower = max(bounds) if bounds else None
+    if exact.status == "optimal" and exact.cost_usd is not None:
+        lower = min(exact.dual_bound_usd if exact.dual_bound_usd is not None else exact.cost_usd, cost)
+    gap = None if lower is None or lower <= 0 else max(cost / lower - 1.0, 0.0)
+    if lower is not None and lower <= 0 and cost <= 1e-9:
+        gap = 0.0
+    name = "exact" if exact.status == "optimal" else "greedy+local-search"
+    return Method(name, gap, lower, exact.status, seconds)
+
+
+def _refuse(a: Assessment, placed: Placed, exact: ExactResult) -> None:
+    unplaced = placed.unplaced
+    proof = (
+        "HiGHS proved that no plan places every step" if exact.status == "infeasible"
+        else "no plan found places every step"
+    )
+    why = {i: explain_infeasible(a, i, _quota_words(a, placed, i)) for i in unplaced[:50]}
+    shown = unplaced[:5]
+    more = f"\n(and {len(unplaced) - len(shown)} more steps)" if len(unplaced) > len(shown) else ""
+    raise InfeasiblePlanError(
+        f"no plan meets the job's constraints ({proof}):\n" + "\n".join(why[i] for i in shown) + more,
+        [{"step": a.steps[i].name, "why": why[i].splitlines()[1:] if i in why else []} for i in unplaced],
+    )
+
+
+def _quota_words(a: Assessment, placed: Placed, i: int) -> dict[int, str]:
+    """For an unplaced step: why each pool that fits it has no room, given the placed steps."""
+    return GivenRest(a, placed).step_refusals(i)
+
+
+__all__ = ["RULES", "SLOT_HOURS", "InfeasiblePlanError", "JobPlan", "Method", "assign", "plan_job", "regret_order"]

@@ -16,7 +16,7 @@ from dataclasses import asdict, dataclass, field
 import numpy as np
 
 from shared_resources.placement.cost_model import Assessment, PlanContext, assess, expected_waste, young_daly_interval_hours
-from shared_resources.catalog.pools import Catalog, Pool, Purchasing
+from shared_resources.catalog.pools import Catalog, Pool, PoolCapacity, Purchasing, TenantLimits
 from shared_resources.catalog.step_spec import StepSpec
 
 
@@ -127,12 +127,12 @@ def refusal_reasons(a: Assessment, i: int, j: int) -> list[str]:
     kind = pool.purchasing.value
     words = {
         "tenant": lambda: f"tenant `{step.tenant}` not allowed (allowed: {', '.join(pool.tenants or [])})",
-        "tenant_limits": lambda: (
-            f"tenant `{step.tenant}` may not use {pool.provider} {pool.region} (allowed providers: "
-            f"{', '.join(ctx.tenant_limits[step.tenant].providers or ['any'])}; regions: "
-            f"{', '.join(ctx.tenant_limits[step.tenant].regions or ['any'])})"
+        "tenant_limits": lambda: _limits_refusal(step, pool, ctx.tenant_limits.get(step.tenant)),
+        "capacity": lambda: (
+            f"offers no particular kind of capacity (`capacity: unspecified`), step needs {step.capacity.value}"
+            if pool.capacity is PoolCapacity.unspecified
+            else f"offers {pool.capacity.value} capacity, step needs {step.capacity.value}"
         ),
-        "capacity": lambda: f"offers {pool.capacity.value} capacity, step needs {step.capacity.value}",
         "accelerator": lambda: f"accelerator {pool.accelerator} not in {step.accelerators}",
         "nodes": lambda: _nodes_refusal(step, pool),
         "gpus": lambda: (
@@ -143,7 +143,12 @@ def refusal_reasons(a: Assessment, i: int, j: int) -> list[str]:
         "gpus_per_node": lambda: f"needs {math.ceil(step.gpus / step.nodes)} GPUs per node, pool has {pool.gpus_per_node}",
         "interconnect": lambda: _interconnect_refusal(step, pool),
         "runtime": lambda: f"has no `{step.runtime}` runtime (has: {', '.join(sorted(pool.runtimes))})",
-        "spot_checkpoint": lambda: "spot refused: step does not checkpoint (checkpoints: false)",
+        "spot_checkpoint": lambda: (
+            "spot refused: step does not checkpoint (checkpoints: false)"
+            if pool.purchasing is Purchasing.spot
+            else f"{kind} refused: the pool is interrupted ({pool.interruption_rate_per_hour:g} per node-hour) and the step "
+            "does not checkpoint (checkpoints: false)"
+        ),
         "spot_rework": lambda: (
             f"{kind} refused: a checkpoint takes {step.checkpoint_seconds:.0f} s and an interruption comes every "
             f"{_duration(a.mtbi_hours[i, j])} on {step.nodes} node(s): expected rework {a.rework[i, j]:.0%} of the run"
@@ -162,6 +167,25 @@ def refusal_reasons(a: Assessment, i: int, j: int) -> list[str]:
         "budget": lambda: f"expected cost ${a.cost_usd[i, j]:,.2f} exceeds budget ${step.budget_usd:,.2f}",
     }
     return [words[rule]() for rule, mask in a.refused.items() if mask[i, j]]
+
+
+def _limits_refusal(step: StepSpec, pool: Pool, tenant: TenantLimits | None) -> str:
+    """Which limit refuses the pool: the tenant's (catalog `tenants:`), the step's own (its job's), or both."""
+
+    def allows(limit: TenantLimits | None) -> bool:
+        return limit is None or (
+            (limit.providers is None or pool.provider in limit.providers) and (limit.regions is None or pool.region in limit.regions)
+        )
+
+    def allowed(limit: TenantLimits) -> str:
+        return f"allowed providers: {', '.join(limit.providers or ['any'])}; regions: {', '.join(limit.regions or ['any'])}"
+
+    said = []
+    if not allows(tenant):
+        said.append(f"tenant `{step.tenant}` may not use {pool.provider} {pool.region} ({allowed(tenant)})")
+    if not allows(step.limits):
+        said.append(f"the job's `limits:` do not allow {pool.provider} {pool.region} ({allowed(step.limits)})")
+    return "; ".join(said)
 
 
 def _nodes_refusal(step: StepSpec, pool: Pool) -> str:
@@ -204,6 +228,8 @@ def cost_reasons(a: Assessment, i: int, j: int) -> list[str]:
             f"commitment already paid covers {covered:,.1f} of {a.gpu_hours[i, j]:,.1f} GPU-h at "
             f"${pool.marginal_price_per_gpu_hour:.2f}/GPU-h marginal"
         )
+    if a.transfer_hours[i, j]:
+        why.append(f"GPUs held {_duration(a.transfer_hours[i, j])} while the data moves in, billed like the run")
     if a.rework[i, j]:
         why.append(
             f"+{a.rework[i, j]:.1%} expected rework from interruptions; checkpoint every "
