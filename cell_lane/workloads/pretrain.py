@@ -42,7 +42,7 @@ def main() -> None:
             run.report_already_complete(checkpoint)
             return
 
-        adata = read_dataset(cfg.dataset_uri)
+        adata = read_dataset(run.cached(cfg.dataset_uri))  # from the node cache when an attempt here read it before
         expression = adata.X  # stays sparse in host memory; each batch is densified on its own
         n_cells, n_genes = expression.shape
         model = MaskedExpressionModel(n_genes, cfg.embedding_dim, cfg.hidden).to(device)
