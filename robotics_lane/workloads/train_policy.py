@@ -49,7 +49,8 @@ def main() -> None:
         if checkpoint is not None and checkpoint.final:
             run.report_already_complete(checkpoint)
             return
-        states, actions, n_episodes = load_demonstrations(cfg.datasets, cfg.successful_only)
+        local = [run.cached(uri) for uri in cfg.datasets]  # from the node cache when an attempt here read them before
+        states, actions, n_episodes = load_demonstrations(local, cfg.successful_only)
         x, y = torch.from_numpy(states), torch.from_numpy(actions)
         model = MLPPolicy(cfg.hidden)
         optimizer = torch.optim.Adam(model.parameters(), lr=cfg.learning_rate)
