@@ -89,6 +89,7 @@ def test_cell_loop_end_to_end(instance, resources, root, storage, tmp_path):
     foundation = _md(result, "cell/foundation_model")
     assert foundation["pool"] == "cell-steady" and foundation["purchasing"] == "reserved"
     assert foundation["final_loss"] < foundation["first_loss"]
+    assert foundation["bytes_from_store"] > 0 and foundation["bytes_from_node_cache"] == 0  # nothing on this node yet
     assert glob_uris(posixpath.join(storage.uri("checkpoints"), "**", "manifest.json")), "checkpoints are under the root"
 
     finetuned = _md(result, "cell/finetuned_model")
@@ -118,6 +119,9 @@ def test_cell_loop_end_to_end(instance, resources, root, storage, tmp_path):
     second = dg.materialize(TRAINING, instance=instance, resources=resources, run_config=FAST)
     assert _md(second, "cell/omics_dataset")["labelled_genes"] == 76 + 38
     assert _md(second, "cell/foundation_model")["reused_final_checkpoint"] is True  # same matrix: pretraining reused
+    # Its final checkpoint was written on this node: from an object store, it is read back from the node cache.
+    reread = _md(second, "cell/foundation_model")
+    assert (reread["bytes_from_node_cache"] > 0, reread["bytes_from_store"] == 0) == ((True, True) if root.startswith("s3://") else (False, False))
     assert _md(second, "cell/finetuned_model")["n_assayed_genes"] == 114
 
     _check_data_layer(instance, root, storage, tmp_path, dataset, result, second, new[0])
