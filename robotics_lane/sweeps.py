@@ -7,7 +7,12 @@ from dataclasses import dataclass, field
 
 @dataclass(frozen=True)
 class SweepConfig:
-    """One sweep: `episodes` seeded rollouts of the scripted expert, split into `shards`."""
+    """One sweep: `episodes` seeded rollouts of the scripted expert, split into `shards`.
+
+    Each shard steps `num_envs` environments together (unset: the backend's default for the
+    device the shard lands on, see `robotics_lane.sim.factory.DEFAULT_NUM_ENVS`) on `device`
+    (`auto`: the node's GPU for Isaac Lab when it has one, else the CPU).
+    """
 
     backend: str
     description: str
@@ -17,6 +22,8 @@ class SweepConfig:
     max_steps: int = 200
     operator_noise: float = 0.15
     runtime: str = "default"
+    num_envs: int | None = None
+    device: str = "auto"
 
     def seeds(self, night: str) -> list[int]:
         """Seeds differ per night (so each night adds new data) and are fixed for a night."""

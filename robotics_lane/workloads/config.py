@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from shared_resources.runtime.setting_ranges import RangedSettings
 
@@ -52,3 +52,19 @@ class RolloutConfig(BaseModel):
     task: dict[str, Any] = Field(default_factory=dict, description="The task (`TaskSpec` fields).")
     policy: dict[str, Any] = Field(default_factory=lambda: {"kind": "scripted"}, description="`scripted` (with `operator_noise`) or `checkpoint` (with `uri`).")
     task_label: str = "balance the pole"
+    num_envs: Annotated[int, Field(ge=1, le=65_536)] | None = Field(
+        None,
+        description="Environments stepped together in one process. Unset: the backend's default for the "
+        "device it runs on (MuJoCo 16; Isaac Lab 256 on a CPU, 4096 on a GPU), never more than the episodes left to run.",
+    )
+    device: str = Field(
+        "auto",
+        pattern=r"^(auto|cpu|cuda|cuda:[0-9]+)$",
+        description="Where Isaac Lab simulates: `auto` (the node's GPU when it has one, else the CPU), `cpu`, `cuda` or `cuda:<index>`. MuJoCo runs on the CPU only.",
+    )
+
+    @model_validator(mode="after")
+    def _device_fits_backend(self) -> RolloutConfig:
+        if self.backend == "mujoco" and self.device not in ("auto", "cpu"):
+            raise ValueError(f"device {self.device!r}: the MuJoCo backend runs on the CPU only; set device to 'cpu' or 'auto'")
+        return self

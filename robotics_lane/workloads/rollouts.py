@@ -1,10 +1,16 @@
 """Roll out a policy in simulation for a list of seeds — one shard of a sweep or an evaluation.
 
-Preemption-safe by construction: each finished episode is committed on its own (its frames as
-one LeRobot-format parquet file, then its trial record, written atomically, as the commit
-marker). A relaunch skips every seed already committed, so SIGTERM (with notice) or SIGKILL
-(without) at any moment ends, after the relaunch, with exactly the episodes of an
-uninterrupted run: none lost, none twice.
+Vectorised: ``num_envs`` environments step together in this process (Isaac Lab: one scene on the
+node's GPU when it has one, else the CPU; MuJoCo: gymnasium's vector env), each taking the next
+seed as soon as its episode ends. Unset, ``num_envs`` is the backend's default for the device
+(``robotics_lane.sim.factory.DEFAULT_NUM_ENVS``), never more than the episodes left to run.
+
+Preemption-safe by construction: each finished episode is committed on its own, the moment it
+ends (its frames as one LeRobot-format parquet file, then its trial record, written atomically,
+as the commit marker). A relaunch skips every seed already committed and reruns the episodes
+that were still running; since an episode depends only on its seed (not on its env slot or the
+env count), SIGTERM (with notice) or SIGKILL (without) at any moment ends, after the relaunch,
+with exactly the episodes of an uninterrupted run: none lost, none twice.
 
 Output under `output_uri`:
     episodes/episode-000042.parquet  frames of seed 42 (LeRobot v3 data columns)
@@ -21,13 +27,48 @@ import numpy as np
 
 from robotics_lane.episodes.lerobot_v3 import Episode as LeRobotEpisode
 from robotics_lane.episodes.shards import write_episode_file
-from robotics_lane.policies import load_policy
-from robotics_lane.sim.base import TaskSpec, run_episode
-from robotics_lane.sim.factory import make_simulator
+from robotics_lane.sim.base import Episode, TaskSpec
+from robotics_lane.sim.batch_rollout import run_episodes
+from robotics_lane.sim.factory import default_num_envs, make_vector_simulator, resolve_device
+from robotics_lane.workloads.batch_policy import load_batch_policy
 from robotics_lane.workloads.config import RolloutConfig
 from robotics_lane.workloads.rollout_output import committed_seeds, episodes_folder, trial_uri
 from shared_resources.runtime.storage import read_json, write_bytes_atomic
 from shared_resources.runtime.workload import Preempted, WorkloadRun
+
+
+def commit_episode(cfg: RolloutConfig, task: TaskSpec, episode: Episode, episode_index: int, fps: int) -> None:
+    """Write one finished episode's frames, then its trial record (the commit marker)."""
+    episode_file = write_episode_file(
+        episodes_folder(cfg.output_uri),
+        LeRobotEpisode(
+            task=cfg.task_label,
+            observation_state=episode.observations,
+            action=episode.actions,
+            reward=episode.rewards,
+            success=episode.success,
+            metadata={"seed": episode.seed, "failure_mode": episode.failure_mode or ""},
+        ),
+        episode_index=episode.seed,  # file name; episodes are renumbered when assembled
+        global_index_start=0,
+        task_index=0,
+        fps=fps,
+    )
+    record = {
+        "seed": episode.seed,
+        "episode_index": episode_index,
+        "episode_file": episode_file,
+        "backend": cfg.backend,
+        "task": task.name,
+        "task_key": task.key(),
+        "task_params": dict(task.params),
+        "success": bool(episode.success),
+        "return": float(np.sum(episode.rewards)),
+        "length": int(episode.length),
+        "failure_mode": episode.failure_mode,
+        "fps": fps,
+    }
+    write_bytes_atomic(trial_uri(cfg.output_uri, episode.seed), json.dumps(record).encode())
 
 
 def main() -> None:
@@ -36,51 +77,27 @@ def main() -> None:
         task = TaskSpec(**cfg.task)
         done = committed_seeds(cfg.output_uri)
         todo = [s for s in cfg.seeds if s not in done]
-        run.info(f"{cfg.backend} {task.name} rollouts: {len(cfg.seeds)} seeds, {len(done)} already committed, {len(todo)} to run")
+        device = resolve_device(cfg.backend, cfg.device)
+        num_envs = min(cfg.num_envs, len(todo)) if cfg.num_envs else default_num_envs(cfg.backend, device, len(todo))
+        run.info(
+            f"{cfg.backend} {task.name} rollouts: {len(cfg.seeds)} seeds, {len(done)} already committed, "
+            f"{len(todo)} to run, {num_envs} envs on {device}"
+        )
         run.start_work(len(done))
         started = time.monotonic()
         steps = 0
         if todo:
-            with make_simulator(cfg.backend, task) as sim:
+            with make_vector_simulator(cfg.backend, task, num_envs=num_envs, device=device) as sim:
                 fps = max(1, round(1.0 / sim.control_dt))
-                for seed in todo:
+                policy = load_batch_policy(cfg.policy, num_envs, task.max_steps)
+                index = {seed: i for i, seed in enumerate(cfg.seeds)}
+                for episode in run_episodes(sim, policy, todo):
+                    commit_episode(cfg, task, episode, index[episode.seed], fps)
+                    steps += episode.length
+                    done.add(episode.seed)
+                    run.commit(len(done), seed=episode.seed)
                     if run.preempt_requested:
                         raise Preempted()
-                    episode = run_episode(sim, load_policy(cfg.policy, seed), seed)
-                    steps += episode.length
-                    index = cfg.seeds.index(seed)
-                    episode_file = write_episode_file(
-                        episodes_folder(cfg.output_uri),
-                        LeRobotEpisode(
-                            task=cfg.task_label,
-                            observation_state=episode.observations,
-                            action=episode.actions,
-                            reward=episode.rewards,
-                            success=episode.success,
-                            metadata={"seed": seed, "failure_mode": episode.failure_mode or ""},
-                        ),
-                        episode_index=seed,  # file name; episodes are renumbered when assembled
-                        global_index_start=0,
-                        task_index=0,
-                        fps=fps,
-                    )
-                    record = {
-                        "seed": seed,
-                        "episode_index": index,
-                        "episode_file": episode_file,
-                        "backend": cfg.backend,
-                        "task": task.name,
-                        "task_key": task.key(),
-                        "task_params": dict(task.params),
-                        "success": bool(episode.success),
-                        "return": float(np.sum(episode.rewards)),
-                        "length": int(episode.length),
-                        "failure_mode": episode.failure_mode,
-                        "fps": fps,
-                    }
-                    write_bytes_atomic(trial_uri(cfg.output_uri, seed), json.dumps(record).encode())
-                    done.add(seed)
-                    run.commit(len(done), seed=seed)
         trials = [read_json(trial_uri(cfg.output_uri, s)) for s in cfg.seeds]
         successes = sum(t["success"] for t in trials)
         seconds = time.monotonic() - started
@@ -94,6 +111,8 @@ def main() -> None:
                 "mean_return": round(float(np.mean([t["return"] for t in trials])), 3) if trials else 0.0,
                 "failure_modes": json.dumps(dict(Counter(t["failure_mode"] or "success" for t in trials))),
                 "backend": cfg.backend,
+                "num_envs": num_envs if todo else 0,
+                "device": device,
                 "env_steps_this_attempt": steps,
                 "env_steps_per_second": round(steps / seconds, 1) if seconds > 0 and steps else 0.0,
             },

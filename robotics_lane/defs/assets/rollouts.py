@@ -61,6 +61,8 @@ def sweep_spec(sweep: SweepConfig, seeds: list[int], output_uri: str) -> StepSpe
             task=sweep.task(),
             policy={"kind": "scripted", "operator_noise": sweep.operator_noise},
             task_label=TASK_LABEL,
+            num_envs=sweep.num_envs,
+            device=sweep.device,
         ),
     )
 
