@@ -196,11 +196,19 @@ def assess(steps: list[StepSpec], pools: list[Pool], context: PlanContext) -> As
     )
     # A gang (docs/gangs.md) takes whole nodes: it holds, and pays for, every GPU of each node it runs on.
     gang = _row(steps, lambda s: s.gang, bool)
-    any_gang = bool(gang.any())
-    held = np.where(gang, np.maximum(nodes * gpn, gpus), gpus) if any_gang else np.broadcast_to(gpus, (S, P))
+    gangs = np.flatnonzero(gang[:, 0])
+    # Only a gang's rows differ from what the step asks: the rest stay one column broadcast.
+    held = np.broadcast_to(gpus, (S, P))
+    wants = np.broadcast_to(raw_gpus, (S, P))
+    if gangs.size:
+        held, wants = np.array(held), np.array(wants)
+        whole = nodes[gangs] * gpn
+        held[gangs] = np.maximum(whole, gpus[gangs])
+        wants[gangs] = np.maximum(whole, raw_gpus[gangs])
     # Standby spares are never offered for fitting; they wait to replace a gang's failed node.
     refused["nodes"] = np.broadcast_to(nodes > _col(pools, lambda p: p.offered_nodes), (S, P))
-    refused["gpus"] = np.broadcast_to((np.where(gang, np.maximum(nodes * gpn, raw_gpus), raw_gpus) if any_gang else raw_gpus) > total_gpus, (S, P))
+    refused["gpus"] = wants > total_gpus
+    del wants
     refused["gpus_per_node"] = ~refused["gpus"] & (np.ceil(raw_gpus / nodes) > gpn)
     # Tightly coupled: every node inside one fast interconnect domain (none declared: no domain).
     coupled = _row(steps, lambda s: s.tightly_coupled, bool)
@@ -246,12 +254,13 @@ def assess(steps: list[StepSpec], pools: list[Pool], context: PlanContext) -> As
     held_hours = hours * (1.0 + rework)
     held_hours += transfer
     end = held_hours + start[:, None]
-    if any_gang:
-        spare_gpu_hours = np.where(gang, _col(pools, lambda p: p.spare_nodes * p.gpus_per_node), 0.0) * held_hours
-        gpu_hours = held * held_hours + spare_gpu_hours
-    else:
-        spare_gpu_hours = np.broadcast_to(np.zeros((1, 1)), (S, P))
-        gpu_hours = held * held_hours
+    spares = _col(pools, lambda p: p.spare_nodes * p.gpus_per_node)
+    gpu_hours = held * held_hours
+    spare_gpu_hours = np.broadcast_to(np.zeros((1, 1)), (S, P))
+    if gangs.size and spares.any():
+        spare_gpu_hours = np.zeros((S, P))
+        spare_gpu_hours[gangs] = spares * held_hours[gangs]
+        gpu_hours += spare_gpu_hours
     del held_hours
     # cost = price·(h − c) + marginal·c + egress, c = min(h, commitment left)
     cost = price * gpu_hours
@@ -267,7 +276,9 @@ def assess(steps: list[StepSpec], pools: list[Pool], context: PlanContext) -> As
     refused["deadline"] = end > deadline[:, None]
     refused["budget"] = cost > budget
 
-    feasible = ~np.logical_or.reduce([refused[r] for r in RULES]) if P else np.zeros((S, 0), dtype=bool)
+    feasible = np.ones((S, P), dtype=bool)
+    for rule in RULES:  # in place: no steps × pools × rules array
+        feasible &= ~refused[rule]
     return Assessment(
         steps=steps, pools=pools, context=context, refused=refused, feasible=feasible, rework=rework,
         held_gpus=held, gpu_hours=gpu_hours, spare_gpu_hours=spare_gpu_hours, cost_usd=cost,

@@ -48,10 +48,10 @@ def solve(a: Assessment, time_limit_s: float, rel_gap: float = 1e-6) -> ExactRes
     import time
 
     started = time.perf_counter()
-    pairs = np.argwhere(a.feasible)
     S = len(a.steps)
-    if len(pairs) > MAX_PAIRS:
+    if np.count_nonzero(a.feasible) > MAX_PAIRS:
         return ExactResult("too_big")
+    pairs = np.argwhere(a.feasible)
     if S == 0:
         return ExactResult("optimal", np.zeros(0, int), np.zeros(0), 0.0, 0.0)
     if np.any(~a.feasible.any(axis=1)):

@@ -30,6 +30,13 @@ class Grid:
 
     @classmethod
     def of(cls, a: Assessment) -> Grid:
+        """The grid of an assessment (worked out once per assessment)."""
+        if "_grid" not in a.__dict__:
+            a.__dict__["_grid"] = cls._of(a)
+        return a.__dict__["_grid"]
+
+    @classmethod
+    def _of(cls, a: Assessment) -> Grid:
         s0 = np.maximum(np.floor(a.start_hours / SLOT_HOURS).astype(int), 0)
         with np.errstate(invalid="ignore"):
             s1 = np.where(
@@ -54,7 +61,15 @@ class Grid:
 
 
 def commitment_terms(a: Assessment) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(base cost without any commitment [S, P], saving per covered GPU-hour [P], commitment [P])."""
+    """(base cost without any commitment [S, P], saving per covered GPU-hour [P], commitment [P]).
+
+    Worked out once per assessment; callers must not change the arrays."""
+    if "_commitment_terms" not in a.__dict__:
+        a.__dict__["_commitment_terms"] = _commitment_terms(a)
+    return a.__dict__["_commitment_terms"]
+
+
+def _commitment_terms(a: Assessment) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     price = np.array([p.price_per_gpu_hour for p in a.pools], dtype=float)
     marginal = np.array([p.marginal_price_per_gpu_hour for p in a.pools], dtype=float)
     committed = np.array([p.committed_gpu_hours or 0.0 for p in a.pools], dtype=float)
@@ -95,7 +110,9 @@ def assign(
     budget, or on the one with the lowest `score` if given (a naive policy's own idea of cheap).
 
     Costs are the true ones: a commitment is used up in this order. Ties go to the pool that moves
-    less data, then to the pool's name.
+    less data, then to the pool's name. Each step first looks at its few cheapest pools without a
+    commitment (ranked for all steps at once) and the pools whose commitment is not used up yet;
+    only when none of those settles it does it rank every pool.
     """
     S, P = allowed.shape
     grid = Grid.of(a)
@@ -103,68 +120,116 @@ def assign(
     base, saving, left = commitment_terms(a)
     left = left.copy()
     by_name = name_rank(a)
-    key = a.cost_usd if score is None else score
-    ranked = np.where(allowed, key, np.inf)
-    first = (
-        np.argpartition(ranked, LOOK_FIRST - 1, axis=1)[:, :LOOK_FIRST]
-        if P > LOOK_FIRST
-        else np.tile(np.arange(P), (S, 1))
-    )
     budget = np.array(
         [s.budget_usd if s.budget_usd is not None else np.inf for s in a.steps]
     )
+    active = np.flatnonzero(left > 0)  # pools whose commitment is not used up
+    is_active = left > 0
+    masked = np.where(allowed, base if score is None else score, np.inf)
+    few = _ranked_few(masked, a.moved_gb, by_name)
     choice = np.full(S, -1)
     covered = np.zeros(S)
     for i in order:
-        s0 = grid.s0[i]
-        best: tuple | None = None
-        few = first[i][np.isfinite(ranked[i, first[i]])]
-        for look in (few, None):
-            if (
-                look is None
-            ):  # the cheapest few did not settle it: rank every other allowed pool
-                if best is not None and _beyond(ranked[i], few, best[0]):
-                    break
-                look = np.flatnonzero(allowed[i])
-                look = look[~np.isin(look, few)]
-            done = False
-            for j in look[
-                np.lexsort(
-                    (by_name[look], a.moved_gb[i, look], np.round(ranked[i, look], 6))
-                )
-            ]:
-                lower = round(float(ranked[i, j]), 6)
-                if best is not None and (score is not None or lower > best[0]):
-                    done = True  # true cost ≥ the lower bound: nothing further can beat `best`
-                    break
-                if usage[j, s0 : grid.s1[i, j]].max() + grid.held[i, j] > grid.quota[j]:
-                    continue
-                c = min(float(a.gpu_hours[i, j]), float(left[j]))
-                true = float(base[i, j]) - saving[j] * c
-                if true > budget[i]:
-                    continue
-                rank = (
-                    round(true, 6) if score is None else lower,
-                    float(a.moved_gb[i, j]),
-                    int(by_name[j]),
-                )
-                if best is None or rank < best[:3]:
-                    best = (*rank, int(j), c)
-            if done:
-                break
-        if best is None:
+        cc = active[allowed[i, active]] if score is None else active[:0]
+        cover = np.minimum(a.gpu_hours[i, cc], left[cc])
+        j = -1
+        if budget[i] == np.inf:
+            j = _among(
+                i,
+                few[i],
+                masked[i],
+                cc,
+                base[i, cc] - saving[cc] * cover,
+                is_active,
+                a.moved_gb[i],
+                by_name,
+                usage,
+                grid,
+            )
+        if j == -2 or budget[i] < np.inf:  # the few did not settle it: rank every pool
+            key = masked[i].copy()
+            key[cc] -= saving[cc] * cover
+            if budget[i] < np.inf:
+                true = base[i].copy()
+                true[cc] -= saving[cc] * cover
+                key[true > budget[i]] = np.inf
+            j = _cheapest_with_room(i, key, a.moved_gb[i], by_name, usage, grid)
+        if j < 0:
             continue
-        j, c = best[3], best[4]
-        choice[i], covered[i] = j, c
-        usage[j, s0 : grid.s1[i, j]] += grid.held[i, j]
-        left[j] -= c
+        choice[i] = j
+        usage[j, grid.s0[i] : grid.s1[i, j]] += grid.held[i, j]
+        hit = np.flatnonzero(cc == j)
+        if hit.size:
+            covered[i] = cover[hit[0]]
+            left[j] -= covered[i]
+            if left[j] <= 0:
+                active = active[active != j]
+                is_active[j] = False
     return Placed(choice, covered, list(order))
 
 
-def _beyond(row: np.ndarray, first: np.ndarray, best: float) -> bool:
-    """Whether every pool not among the first few costs more than `best` (so none need a look)."""
-    finite = row[first][np.isfinite(row[first])]
-    return finite.size > 0 and round(float(finite.max()), 6) > best
+def _ranked_few(
+    masked: np.ndarray, moved: np.ndarray, by_name: np.ndarray
+) -> np.ndarray:
+    """Per step, its LOOK_FIRST cheapest allowed pools in rank order (-1 pads a step with fewer)."""
+    S, P = masked.shape
+    k = min(LOOK_FIRST, P)
+    top = (
+        np.argpartition(masked, k - 1, axis=1)[:, :k]
+        if P > k
+        else np.tile(np.arange(P), (S, 1))
+    )
+    rows = np.repeat(np.arange(S), top.shape[1])
+    flat = top.ravel()
+    key = masked[rows, flat]
+    order = np.lexsort((by_name[flat], moved[rows, flat], np.round(key, 6), rows))
+    top = flat[order].reshape(S, -1)
+    return np.where(np.isfinite(masked[np.arange(S)[:, None], top]), top, -1)
+
+
+def _among(i, few, row, cc, cc_cost, is_active, moved, by_name, usage, grid) -> int:
+    """The pick among step i's few cheapest pools and the pools with commitment left: the pool, -1
+    if step i fits no pool at all, or -2 if the few cannot settle it (rank every pool)."""
+    few = few[few >= 0]
+    if not few.size:
+        return -1
+    if cc.size:
+        plain = few[
+            ~is_active[few]
+        ]  # the few without a commitment left (those with one are in cc)
+        cands = np.concatenate([plain, cc])
+        keys = np.concatenate([row[plain], cc_cost])
+        rounded = np.round(keys, 6)
+        ranked = cands[np.lexsort((by_name[cands], moved[cands], rounded))]
+        rounded = np.sort(rounded)
+    else:
+        ranked, rounded = few, None
+    edge = round(float(row[few[-1]]), 6)  # pools outside the few cost at least this
+    s0 = grid.s0[i]
+    for r, j in enumerate(ranked):
+        if usage[j, s0 : grid.s1[i, j]].max() + grid.held[i, j] <= grid.quota[j]:
+            key = round(float(row[j]), 6) if rounded is None else rounded[r]
+            if few.size == LOOK_FIRST and key >= edge:
+                return -2  # a pool outside the few may tie with it or beat it
+            return int(j)
+    return -2 if few.size == LOOK_FIRST else -1
+
+
+def _cheapest_with_room(
+    i: int,
+    key: np.ndarray,
+    moved: np.ndarray,
+    by_name: np.ndarray,
+    usage: np.ndarray,
+    grid: Grid,
+) -> int:
+    """The cheapest pool (by `key`; ties: less data moved, then name) with quota room for step i; -1: none."""
+    s0 = grid.s0[i]
+    look = np.flatnonzero(np.isfinite(key))
+    for j in look[np.lexsort((by_name[look], moved[look], np.round(key[look], 6)))]:
+        if usage[j, s0 : grid.s1[i, j]].max() + grid.held[i, j] <= grid.quota[j]:
+            return int(j)
+    return -1
 
 
 def regret_order(a: Assessment) -> list[int]:

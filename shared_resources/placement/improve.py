@@ -34,13 +34,14 @@ class Search:
         np.add.at(
             self.hours_on, self.choice[placed], a.gpu_hours[placed, self.choice[placed]]
         )
-        names = name_rank(a).astype(float)
-        self.tie = (
-            a.moved_gb * (len(a.pools) + 1) + names[None, :]
-        )  # less data moved, then the name
+        self.names = name_rank(a).astype(float)
         self.budget = np.array(
             [s.budget_usd if s.budget_usd is not None else np.inf for s in a.steps]
         )
+
+    def tie(self, i, j):
+        """The tie rule's key: less data moved, then the pool's name (numpy indexing)."""
+        return self.a.moved_gb[i, j] * (len(self.a.pools) + 1) + self.names[j]
 
     # --- bookkeeping --------------------------------------------------------------------------
 
@@ -101,52 +102,63 @@ class Search:
             if not self.room(i, j):
                 continue
             cost = self.enter_cost(i, j)
-            key = (round(cost, 6), self.tie[i, j])
+            key = (round(cost, 6), self.tie(i, j))
             if best is None or key < best[0]:
                 best = (key, int(j), cost)
         if best is None or (against is not None and best[2] > against - TOL):
             return None
         return best[1], best[2]
 
-    def move_pass(self) -> int:
-        """Every improving single move found at once, applied best first while it still holds."""
+    def move_pass(self, deadline: float = float("inf"), chunk: int = 2048) -> int:
+        """Every improving single move found at once (in blocks of steps, to bound memory), then
+        applied best first while each still holds."""
         a, S = self.a, len(self.a.steps)
         placed = np.flatnonzero(self.choice >= 0)
-        if not placed.size:
-            return 0
-        cur = self.choice[placed]
-        h = a.gpu_hours[placed]
-        own = h[np.arange(cur.size), cur]
-        leave = self.base[placed, cur] - (
-            self._used(cur, self.hours_on[cur])
-            - self._used(cur, self.hours_on[cur] - own)
-        )
         now = self.saving * np.minimum(self.committed, self.hours_on)
-        enter = self.base[placed] - (
-            self.saving * np.minimum(self.committed, self.hours_on + h) - now
-        )
-        delta = enter - leave[:, None]
-        tie = self.tie[placed]
-        better = (delta < -TOL) | (
-            (np.abs(delta) <= TOL) & (tie < tie[np.arange(cur.size), cur][:, None])
-        )
-        better &= a.feasible[placed]
-        better[np.arange(cur.size), cur] = False
-        rows, cols = np.nonzero(better)
-        if not rows.size:
+        found: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
+        for lo in range(0, placed.size, chunk):
+            rows = placed[lo : lo + chunk]
+            cur = self.choice[rows]
+            n = np.arange(rows.size)
+            h = a.gpu_hours[rows]
+            own = h[n, cur]
+            leave = self.base[rows, cur] - (
+                self._used(cur, self.hours_on[cur])
+                - self._used(cur, self.hours_on[cur] - own)
+            )
+            delta = self.base[rows] - (
+                self.saving * np.minimum(self.committed, self.hours_on + h) - now
+            )
+            delta -= leave[:, None]
+            better = delta < -TOL
+            near = np.abs(delta) <= TOL
+            near[n, cur] = False
+            r, c = np.nonzero(near)
+            wins = self.tie(rows[r], c) < self.tie(rows[r], cur[r])
+            better[r[wins], c[wins]] = True
+            better &= a.feasible[rows]
+            better[n, cur] = False
+            r, c = np.nonzero(better)
+            found.append((rows[r], c, delta[r, c]))
+        if not found:
             return 0
+        steps = np.concatenate([f[0] for f in found])
+        pools = np.concatenate([f[1] for f in found])
+        gains = np.concatenate([f[2] for f in found])
         moves = 0
         done = np.zeros(S, bool)
-        for r in np.argsort(delta[rows, cols], kind="stable"):
-            i, k = int(placed[rows[r]]), int(cols[r])
+        for t, r in enumerate(np.argsort(gains, kind="stable")):
+            i, k = int(steps[r]), int(pools[r])
             if done[i]:
                 continue
+            if t % 256 == 0 and time.perf_counter() > deadline:
+                break
             j = int(self.choice[i])
             gain = self.leave_gain(i)
             self.take(i)
             cost = self.enter_cost(i, k) if self.room(i, k) else np.inf
             if cost - gain < -TOL or (
-                abs(cost - gain) <= TOL and self.tie[i, k] < self.tie[i, j]
+                abs(cost - gain) <= TOL and self.tie(i, k) < self.tie(i, j)
             ):
                 self.put(i, k)
                 done[i] = True
@@ -223,7 +235,7 @@ def improve(
         elif ejects:
             search.eject(i, deadline)
     while time.perf_counter() < deadline:
-        moved = search.move_pass()
+        moved = search.move_pass(deadline)
         if ejects and time.perf_counter() < deadline:
             moved += sum(search.eject(int(i), deadline) for i in _blocked(search))
         if not moved:

@@ -278,7 +278,7 @@ def plan_job(
 
 
 # On a job too big for the integer program, the local search gets at most this long.
-SEARCH_BIG_S = 0.5
+SEARCH_BIG_S = 0.2
 
 
 def _polished(a: Assessment, placed: Placed, started: float, budget_s: float) -> Placed:
@@ -318,8 +318,12 @@ def _within_budgets(a: Assessment, placed: Placed) -> bool:
 
 def _method(a: Assessment, placed: Placed, exact: ExactResult, seconds: float) -> Method:
     cost = plan_cost(a, placed)
-    simple = float(np.where(a.feasible, a.cost_usd, np.inf).min(axis=1, initial=np.inf).sum()) if len(a.steps) else 0.0
-    bounds = [b for b in (exact.dual_bound_usd, simple) if b is not None and np.isfinite(b)]
+    # Two bounds no plan can beat: every step on its cheapest pool as if the whole commitment were its
+    # own; or without any commitment, less every commitment's whole worth once.
+    base, saving, committed = commitment_terms(a)
+    simple = float(np.min(a.cost_usd, axis=1, where=a.feasible, initial=np.inf).sum()) if len(a.steps) else 0.0
+    shared = float(np.min(base, axis=1, where=a.feasible, initial=np.inf).sum() - (saving * committed).clip(min=0).sum()) if len(a.steps) else 0.0
+    bounds = [b for b in (exact.dual_bound_usd, simple, shared) if b is not None and np.isfinite(b)]
     lower = max(bounds) if bounds else None
     if exact.status == "optimal" and exact.cost_usd is not None:
         lower = min(exact.dual_bound_usd if exact.dual_bound_usd is not None else exact.cost_usd, cost)
