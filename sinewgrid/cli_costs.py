@@ -75,25 +75,49 @@ def report(
 def plan(
     job_file: Path = typer.Argument(..., help="The job file (JOB.yaml): steps, datasets, schedule, tenant."),
     pools: list[Path] = typer.Option(None, "--pools", help="Pool catalog file or folder (repeatable); default SINEWGRID_POOLS or the packaged one."),
-    as_json: bool = typer.Option(False, "--json", help="Print the plan as JSON, for machines."),
-    evidence: bool = typer.Option(True, help="Print, per step, why each pool was picked or refused."),
+    as_json: bool = typer.Option(False, "--json", help="Print the plan as JSON, for machines (streamed one step at a time)."),
+    evidence: bool = typer.Option(True, help="Print, per step, why each pool was picked or refused (in the JSON too)."),
+    time_budget: float = typer.Option(
+        5.0, "--time-budget", min=0.1, help="Seconds the exact planner (HiGHS) may take before the greedy plan improved by local search is used.",
+    ),
 ) -> None:
     """Answer a job file with a capacity plan: where each step runs, its failover order, the cost, and why."""
-    import json
-
+    from shared_resources.catalog.pools import PoolCatalogError
     from shared_resources.placement.job_files import JobFileError, plan_job_file
     from shared_resources.placement.planner import InfeasiblePlanError
-    from shared_resources.catalog.pools import PoolCatalogError
 
     try:
-        result = plan_job_file(job_file, pools or [settings().pools or None])
+        result = plan_job_file(job_file, pools or [settings().pools or None], time_budget_s=time_budget)
     except (JobFileError, PoolCatalogError, InfeasiblePlanError) as exc:
+        if as_json and isinstance(exc, InfeasiblePlanError):
+            _write_refusal(job_file, exc)
         Console(stderr=True, width=console.width).print(f"[red]{escape(str(exc))}[/]")
         raise typer.Exit(2) from None
     if as_json:
-        sys.stdout.write(json.dumps(result.to_dict(), indent=2, default=str) + "\n")
+        _write_json(result, evidence, sys.stdout)
         return
     _print_plan(result, evidence)
+
+
+def _write_json(result, evidence: bool, out) -> None:
+    """The plan as one JSON document, written step by step as each row is worked out (never one giant string)."""
+    import json
+
+    dump = lambda v: json.dumps(v, default=str)  # noqa: E731
+    out.write(f'{{"job": {dump(result.name)}, "catalogs": {dump(result.catalog.files)}, "totals": {dump(result.totals())}, "steps": [\n')
+    for i, row in enumerate(result.iter_rows()):
+        if evidence:
+            row = {**row, "evidence": result.placement(i).evidence()}
+        out.write(("" if i == 0 else ",\n") + dump(row))
+    out.write("\n]}\n")
+
+
+def _write_refusal(job_file: Path, exc) -> None:
+    """A refused job as JSON: why, and each step no plan could place with its reasons."""
+    import json
+
+    doc = {"job_file": str(job_file), "refused": True, "reason": str(exc).splitlines()[0], "unplaced": exc.unplaced}
+    sys.stdout.write(json.dumps(doc, indent=2) + "\n")
 
 
 def _print_plan(result, evidence: bool) -> None:
@@ -122,6 +146,7 @@ def _print_plan(result, evidence: bool) -> None:
         console.print(escape(f"of which standby spare nodes held for gangs: ${totals['spare_usd']:,.2f} ({spares})"))
     if totals["prices_illustrative"]:
         console.print("[yellow]Prices in this catalog are ILLUSTRATIVE, not quotes.[/]")
+    console.print(f"planned by {escape(result.method.words())}; lower bound ${totals['lower_bound_usd'] or 0:,.2f}")
     console.print(f"catalogs: {', '.join(result.catalog.files)}")
     if not evidence:
         return

@@ -173,7 +173,7 @@ def check_against_catalog(job: JobFile, catalog: Catalog, path: str | Path) -> N
         raise JobFileError("impossible request:\n  " + "\n  ".join(problems))
 
 
-def plan_job_file(path: str | Path, pool_sources: list[str | Path | None]):
+def plan_job_file(path: str | Path, pool_sources: list[str | Path | None], time_budget_s: float | None = None):
     """Load a job file and the catalogs (files or folders, merged in order; None: the default)
     and plan it. Raises JobFileError, PoolCatalogError or InfeasiblePlanError with their reasons."""
     from shared_resources.placement.planner import plan_job
@@ -185,7 +185,8 @@ def plan_job_file(path: str | Path, pool_sources: list[str | Path | None]):
     for source in sources[1:]:
         catalog = catalog.merged(load_catalog(source))
     check_against_catalog(job, catalog, path)
-    return plan_job(job.job, job.step_specs(), catalog, epoch=job.start, budget_usd=job.budget_usd)
+    budget = {} if time_budget_s is None else {"time_budget_s": time_budget_s}
+    return plan_job(job.job, job.step_specs(), catalog, epoch=job.start, budget_usd=job.budget_usd, **budget)
 
 
 def plan_calendar(paths: list[str | Path], pool_sources: list[str | Path | None], name: str = "calendar"):
