@@ -32,11 +32,21 @@ def _canonical_block(block: Any, dtype: np.dtype) -> sp.csr_matrix:
     return csr
 
 
+def _stored_values(matrix: Any) -> int:
+    """How many values the matrix stores: non-zeros when sparse (in memory or backed), all when dense."""
+    if sp.issparse(matrix):
+        return int(matrix.nnz)
+    group = getattr(matrix, "group", None)  # anndata's backed sparse dataset
+    if group is not None and "data" in group:
+        return int(group["data"].shape[0])
+    return int(np.prod(matrix.shape))
+
+
 def matrix_digest(matrix: Any, obs_names: Any, var_names: Any) -> hashlib._Hash:
     """A sha256 object over the matrix's values and its cell and gene names (copy it to add more).
 
     `matrix` may be dense (numpy), any scipy sparse matrix or array, or anndata's backed sparse
-    dataset; it is read in row blocks of about `BLOCK_VALUES` cells.
+    dataset; it is read in row blocks of about `BLOCK_VALUES` stored values (non-zeros when sparse).
     """
     n_obs, n_vars = matrix.shape
     if n_vars >= 2**32:
@@ -45,7 +55,9 @@ def matrix_digest(matrix: Any, obs_names: Any, var_names: Any) -> hashlib._Hash:
         )
     dtype = np.dtype(matrix.dtype)
     counts, indices, values = hashlib.sha256(), hashlib.sha256(), hashlib.sha256()
-    rows_per_block = max(1, BLOCK_VALUES // max(1, n_vars))
+    rows_per_block = max(
+        1, BLOCK_VALUES // max(1, _stored_values(matrix) // max(1, n_obs))
+    )
     for start in range(0, n_obs, rows_per_block):
         block = _canonical_block(matrix[start : start + rows_per_block], dtype)
         counts.update(np.ascontiguousarray(np.diff(block.indptr), dtype="<i8"))
