@@ -1,27 +1,27 @@
-"""Figure 3a: rollout harness overhead on MuJoCo (env-steps per second).
+"""Figure 3a: rollout harness overhead on MuJoCo, vectorised (env-steps per second).
 
-The project's rollout harness, ``make_simulator("mujoco", TaskSpec(max_steps=200))`` plus
-``run_episode(sim, BalancingController(), seed)`` for N seeds, is timed against stepping the
-same gymnasium environment directly: ``gymnasium.make("InvertedPendulum-v5")``,
-``env.reset(seed=seed)`` and ``env.step(action)``, with the controller's gains applied to the
-raw observation and the action scaled as the adapter scales it (normalised force × the motor's
-control range, ``min(-low, high)`` of the action space = 3.0). MuJoCo's observation is already
-in the common layout ``[cart_pos, pole_angle, cart_vel, pole_ang_vel]``, so the gains apply
-to it as is. Both build their env inside the timed call (the harness builds it in
-``make_simulator``), both run the same seeds for the same number of steps (checked).
+The project's rollout harness, ``make_vector_simulator("mujoco", TaskSpec(max_steps=200),
+num_envs=N)`` plus ``run_episodes(sim, ScriptedOperator(BalancingController(), 0, N, 200),
+seeds)``, is timed against stepping **the same vectorised env** directly: gymnasium's own
+``gymnasium.make_vec("InvertedPendulum-v5", num_envs=N, vectorization_mode="sync",
+max_episode_steps=201)`` (what the adapter builds), ``env.reset(seed=[...N seeds])`` and
+``env.step(actions)`` for 200 steps per round of N seeds, with the controller's gains applied
+to the (N, 4) raw observation in one numpy expression and the action scaled as the adapter
+scales it (normalised force × the motor's control range, ``min(-low, high)`` = 3.0). MuJoCo's
+observation is already in the common layout, so the gains apply to it as is. Both build their
+env inside the timed call, both run the same seeds for the same number of env steps (checked).
 
-A third column adds what the rollout workload (``robotics_lane/workloads/rollouts.py``) does
-per finished episode to stay preemption-safe: the episode's frames as one LeRobot parquet file
-(``write_episode_file``) and its JSON trial record, written atomically as the commit marker
-(``write_bytes_atomic``), into a fresh local folder per repeat. Not included: the workload's
-``committed_seeds`` listing and ``run.commit`` progress report after each episode.
+A third column adds what the rollout workload does per finished episode to stay
+preemption-safe: ``robotics_lane.workloads.rollouts.commit_episode`` (the episode's frames as one
+LeRobot parquet file, then its JSON trial record written atomically as the commit marker), into
+a fresh local folder per repeat. Not included: the workload's ``committed_seeds`` listing and
+``run.commit`` progress report after each episode.
 
-Throughput is env steps (control steps, ``run_episode``'s episode lengths) ÷ median seconds.
+Throughput is env steps (the episodes' lengths, summed over envs) ÷ median seconds.
 """
 
 from __future__ import annotations
 
-import json
 import shutil
 import tempfile
 from dataclasses import dataclass
@@ -32,23 +32,25 @@ import gymnasium as gym
 import numpy as np
 
 from benchmarks import REPEATS, Timing, time_group
-from robotics_lane.episodes.lerobot_v3 import Episode as LeRobotEpisode
-from robotics_lane.episodes.shards import write_episode_file
-from robotics_lane.sim.base import TaskSpec, run_episode
-from robotics_lane.sim.factory import make_simulator
-from robotics_lane.sim.controllers import BalancingController
+from robotics_lane.sim.base import TaskSpec
+from robotics_lane.sim.batch_rollout import run_episodes
+from robotics_lane.sim.controllers import BalancingController, ScriptedOperator
+from robotics_lane.sim.factory import DEFAULT_NUM_ENVS, make_vector_simulator
 from robotics_lane.sim.mujoco_backend import ENV_ID
-from robotics_lane.workloads.rollout_output import episodes_folder, trial_uri
-from shared_resources.runtime.storage import write_bytes_atomic
+from robotics_lane.workloads.config import RolloutConfig
+from robotics_lane.workloads.rollouts import commit_episode
 
 MAX_STEPS = 200
-EPISODE_COUNTS = (1, 20)
-TASK_LABEL = "balance the pole"  # RolloutConfig's default task label
+DEFAULT_ENVS = DEFAULT_NUM_ENVS[("mujoco", "cpu")]
+# (envs, episodes): the default env count, fewer envs, and one env: the harness costs a fixed
+# amount of numpy work per step, which more envs per step share.
+CASES = ((DEFAULT_ENVS, 2 * DEFAULT_ENVS), (16, 64), (1, 20))
 
 
 @dataclass
 class RolloutCase:
     name: str
+    num_envs: int
     seeds: list[int]
     steps: int  # env steps of one call (same for harness, harness + commit and raw)
 
@@ -76,33 +78,40 @@ class RolloutResult:
     @property
     def commit_ms_per_episode(self) -> float:
         """What committing one episode adds, from the two medians."""
-        return (self.harness_commit.median - self.harness.median) / len(self.case.seeds) * 1e3
+        return (
+            (self.harness_commit.median - self.harness.median)
+            / len(self.case.seeds)
+            * 1e3
+        )
 
     def to_dict(self) -> dict[str, Any]:
+        n = self.case.num_envs
         return {
             "case": self.case.name,
             "backend": "mujoco",
             "env_id": ENV_ID,
+            "num_envs": n,
             "episodes": len(self.case.seeds),
             "seeds": self.case.seeds,
             "max_steps": MAX_STEPS,
             "env_steps": self.case.steps,
             "harness": {
-                "function": 'with make_simulator("mujoco", TaskSpec(max_steps=200)) as sim: '
-                "run_episode(sim, BalancingController(), seed) for each seed",
+                "function": f'with make_vector_simulator("mujoco", TaskSpec(max_steps=200), num_envs={n}) as sim: '
+                f"run_episodes(sim, ScriptedOperator(BalancingController(), 0.0, {n}, 200), seeds)",
                 "env_steps_per_s": self.steps_per_s(self.harness),
                 **self.harness.to_dict(),
             },
             "harness_and_commit": {
-                "function": "harness + per episode write_episode_file(...) and "
-                "write_bytes_atomic(trial JSON), as robotics_lane.workloads.rollouts does",
+                "function": "harness + robotics_lane.workloads.rollouts.commit_episode(...) per finished episode "
+                "(LeRobot parquet file, then the atomic JSON trial record)",
                 "env_steps_per_s": self.steps_per_s(self.harness_commit),
                 "commit_ms_per_episode": self.commit_ms_per_episode,
                 **self.harness_commit.to_dict(),
             },
             "baseline": {
-                "function": f'gymnasium.make("{ENV_ID}"); env.reset(seed); env.step(action) '
-                "with BalancingController gains on the raw observation",
+                "function": f'gymnasium.make_vec("{ENV_ID}", num_envs={n}, vectorization_mode="sync"); '
+                f"env.reset(seed=[{n} seeds]); env.step(actions) x 200 per round, "
+                "BalancingController gains on the (N, 4) raw observation in numpy",
                 "env_steps_per_s": self.steps_per_s(self.raw),
                 **self.raw.to_dict(),
             },
@@ -111,76 +120,69 @@ class RolloutResult:
         }
 
 
-def _harness(seeds: list[int]) -> int:
-    steps = 0
-    with make_simulator("mujoco", TaskSpec(max_steps=MAX_STEPS)) as sim:
-        controller = BalancingController()
-        for seed in seeds:
-            steps += run_episode(sim, controller, seed).length
-    return steps
+def _policy(num_envs: int) -> ScriptedOperator:
+    return ScriptedOperator(BalancingController(), 0.0, num_envs, MAX_STEPS)
 
 
-def _harness_and_commit(seeds: list[int], output_uri: str) -> int:
-    """The harness plus the workload's per-episode commit (episode file, then trial record)."""
-    steps = 0
+def _harness(num_envs: int, seeds: list[int]) -> int:
+    with make_vector_simulator(
+        "mujoco", TaskSpec(max_steps=MAX_STEPS), num_envs=num_envs
+    ) as sim:
+        return sum(
+            episode.length for episode in run_episodes(sim, _policy(num_envs), seeds)
+        )
+
+
+def _harness_and_commit(num_envs: int, seeds: list[int], output_uri: str) -> int:
+    """The harness plus the workload's own per-episode commit (episode file, then trial record)."""
     task = TaskSpec(max_steps=MAX_STEPS)
-    with make_simulator("mujoco", task) as sim:
+    cfg = RolloutConfig(
+        backend="mujoco",
+        seeds=seeds,
+        output_uri=output_uri,
+        task={"max_steps": MAX_STEPS},
+    )
+    steps = 0
+    with make_vector_simulator("mujoco", task, num_envs=num_envs) as sim:
         fps = max(1, round(1.0 / sim.control_dt))
-        controller = BalancingController()
-        for index, seed in enumerate(seeds):
-            episode = run_episode(sim, controller, seed)
+        index = {seed: i for i, seed in enumerate(seeds)}
+        for episode in run_episodes(sim, _policy(num_envs), seeds):
+            commit_episode(cfg, task, episode, index[episode.seed], fps)
             steps += episode.length
-            episode_file = write_episode_file(
-                episodes_folder(output_uri),
-                LeRobotEpisode(
-                    task=TASK_LABEL,
-                    observation_state=episode.observations,
-                    action=episode.actions,
-                    reward=episode.rewards,
-                    success=episode.success,
-                    metadata={"seed": seed, "failure_mode": episode.failure_mode or ""},
-                ),
-                episode_index=seed,
-                global_index_start=0,
-                task_index=0,
-                fps=fps,
-            )
-            record = {
-                "seed": seed,
-                "episode_index": index,
-                "episode_file": episode_file,
-                "backend": "mujoco",
-                "task": task.name,
-                "task_key": task.key(),
-                "task_params": dict(task.params),
-                "success": bool(episode.success),
-                "return": float(np.sum(episode.rewards)),
-                "length": int(episode.length),
-                "failure_mode": episode.failure_mode,
-                "fps": fps,
-            }
-            write_bytes_atomic(trial_uri(output_uri, seed), json.dumps(record).encode())
     return steps
 
 
-def _raw(seeds: list[int]) -> int:
-    """The same env stepped directly: same seeds, same gains, same action scaling."""
+def _raw(num_envs: int, seeds: list[int]) -> int:
+    """The same vector env stepped directly: same seeds, same gains, same action scaling."""
     c = BalancingController()
     steps = 0
-    env = gym.make(ENV_ID)
+    env = gym.make_vec(
+        ENV_ID,
+        num_envs=num_envs,
+        vectorization_mode="sync",
+        max_episode_steps=MAX_STEPS + 1,
+    )
     try:
-        low, high = env.action_space.low[0], env.action_space.high[0]
+        low, high = env.single_action_space.low[0], env.single_action_space.high[0]
         force_scale = float(min(-low, high))
-        for seed in seeds:
-            obs, _ = env.reset(seed=seed)
+        for start in range(0, len(seeds), num_envs):
+            obs, _ = env.reset(seed=seeds[start : start + num_envs])
+            ended = np.zeros(num_envs, dtype=bool)
             for _ in range(MAX_STEPS):
-                x, theta, v, omega = (float(s) for s in obs)
-                u = c.k_angle * theta + c.k_angular_velocity * omega + c.k_position * (x - c.target_position) + c.k_velocity * v
-                u = min(1.0, max(-1.0, u))
-                obs, _, terminated, truncated, _ = env.step(np.array([u * force_scale], dtype=np.float32))
-                steps += 1
-                if terminated or truncated:
-                    break
+                u = (
+                    c.k_angle * obs[:, 1]
+                    + c.k_angular_velocity * obs[:, 3]
+                    + c.k_position * (obs[:, 0] - c.target_position)
+                    + c.k_velocity * obs[:, 2]
+                )
+                u = np.clip(u, -1.0, 1.0) * force_scale
+                obs, _, terminated, truncated, _ = env.step(
+                    u.astype(np.float32).reshape(-1, 1)
+                )
+                ended |= terminated | truncated
+            steps += (
+                num_envs * MAX_STEPS if not ended.any() else -1
+            )  # -1: the check below refuses it
     finally:
         env.close()
     return steps
@@ -207,21 +209,23 @@ class _FreshFolder:
         return str(self.current / "rollouts")
 
 
-def _check_same_steps(case_name: str, seeds: list[int], folder: Path) -> int:
+def _check_same_steps(case: RolloutCase, folder: Path) -> int:
     """All three must run every seed to the end (the controller balances) for the same steps."""
-    harness = _harness(seeds)
-    committed = _harness_and_commit(seeds, str(folder / "rollouts"))
-    raw = _raw(seeds)
-    expected = len(seeds) * MAX_STEPS
+    harness = _harness(case.num_envs, case.seeds)
+    committed = _harness_and_commit(case.num_envs, case.seeds, str(folder / "rollouts"))
+    raw = _raw(case.num_envs, case.seeds)
+    expected = len(case.seeds) * MAX_STEPS
     if not harness == committed == raw == expected:
         raise RuntimeError(
-            f"'{case_name}': env steps differ (harness {harness}, harness + commit {committed}, "
+            f"'{case.name}': env steps differ (harness {harness}, harness + commit {committed}, "
             f"raw {raw}, expected {expected}); the figure would compare different work"
         )
-    trials = sorted(p.name for p in (folder / "rollouts" / "trials").glob("seed-*.json"))
-    files = sorted(p.name for p in (folder / "rollouts" / "episodes").glob("episode-*.parquet"))
-    if len(trials) != len(seeds) or len(files) != len(seeds):
-        raise RuntimeError(f"'{case_name}': {len(files)} episode files and {len(trials)} trial records for {len(seeds)} seeds")
+    trials = list((folder / "rollouts" / "trials").glob("seed-*.json"))
+    files = list((folder / "rollouts" / "episodes").glob("episode-*.parquet"))
+    if len(trials) != len(case.seeds) or len(files) != len(case.seeds):
+        raise RuntimeError(
+            f"'{case.name}': {len(files)} episode files and {len(trials)} trial records for {len(case.seeds)} seeds"
+        )
     return expected
 
 
@@ -229,25 +233,32 @@ def run(repeats: int = REPEATS) -> list[RolloutResult]:
     results = []
     root = Path(tempfile.mkdtemp(prefix="sinewgrid-bench-rollouts-"))
     try:
-        for count in EPISODE_COUNTS:
-            seeds = list(range(count))
-            name = f"{count} episode{'s' if count > 1 else ''}"
+        for num_envs, episodes in CASES:
+            seeds = list(range(episodes))
+            case = RolloutCase(
+                f"{num_envs} env{'s' if num_envs > 1 else ''} × {episodes} episodes",
+                num_envs,
+                seeds,
+                0,
+            )
             check_folder = Path(tempfile.mkdtemp(dir=root))
-            steps = _check_same_steps(name, seeds, check_folder)
+            case.steps = _check_same_steps(case, check_folder)
             shutil.rmtree(check_folder, ignore_errors=True)
 
             folder = _FreshFolder(root)
             harness, harness_commit, raw = time_group(
                 [
-                    lambda: _harness(seeds),
-                    lambda: _harness_and_commit(seeds, folder.uri),
-                    lambda: _raw(seeds),
+                    lambda n=num_envs, s=seeds: _harness(n, s),
+                    lambda n=num_envs, s=seeds, f=folder: _harness_and_commit(
+                        n, s, f.uri
+                    ),
+                    lambda n=num_envs, s=seeds: _raw(n, s),
                 ],
                 repeats=repeats,
                 before_each=folder.make,
                 after_each=folder.remove,
             )
-            results.append(RolloutResult(RolloutCase(name, seeds, steps), harness, harness_commit, raw))
+            results.append(RolloutResult(case, harness, harness_commit, raw))
     finally:
         shutil.rmtree(root, ignore_errors=True)
     return results

@@ -125,15 +125,16 @@ def omics_table(results: list, repeats: int, load_s: float) -> Table:
 def rollouts_table(results: list, repeats: int) -> Table:
     table = Table(
         title=(
-            "3a. Rollout harness overhead, MuJoCo: make_simulator + run_episode vs raw gymnasium "
-            "env.step (same seeds, same steps)"
+            "3a. Rollout harness overhead, MuJoCo: make_vector_simulator + run_episodes vs raw "
+            "env.step of the same gymnasium vector env (same seeds, same steps)"
         ),
         caption=(
             f"Median of {repeats} repeats, one call each (time.perf_counter), each into a fresh temporary "
-            "folder; a call builds the env and runs every seed to 200 steps with BalancingController "
-            "(raw: its gains on the raw observation, same action scaling). '+ commit' also writes each "
-            "episode's LeRobot parquet file and its atomic JSON trial record, as the rollout workload "
-            "does. Ratio = time ÷ raw time; commit ms/ep = (+ commit − harness) ÷ episodes."
+            "folder; a call builds N envs (gymnasium.make_vec, sync) and runs every seed to 200 steps "
+            "with BalancingController (raw: its gains on the (N, 4) raw observation in numpy, same action "
+            "scaling, N seeds per reset). '+ commit' also commits each episode as the rollout workload does "
+            "(commit_episode: LeRobot parquet file, then the atomic JSON trial record). Ratio = time ÷ raw "
+            "time; commit ms/ep = (+ commit − harness) ÷ episodes."
         ),
         title_justify="left",
         caption_justify="left",
@@ -159,8 +160,8 @@ def rollouts_table(results: list, repeats: int) -> Table:
             _rate(r.steps_per_s(r.harness_commit)),
             _ms(r.raw.median),
             _rate(r.steps_per_s(r.raw)),
-            _times(r.harness_ratio),
-            _times(r.commit_ratio),
+            f"{r.harness_ratio:.2f}×",
+            f"{r.commit_ratio:.2f}×",
             _ms(r.commit_ms_per_episode / 1e3),
         )
     return table
@@ -168,8 +169,8 @@ def rollouts_table(results: list, repeats: int) -> Table:
 
 def isaaclab_table(result: Any, repeats: int) -> Table:
     title = (
-        "3b. Rollout harness overhead, Isaac Lab: make_simulator + run_episode vs raw env.step "
-        "(same gym env, in .venv-isaaclab)"
+        "3b. Rollout harness overhead, Isaac Lab: make_vector_simulator + run_episodes vs raw env.step "
+        "of the same vectorised env (in .venv-isaaclab)"
     )
     if result.skipped is not None:
         table = Table(title=title, title_justify="left")
@@ -183,12 +184,13 @@ def isaaclab_table(result: Any, repeats: int) -> Table:
         title=title,
         caption=(
             f"Median of {repeats} repeats, one call each (time.perf_counter, in the child); a call runs "
-            f"{result.episodes} seeds to {report['max_steps']} steps with BalancingController on one "
-            f"already-started simulator ({report['device']}); raw: its gains on obs['policy'] (pole sign "
-            "flipped as the adapter does), normalised force as a (1, 1) tensor. Ratio = adapter time ÷ raw "
-            f"time. Not in the figure: start-up (make_simulator) {report['start_up_s']:.1f} s, warm-up "
-            f"episode ({report['warmup_episode']['steps']} steps) {report['warmup_episode']['seconds']:.1f} s, "
-            f"whole child process {result.child_wall_s:.0f} s. Python {report['python']}; {packages}."
+            f"{result.episodes} seeds, one per env, to {report['max_steps']} steps with BalancingController "
+            f"on one already-started simulator of {result.num_envs} envs ({report['device']}); raw: env.reset, "
+            "then its gains on obs['policy'] in torch (pole sign flipped as the adapter does), normalised "
+            f"forces as a ({result.num_envs}, 1) tensor. Ratio = adapter time ÷ raw time; throughput = raw "
+            f"time ÷ adapter time; × 115/s = adapter env-steps/s over the old one-env rollouts. Not in the "
+            f"figure: start-up (make_vector_simulator) {report['start_up_s']:.1f} s, whole child process "
+            f"{result.child_wall_s:.0f} s. Python {report['python']}; {packages}."
         ),
         title_justify="left",
         caption_justify="left",
@@ -200,16 +202,20 @@ def isaaclab_table(result: Any, repeats: int) -> Table:
     table.add_column("Raw ms", justify="right")
     table.add_column("Raw steps/s", justify="right")
     table.add_column("Ratio", justify="right", style="bold")
+    table.add_column("Throughput", justify="right", style="bold")
+    table.add_column("× 115/s", justify="right", style="bold")
     table.add_column("ms/step (adapter/raw)", justify="right")
     table.add_row(
-        f"{result.episodes} episodes × {report['max_steps']} steps",
+        f"{result.num_envs} envs × {report['max_steps']} steps",
         f"{result.steps:,}",
         _ms(result.adapter.median),
         _rate(result.steps_per_s(result.adapter)),
         _ms(result.raw.median),
         _rate(result.steps_per_s(result.raw)),
-        _times(result.ratio),
-        f"{result.adapter.median / result.steps * 1e3:.2f}/{result.raw.median / result.steps * 1e3:.2f}",
+        f"{result.ratio:.2f}×",
+        f"{result.throughput_ratio:.2f}×",
+        f"{result.speedup_over_one_env:,.0f}×",
+        f"{result.adapter.median / report['max_steps'] * 1e3:.2f}/{result.raw.median / report['max_steps'] * 1e3:.2f}",
     )
     return table
 

@@ -250,3 +250,14 @@ def test_isaaclab_task_params_reach_the_physics(isaaclab_report):
     assert heavy["body_masses"]["pole"] == pytest.approx(2.0)
     assert heavy["zero"]["first_observation"] == isaaclab_report["zero"]["first_observation"]
     assert heavy["zero"]["length"] < isaaclab_report["zero"]["length"]  # 1.5 g: the pole falls sooner
+
+
+def test_isaaclab_vectorised_episodes_match_the_one_env_ones(isaaclab_report):
+    # 4 envs over 6 seeds (envs take new seeds mid-run): each seed's episode is bit-identical to
+    # the one-env episode of that seed, whatever its env slot.
+    vector = isaaclab_report["vector"]
+    assert vector["num_envs"] == 4 and vector["seeds"] == [0, 1, 2, 100, 101, 102]
+    assert vector["same_as_single_env"] and vector["max_abs_difference"] == 0.0
+    assert all(e["success"] and e["length"] == 200 for e in vector["episodes"])
+    firsts = {tuple(e["first_observation"]) for e in vector["episodes"]}
+    assert len(firsts) == 6

@@ -15,7 +15,7 @@ from robotics_lane.sim.vector import SingleEnv, VectorSimulatorBase
 # Isaac Lab steps every env in one physics call: ~8 ms per step on this CPU whatever the count
 # up to a few hundred envs (figure 3b), and Isaac Lab's own Cartpole default on a GPU.
 DEFAULT_NUM_ENVS: dict[tuple[str, str], int] = {
-    ("mujoco", "cpu"): 16,
+    ("mujoco", "cpu"): 64,
     ("isaaclab", "cpu"): 256,
     ("isaaclab", "cuda"): 4096,
 }

@@ -55,7 +55,7 @@ class RolloutConfig(BaseModel):
     num_envs: Annotated[int, Field(ge=1, le=65_536)] | None = Field(
         None,
         description="Environments stepped together in one process. Unset: the backend's default for the "
-        "device it runs on (MuJoCo 16; Isaac Lab 256 on a CPU, 4096 on a GPU), never more than the episodes left to run.",
+        "device it runs on (MuJoCo 64; Isaac Lab 256 on a CPU, 4096 on a GPU), never more than the episodes left to run.",
     )
     device: str = Field(
         "auto",
