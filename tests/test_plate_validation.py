@@ -41,12 +41,13 @@ PARQUET_FILE = "plates/p1.parquet"
 
 def make_plate(barcode: str = "P1", size: int = 96) -> pd.DataFrame:
     """A valid plate: column 1 neg_ctrl, last column pos_ctrl, A11-D11 empty, rest samples."""
-    n_rows, n_cols = {96: (8, 12), 384: (16, 24)}[size]
+    n_rows, n_cols = {96: (8, 12), 384: (16, 24), 1536: (32, 48)}[size]
     records = []
     sample_number = 0
     for col in range(1, n_cols + 1):
         for row_index in range(n_rows):
-            well = f"{chr(ord('A') + row_index)}{col:02d}"
+            letters = chr(ord("A") + row_index) if row_index < 26 else "A" + chr(ord("A") + row_index - 26)
+            well = f"{letters}{col:02d}"
             if col == 1:
                 record = ("neg_ctrl", "", NEG_READOUTS[row_index % 8])
             elif col == n_cols:
@@ -167,6 +168,42 @@ def test_384_well_plate_is_recognised() -> None:
     assert result.ok, [v.describe() for v in result.violations]
     assert result.plate_formats == {"P1": 384}
     assert len(result.table) == 384
+
+
+def test_1536_well_plate_is_recognised() -> None:
+    result = check_csv(make_plate(size=1536))
+    assert result.ok, [v.describe() for v in result.violations]
+    assert result.plate_formats == {"P1": 1536}
+    assert len(result.table) == 1536 and result.table["well"].iloc[-1] == "AF48"
+
+
+def test_quoted_fields_with_commas_and_line_breaks_are_read_and_lines_stay_true() -> None:
+    plate = as_text(make_plate())
+    plate.loc[1, "perturbation"] = "CD3E, CD28"  # pandas quotes it: "CD3E, CD28"
+    plate.loc[2, "perturbation"] = "CD4\nlow"  # a quoted value spanning two lines
+    plate.loc[9, "readout"] = "n.d."  # data row 10: line 12, after the two-line record
+    result = check_csv(plate)
+    v = only(result, "non_numeric_readout")
+    assert v.row == 10 and "line 12" in v.message
+    plate.loc[9, "readout"] = "100"
+    result = check_csv(plate)
+    assert result.ok, [v.describe() for v in result.violations]
+    assert result.table.loc[1, "perturbation"] == "CD3E, CD28"
+    assert result.table.loc[2, "perturbation"] == "CD4\nlow"
+
+
+def test_cells_are_stripped_and_numbers_spelt_otherwise_still_count() -> None:
+    plate = as_text(make_plate())
+    plate["plate_barcode"] = " P1 "
+    plate.loc[0, "concentration"] = "NaN"  # a missing concentration, as a spreadsheet writes it
+    plate.loc[20, "readout"] = "2.5e2"
+    plate.loc[21, "readout"] = " 7 "
+    result = check_csv(plate)
+    assert result.ok, [v.describe() for v in result.violations]
+    assert set(result.table["plate_barcode"]) == {"P1"}
+    assert result.plate_formats == {"P1": 96}
+    assert result.table.loc[20, "readout"] == 250.0 and result.table.loc[21, "readout"] == 7.0
+    assert np.isnan(result.table.loc[0, "concentration"])
 
 
 def test_mixed_plate_formats_in_one_file() -> None:
@@ -454,6 +491,14 @@ def test_well_outside_plate(outside: str) -> None:
     assert result.plate_formats == {"P1": 96}
 
 
+def test_well_outside_plate_without_a_barcode_column() -> None:
+    plate = make_plate().drop(columns=["plate_barcode"])
+    plate.loc[5, "well"] = "Q01"
+    result = check_csv(plate)
+    assert sorted(v.rule for v in result.violations) == ["missing_column", "well_outside_plate"]
+    assert next(v for v in result.violations if v.rule == "well_outside_plate").row == 6
+
+
 def test_unknown_sample_type() -> None:
     plate = make_plate()
     row = row_of(plate, "H08")
@@ -600,6 +645,19 @@ def test_violation_cap() -> None:
     assert summary.row is None
     assert "and 30 more" in summary.message and "50 in total" in summary.message
     assert [v.rule for v in result.violations] == ["non_numeric_readout"] * 21
+
+
+def test_violation_cap_counts_one_rule_found_by_two_checks() -> None:
+    plate = as_text(make_plate())
+    samples = plate.index[plate["sample_type"] == "sample"]
+    plate.loc[samples[:15], "plate_barcode"] = ""  # missing_value on plate_barcode
+    plate.loc[samples[40:55], "readout"] = ""  # missing_value on readout
+    result = check_csv(plate)
+    missing = [v for v in result.violations if v.rule == "missing_value"]
+    listed, summary = missing[:-1], missing[-1]
+    expected = sorted([int(i) + 1 for i in samples[:15]] + [int(i) + 1 for i in samples[40:55]])[:MAX_VIOLATIONS_PER_RULE]
+    assert [v.row for v in listed] == expected
+    assert "and 10 more" in summary.message and "30 in total" in summary.message
 
 
 def test_describe_and_to_dict() -> None:

@@ -23,14 +23,20 @@ Typical use::
 Row numbers count data rows: the first row under the header is row 1. In a CSV
 file that row sits on line 2, so messages for CSV files also give the line.
 
+Everything is read once with pyarrow and checked with whole-column expressions
+(pyarrow.compute, numpy); Python formats only the violations that are listed.
+
 Modules (import from the package, not from them):
 
 - ``violations`` — ``Violation``, ``PlateFileResult``, the rule order and per-rule cap;
 - ``columns`` — the plate file's columns and sample types;
-- ``reading`` — bytes to a raw table: file type, CSV encoding/delimiter/ragged rows, Parquet;
-- ``cells`` — the raw table normalised for checking (text stripped, numbers parsed);
-- ``schema`` — the pandera schema and the cell-level rules;
-- ``layout`` — wells, plate formats, duplicate wells, controls and Z′;
+- ``reading`` — bytes to an Arrow table of raw cells: file type, CSV (pyarrow.csv), Parquet;
+- ``strict_csv`` — the exact CSV reader for files pyarrow cannot vouch for (encoding,
+  delimiter, ragged rows, stray quotes), with line numbers;
+- ``lines`` — the CSV line of each data row, worked out only when a message needs it;
+- ``cells`` — the raw table normalised for checking (text stripped and coded, numbers parsed);
+- ``schema`` — the column rules and the cell-level rules;
+- ``layout`` — wells, plate formats (96, 384, 1536), duplicate wells, controls and Z′;
 - ``effects`` — ``normalised_effects``;
 - ``validate`` — ``validate_plate_table`` and ``check_plate_file``, which run them all.
 """
@@ -45,17 +51,17 @@ from .validate import check_plate_file, validate_plate_table
 from .violations import MAX_VIOLATIONS_PER_RULE, PlateFileResult, Violation
 
 __all__ = [
-    "REQUIRED_COLUMNS",
-    "OPTIONAL_COLUMNS",
     "ALLOWED_COLUMNS",
+    "MAX_VIOLATIONS_PER_RULE",
+    "OPTIONAL_COLUMNS",
+    "REQUIRED_COLUMNS",
     "SAMPLE_TYPES",
     "Z_PRIME_THRESHOLD",
-    "MAX_VIOLATIONS_PER_RULE",
-    "Violation",
     "PlateFileResult",
+    "Violation",
+    "check_plate_file",
+    "normalised_effects",
     "read_plate_table",
     "validate_plate_table",
-    "check_plate_file",
     "z_prime",
-    "normalised_effects",
 ]

@@ -1,27 +1,68 @@
 """The table as the checks see it: unique column names, stripped text, parsed numbers.
 
-``Cells`` also knows how to point at a cell (data row, CSV line, well) in a message.
+Everything here works on whole Arrow columns (pyarrow.compute, numpy); Python touches
+a single cell only to quote it in a message. ``Cells`` also knows how to point at a
+cell (data row, CSV line, well) in a message.
 """
 
 from __future__ import annotations
 
 import math
-import re
-from dataclasses import dataclass
+from collections.abc import Sequence
+from dataclasses import dataclass, field
 from decimal import Decimal
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 import pandas as pd
+import pyarrow as pa
+import pyarrow.compute as pc
 
 from .columns import ALLOWED_COLUMNS, NUMERIC_COLUMNS, TEXT_COLUMNS
-from .reading import LINES_ATTR, file_suffix
+from .lines import LineLookup
 from .text import and_join
 from .violations import Violation
 
-_NUMBER = re.compile(r"^[+-]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][+-]?\d+)?$")
-_MISSING_TOKENS = frozenset({"", "na", "n/a", "nan", "null", "none", "#n/a"})
-_INFINITY_TOKENS = frozenset({"inf", "+inf", "-inf", "infinity", "+infinity", "-infinity"})
+# A plain decimal number: digits with an optional '.', sign and exponent (ASCII digits only).
+NUMBER_PATTERN = r"^[+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]+)?$"
+MISSING_TOKENS = ("", "na", "n/a", "nan", "null", "none", "#n/a")
+INFINITY_TOKENS = ("inf", "+inf", "-inf", "infinity", "+infinity", "-infinity")
+
+
+@dataclass
+class Number:
+    """One numeric column: its values (NaN when missing or not a number) and where they are not numbers."""
+
+    values: np.ndarray  # float64
+    not_number: np.ndarray  # bool
+    written: pa.Array | None  # the cells as written (stripped), when the file held text
+
+
+@dataclass
+class Text:
+    """One text column as integer codes into its distinct stripped values (-1: empty cell)."""
+
+    codes: np.ndarray  # int32
+    values: list[str]
+
+    def at(self, row: int) -> str | None:
+        code = int(self.codes[row - 1])
+        return self.values[code] if code >= 0 else None
+
+    def empty(self) -> np.ndarray:
+        return self.codes < 0
+
+    def equals(self, value: str) -> np.ndarray:
+        return (
+            self.codes == self.values.index(value)
+            if value in self.values
+            else np.zeros(len(self.codes), dtype=bool)
+        )
+
+    def objects(self) -> np.ndarray:
+        """The column as Python strings (None when empty), for pandas; each distinct value is made once."""
+        table = np.array([*self.values, None], dtype=object)
+        return table[self.codes]  # code -1 takes the trailing None
 
 
 @dataclass
@@ -29,14 +70,14 @@ class Cells:
     """The table as the checks see it, plus what is needed to point at a cell."""
 
     file: str
-    frame: pd.DataFrame  # stripped text / float columns, extras untouched, RangeIndex
-    raw_text: dict[str, list[str | None]]  # column -> each cell as written (stripped)
-    lines: list[int] | None  # CSV line of each data row, if known
+    rows: int
+    columns: list[str]  # unique, stripped, in file order
+    text: dict[str, Text] = field(default_factory=dict)
+    numbers: dict[str, Number] = field(default_factory=dict)
+    lines: LineLookup | None = None
 
     def line(self, row: int) -> int | None:
-        if self.lines is not None and 0 < row <= len(self.lines):
-            return self.lines[row - 1]
-        return None
+        return self.lines.line(row) if self.lines is not None else None
 
     def where(self, row: int) -> str:
         line = self.line(row)
@@ -49,11 +90,26 @@ class Cells:
             text += " (lines " + and_join([str(line) for line in lines]) + ")"
         return text
 
-    def cell(self, column: str, row: int) -> str | None:
-        values = self.raw_text.get(column)
-        return values[row - 1] if values is not None else None
+    def equals(self, column: str, value: str) -> np.ndarray:
+        """Rows whose text ``column`` is exactly ``value`` (all false without the column)."""
+        if column not in self.text:
+            return np.zeros(self.rows, dtype=bool)
+        return self.text[column].equals(value)
 
-    def violation(self, rule: str, row: int, column: str | None, message: str) -> Violation:
+    def cell(self, column: str, row: int) -> str | None:
+        """Cell ``row`` (1-based) of ``column`` as written (stripped); None when empty."""
+        if column in self.text:
+            return self.text[column].at(row)
+        number = self.numbers.get(column)
+        if number is None:
+            return None
+        if number.written is not None:
+            return number.written[row - 1].as_py()
+        return to_text(number.values[row - 1])
+
+    def violation(
+        self, rule: str, row: int, column: str | None, message: str
+    ) -> Violation:
         return Violation(
             file=self.file,
             rule=rule,
@@ -65,19 +121,136 @@ class Cells:
         )
 
 
-def line_numbers(table: pd.DataFrame, file: str) -> list[int] | None:
-    """The CSV line of each data row: as the reader recorded it, else assumed (no blank lines)."""
-    lines = table.attrs.get(LINES_ATTR)
-    if isinstance(lines, list) and len(lines) == len(table):
-        return [int(line) for line in lines]
-    if file_suffix(file) == ".csv":
-        return [row + 1 for row in range(1, len(table) + 1)]
-    return None
+def prepare_cells(table: pa.Table, file: str, lines: LineLookup | None) -> Cells:
+    """Normalise a table of unique columns: strip text (empty -> missing), parse numbers (not a number -> NaN)."""
+    cells = Cells(
+        file=file, rows=table.num_rows, columns=list(table.column_names), lines=lines
+    )
+    for name, column in zip(table.column_names, table.columns):
+        if name in TEXT_COLUMNS:
+            cells.text[name] = _text(column)
+        elif name in NUMERIC_COLUMNS:
+            cells.numbers[name] = _number(column)
+    return cells
 
 
-def unique_columns(table: pd.DataFrame, file: str, violations: list[Violation]) -> pd.DataFrame:
-    """Strip column names and keep the first of any duplicated column name (without ``attrs``)."""
-    names = [str(name).strip() for name in table.columns]
+def _text(column: pa.ChunkedArray) -> Text:
+    """Codes into the distinct stripped values; each distinct value is stripped once."""
+    if pa.types.is_dictionary(column.type):
+        array = column.unify_dictionaries().combine_chunks()
+    else:
+        array = _plain_strings(column)
+        if not pa.types.is_string(array.type):
+            array = pa.array(
+                [to_text(value) for value in array.to_pylist()], pa.string()
+            )
+        array = pc.dictionary_encode(array)
+    indices = (
+        array.indices
+        if array.indices.null_count == 0
+        else pc.fill_null(array.indices, -1)
+    )
+    indices = indices.to_numpy(zero_copy_only=False).astype(np.int32, copy=False)
+    distinct = array.dictionary
+    if not pa.types.is_string(distinct.type):
+        distinct = distinct.cast(pa.string())
+    stripped = pc.utf8_trim_whitespace(distinct)
+    if (
+        stripped.equals(distinct)
+        and not pc.any(pc.equal(distinct, "")).as_py()
+        and len(set(distinct.to_pylist())) == len(distinct)
+    ):
+        return Text(indices, distinct.to_pylist())
+    # Some value had white space around it, was empty, or the dictionary repeats itself: re-code.
+    recoded = pc.dictionary_encode(
+        pc.if_else(pc.equal(stripped, ""), pa.scalar(None, pa.string()), stripped)
+    )
+    mapping = np.append(
+        pc.fill_null(recoded.indices, -1)
+        .to_numpy(zero_copy_only=False)
+        .astype(np.int32),
+        -1,
+    )
+    return Text(mapping[indices], recoded.dictionary.to_pylist())
+
+
+def _plain_strings(column: pa.ChunkedArray) -> pa.Array:
+    array = column.combine_chunks()
+    if pa.types.is_dictionary(array.type):
+        array = array.cast(array.type.value_type)
+    if pa.types.is_large_string(array.type):
+        array = array.cast(pa.string())
+    return array
+
+
+def _stripped(array: pa.Array) -> pa.Array:
+    """Text cells stripped, empty -> null."""
+    stripped = pc.utf8_trim_whitespace(array)
+    return pc.if_else(pc.equal(stripped, ""), pa.scalar(None, pa.string()), stripped)
+
+
+def _number(column: pa.ChunkedArray) -> Number:
+    array = column.combine_chunks()
+    kind = array.type
+    if pa.types.is_dictionary(kind):
+        array, kind = array.cast(kind.value_type), kind.value_type
+    rows = len(array)
+    if (
+        pa.types.is_floating(kind)
+        or pa.types.is_integer(kind)
+        or pa.types.is_decimal(kind)
+    ):
+        values = pc.cast(array, pa.float64()).to_numpy(zero_copy_only=False)
+        return Number(
+            values.astype(np.float64, copy=False), np.zeros(rows, dtype=bool), None
+        )
+    if pa.types.is_null(kind):
+        return Number(np.full(rows, np.nan), np.zeros(rows, dtype=bool), None)
+    if pa.types.is_string(kind) or pa.types.is_large_string(kind):
+        return parse_numbers(_stripped(_plain_strings(column)))
+    parsed = [
+        parse_number(value) for value in array.to_pylist()
+    ]  # booleans, dates, …: rare
+    written = pa.array([to_text(value) for value in array.to_pylist()], pa.string())
+    values = np.array([number for number, _ in parsed], dtype=np.float64)
+    return Number(values, np.array([not ok for _, ok in parsed], dtype=bool), written)
+
+
+def parse_numbers(written: pa.Array) -> Number:
+    """Parse stripped text cells (null = empty) as numbers, all at once.
+
+    Missing: empty or one of ``MISSING_TOKENS`` (any case) -> NaN. Infinity spelt
+    ``inf``/``infinity`` with a sign -> ±inf (the range check reports it). Anything
+    else that is not a plain decimal number is flagged as not a number.
+    """
+    lower = pc.utf8_lower(written)
+    missing = pc.or_(
+        pc.is_null(written),
+        pc.fill_null(pc.is_in(lower, value_set=pa.array(MISSING_TOKENS[1:])), False),
+    )
+    infinite = pc.fill_null(pc.is_in(lower, value_set=pa.array(INFINITY_TOKENS)), False)
+    plain = pc.fill_null(pc.match_substring_regex(written, NUMBER_PATTERN), False)
+    values = pc.cast(
+        pc.if_else(plain, written, pa.scalar(None, pa.string())), pa.float64()
+    )
+    numbers = values.to_numpy(zero_copy_only=False).astype(np.float64, copy=True)
+    infinite_at = np.asarray(infinite.to_numpy(zero_copy_only=False), dtype=bool)
+    if infinite_at.any():
+        negative = np.asarray(
+            pc.fill_null(pc.starts_with(written, "-"), False).to_numpy(
+                zero_copy_only=False
+            ),
+            dtype=bool,
+        )
+        numbers[infinite_at] = np.where(negative[infinite_at], -math.inf, math.inf)
+    ok = pc.or_(pc.or_(missing, infinite), plain)
+    not_number = ~np.asarray(ok.to_numpy(zero_copy_only=False), dtype=bool)
+    return Number(numbers, not_number, written)
+
+
+def unique_columns(table: pa.Table, file: str, violations: list[Violation]) -> pa.Table:
+    """Strip column names and keep the first of any duplicated column name."""
+    names = [str(name).strip() for name in table.column_names]
     keep: list[int] = []
     first_seen: dict[str, int] = {}
     for position, name in enumerate(names):
@@ -97,29 +270,23 @@ def unique_columns(table: pd.DataFrame, file: str, violations: list[Violation]) 
             continue
         first_seen[name] = position
         keep.append(position)
-    # pd.DataFrame(table) drops table.attrs: the CSV line numbers kept there have been read
-    # already, and pandas would otherwise deep-copy them on every column access.
-    result = pd.DataFrame(table).iloc[:, keep].copy()
-    result.columns = [names[p] for p in keep]
-    return result.reset_index(drop=True)
+    return pa.Table.from_arrays(
+        [table.column(p) for p in keep], names=[names[p] for p in keep]
+    )
 
 
-def prepare_cells(table: pd.DataFrame, file: str, lines: list[int] | None) -> Cells:
-    """Normalise cells: strip text (empty -> missing), parse numbers (not a number -> NaN)."""
-    frame = pd.DataFrame(index=pd.RangeIndex(len(table)))
-    raw_text: dict[str, list[str | None]] = {}
-    for column in table.columns:
-        values = table[column].tolist()
-        if column in TEXT_COLUMNS:
-            texts = [to_text(value) for value in values]
-            raw_text[column] = texts
-            frame[column] = pd.Series(texts, dtype=object)
-        elif column in NUMERIC_COLUMNS:
-            raw_text[column] = [to_text(value) for value in values]
-            frame[column] = pd.Series([parse_number(v)[0] for v in values], dtype=float)
-        else:
-            frame[column] = pd.Series(values, dtype=object)
-    return Cells(file=file, frame=frame, raw_text=raw_text, lines=lines)
+def arrow_from_frame(frame: pd.DataFrame) -> pa.Table:
+    """A pandas table as Arrow, column by column; a column of mixed Python values becomes text."""
+    columns = []
+    for position in range(frame.shape[1]):
+        values = frame.iloc[:, position]
+        try:
+            columns.append(pa.array(values, from_pandas=True))
+        except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError):
+            columns.append(
+                pa.array([to_text(value) for value in values.tolist()], pa.string())
+            )
+    return pa.Table.from_arrays(columns, names=[str(name) for name in frame.columns])
 
 
 def to_text(value: Any) -> str | None:
@@ -139,36 +306,38 @@ def to_text(value: Any) -> str | None:
 
 
 def parse_number(value: Any) -> tuple[float, bool]:
-    """Return ``(number, is_number_or_missing)`` for one cell; the number is NaN when missing or not a number."""
+    """``(number, is_number_or_missing)`` for one cell of an unusual type (the number is NaN when missing or not a number)."""
     if value is None or value is pd.NA or value is pd.NaT:
         return math.nan, True
     if isinstance(value, (bool, np.bool_)):
         return math.nan, False
     if isinstance(value, (int, float, np.integer, np.floating, Decimal)):
         return float(value), True
-    text = to_text(value)
-    if text is None or text.lower() in _MISSING_TOKENS:
-        return math.nan, True
-    if text.lower() in _INFINITY_TOKENS:
-        return (-math.inf if text.startswith("-") else math.inf), True
-    if _NUMBER.match(text):
-        return float(text), True
-    return math.nan, False
+    number = parse_numbers(pa.array([to_text(value)], pa.string()))
+    return float(number.values[0]), not bool(number.not_number[0])
 
 
 def typed_table(cells: Cells) -> pd.DataFrame:
     """The plate columns present, with proper types, plus source_file and row."""
-    frame = cells.frame
-    typed = pd.DataFrame(index=frame.index)
+    columns: dict[str, Any] = {}
     for column in ALLOWED_COLUMNS:
-        if column not in frame.columns:
-            continue
-        if column == "replicate":
-            values = frame[column]
-            whole = values.where(np.isfinite(values) & (values == np.floor(values)))
-            typed[column] = whole.astype("Int64")
-        else:
-            typed[column] = frame[column]
-    typed["source_file"] = cells.file
-    typed["row"] = np.arange(1, len(frame) + 1, dtype="int64")
-    return typed
+        if column in cells.text:
+            columns[column] = cells.text[column].objects()
+        elif column == "replicate" and column in cells.numbers:
+            values = cells.numbers[column].values
+            whole = np.isfinite(values) & (values == np.floor(values))
+            columns[column] = pd.arrays.IntegerArray(
+                np.where(whole, values, 0).astype(np.int64), ~whole
+            )
+        elif column in cells.numbers:
+            columns[column] = cells.numbers[column].values
+    columns["source_file"] = np.empty(cells.rows, dtype=object)
+    columns["source_file"].fill(cells.file)  # np.full is many times slower for objects
+    columns["row"] = np.arange(1, cells.rows + 1, dtype="int64")
+    index = pd.RangeIndex(cells.rows)
+    # One block per column (no copy into 2-D blocks): concat of Series, not the dict constructor.
+    series = [
+        pd.Series(values, index=index, name=name, copy=False)
+        for name, values in columns.items()
+    ]
+    return pd.concat(series, axis=1, copy=False)

@@ -23,19 +23,20 @@ def normalised_effects(table: pd.DataFrame) -> pd.DataFrame:
         raise ValueError(f"normalised_effects needs column(s) {', '.join(missing)}")
     readout = pd.to_numeric(table["readout"]).astype(float)
     usable = np.isfinite(readout)
-    effect = pd.Series(np.nan, index=table.index, dtype=float)
-    for barcode in pd.unique(table["plate_barcode"]):
-        on_plate = table["plate_barcode"] == barcode
-        pos = readout[on_plate & usable & (table["sample_type"] == "pos_ctrl")]
-        neg = readout[on_plate & usable & (table["sample_type"] == "neg_ctrl")]
-        if pos.empty or neg.empty:
-            raise ValueError(
-                f"plate {barcode} has no pos_ctrl or no neg_ctrl readouts; validate the table first"
-            )
-        span = pos.mean() - neg.mean()
-        if span == 0:
+    plates = pd.unique(table["plate_barcode"])
+    means = {}
+    for control in ("pos_ctrl", "neg_ctrl"):  # one mean per plate, all plates at once
+        rows = usable & (table["sample_type"] == control)
+        means[control] = readout[rows].groupby(table.loc[rows, "plate_barcode"], sort=False).mean().reindex(plates)
+    for barcode in plates:
+        pos, neg = means["pos_ctrl"][barcode], means["neg_ctrl"][barcode]
+        if np.isnan(pos) or np.isnan(neg):
+            raise ValueError(f"plate {barcode} has no pos_ctrl or no neg_ctrl readouts; validate the table first")
+        if pos == neg:
             raise ValueError(f"plate {barcode}: pos_ctrl and neg_ctrl readouts have the same mean")
-        effect[on_plate] = (readout[on_plate] - neg.mean()) / span
+    neg_mean = table["plate_barcode"].map(means["neg_ctrl"]).astype(float)
+    pos_mean = table["plate_barcode"].map(means["pos_ctrl"]).astype(float)
+    effect = (readout - neg_mean) / (pos_mean - neg_mean)
     samples = table["sample_type"] == "sample"
     columns = ["plate_barcode", "well", "perturbation"]
     if "replicate" in table.columns:

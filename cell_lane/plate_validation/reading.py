@@ -1,47 +1,89 @@
-"""Reading a plate file's bytes: file type, CSV (encoding, delimiter, ragged rows) and Parquet.
+"""Reading a plate file's bytes into a table of raw cells, with pyarrow, in one pass.
 
-Nothing here judges the values; it only turns bytes into a table of raw cells, or
-explains why that is impossible.
+Nothing here judges the values; it only turns bytes into an Arrow table of raw cells,
+or explains why that is impossible. CSV files are parsed by ``pyarrow.csv.read_csv``
+with explicit column types; a file it cannot read (or whose quoting it would accept
+too loosely) goes to the exact reader in ``strict_csv``, which names the line and
+the fix. Parquet files keep the types they were written with.
 """
 
 from __future__ import annotations
 
 import csv
 import io
+import math
+import re
+from dataclasses import dataclass
 
 import pandas as pd
-import pyarrow
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 
-from .columns import REQUIRED_COLUMNS
-from .text import quote
+from .columns import NUMERIC_COLUMNS
+from .lines import LineLookup
+from .strict_csv import byte_problem, empty_file, read_csv_strictly
 from .violations import Violation, cap
 
 SUPPORTED_SUFFIXES: tuple[str, ...] = (".csv", ".parquet")
 
-#: Key in ``DataFrame.attrs`` under which the CSV reader keeps each data row's line.
+#: Key in ``DataFrame.attrs`` under which ``read_plate_table`` keeps each CSV data row's line.
 LINES_ATTR = "plate_validation_csv_lines"
 
-_OTHER_DELIMITERS = {";": "semicolon ';'", "\t": "tab", "|": "pipe '|'"}
+# A file whose every double quote opens a field (after a comma or at a line start) and
+# closes it (before a comma, a line end or the end), with "" inside: what strict CSV allows.
+_WELL_QUOTED = re.compile(
+    rb'(?:[^"]++|(?:(?<=[,\n\r])|(?<=\A)|(?<=\A\xef\xbb\xbf))"(?:[^"]++|"")*+"(?=[,\r\n]|\Z))*+'
+)
+_HEADER_PREFIX_BYTES = 1 << 16
 
 
-def read_plate_table(data: bytes, file: str) -> tuple[pd.DataFrame | None, list[Violation]]:
-    """Read a plate file's bytes into a table of raw values, without judging them.
+@dataclass
+class RawTable:
+    """The cells of one plate file as read, before any judgement.
 
-    CSV files are read entirely as text so that a later check can quote the
-    exact cell that is wrong. Parquet files keep the types they were written
-    with. Returns ``(None, violations)`` when the file cannot be read at all
-    (wrong file type, not UTF-8, wrong delimiter, ragged rows, corrupt
-    Parquet, no data).
+    ``numbers_parsed`` says the CSV reader already parsed the numeric columns as
+    float64 (every cell was a finite number or empty); otherwise every CSV cell is
+    text exactly as written. ``lines`` points at CSV lines (None for Parquet).
     """
+
+    table: pa.Table
+    lines: LineLookup | None
+    numbers_parsed: bool = False
+
+
+def read_plate_table(
+    data: bytes, file: str
+) -> tuple[pd.DataFrame | None, list[Violation]]:
+    """Read a plate file's bytes into a pandas table of raw values, without judging them.
+
+    CSV cells come back as text exactly as written (stripped), so that a later check
+    can quote the cell that is wrong; Parquet columns keep their types. Returns
+    ``(None, violations)`` when the file cannot be read at all (wrong file type, not
+    UTF-8, wrong delimiter, ragged rows, corrupt Parquet, no data).
+    """
+    raw, violations = read_raw(data, file, parse_numbers=False)
+    if raw is None:
+        return None, violations
+    frame = raw.table.to_pandas()
+    if raw.lines is not None:
+        frame.attrs[LINES_ATTR] = raw.lines.all()
+    return frame, violations
+
+
+def read_raw(
+    data: bytes, file: str, *, parse_numbers: bool
+) -> tuple[RawTable | None, list[Violation]]:
+    """The raw cells of a plate file, or ``(None, violations)`` saying why it cannot be read."""
     suffix = file_suffix(file)
     if suffix == ".csv":
-        table, violations = _read_csv(data, file)
+        raw, violations = _read_csv(data, file, parse_numbers)
     elif suffix == ".parquet":
-        table, violations = _read_parquet(data, file)
+        raw, violations = _read_parquet(data, file)
     else:
         return None, [_unsupported_file_type(file)]
-    return table, cap(violations)
+    return raw, cap(violations)
 
 
 def file_suffix(file: str) -> str:
@@ -51,19 +93,6 @@ def file_suffix(file: str) -> str:
         if name.endswith(suffix):
             return suffix
     return ""
-
-
-def empty_file(file: str, what: str) -> Violation:
-    """An ``empty_file`` violation; ``what`` says what the file holds instead."""
-    return Violation(
-        file=file,
-        rule="empty_file",
-        message=(
-            f"{what} A plate file needs a header line ({', '.join(REQUIRED_COLUMNS)}) "
-            "followed by one row per well. Check that the export finished and send "
-            "the complete file in a new drop."
-        ),
-    )
 
 
 def _unsupported_file_type(file: str) -> Violation:
@@ -89,142 +118,104 @@ def _unsupported_file_type(file: str) -> Violation:
 # ---------------------------------------------------------------------------
 
 
-def _read_csv(data: bytes, file: str) -> tuple[pd.DataFrame | None, list[Violation]]:
-    if not data.strip():
-        what = "is empty (0 bytes)" if not data else "contains only blank space"
-        return None, [empty_file(file, f"The file {what}.")]
-    text, problem = _decode_utf8(data, file)
+def _read_csv(
+    data: bytes, file: str, parse_numbers: bool
+) -> tuple[RawTable | None, list[Violation]]:
+    problem = byte_problem(data, file)
     if problem is not None:
         return None, [problem]
-    assert text is not None
+    table = _read_csv_with_arrow(data, parse_numbers)
+    if table is None and parse_numbers:
+        table = _read_csv_with_arrow(
+            data, parse_numbers=False
+        )  # some numeric cell is not a plain number
+    if table is None:
+        return _read_csv_strictly(data, file)
+    return RawTable(table, LineLookup(data=data), numbers_parsed=parse_numbers), []
 
-    reader = csv.reader(io.StringIO(text, newline=""), strict=True)
-    header: list[str] | None = None
-    records: list[list[str]] = []
-    record_lines: list[int] = []
-    malformed: list[Violation] = []
-    data_row = 0
-    previous_line = 0
+
+def _read_csv_strictly(
+    data: bytes, file: str
+) -> tuple[RawTable | None, list[Violation]]:
+    table, lines, violations = read_csv_strictly(data, file)
+    if table is None:
+        return None, violations
+    return RawTable(table, LineLookup(lines=lines)), []
+
+
+def _read_csv_with_arrow(data: bytes, parse_numbers: bool) -> pa.Table | None:
+    """The file read by pyarrow, or None when pyarrow cannot vouch for reading it as strict CSV would."""
+    if b"\x00" in data:
+        return None
+    quoted = b'"' in data
+    if quoted and not _WELL_QUOTED.fullmatch(data):
+        return None
+    header = _header(data)
+    if header is None or len(header) < 2:
+        return None  # one column: a wrong delimiter, explained by the strict reader
+    numeric = NUMERIC_COLUMNS if parse_numbers else ()
+    types = {
+        name: pa.float64() if name.strip() in numeric else pa.string()
+        for name in header
+    }
     try:
-        for fields in reader:
-            first_line, last_line = previous_line + 1, reader.line_num
-            previous_line = last_line
-            if all(not value.strip() for value in fields):
-                continue  # blank line, or a line of only commas (Excel leftovers)
-            if header is None:
-                header = [name.strip() for name in fields]
-                continue
-            data_row += 1
-            if len(fields) != len(header):
-                malformed.append(
-                    _ragged_row(file, data_row, first_line, last_line, fields, len(header))
-                )
-                continue
-            records.append([value.strip() for value in fields])
-            record_lines.append(first_line)
-    except csv.Error as error:
-        malformed.append(
-            Violation(
-                file=file,
-                rule="malformed_csv",
-                row=data_row + 1 if header is not None else None,
-                message=(
-                    f"Line {reader.line_num} cannot be parsed as CSV ({error}). This is "
-                    "usually a double quote that is opened but not closed, or text right "
-                    "after a closing quote. Remove stray quote characters, or wrap the "
-                    "whole value in double quotes and double any quote inside it."
-                ),
-            )
-        )
-
-    if header is None:
-        return None, [empty_file(file, "The file contains only blank lines.")]
-    if len(header) == 1:
-        seen = [d for d in _OTHER_DELIMITERS if d in header[0]]
-        if seen:
-            delimiter = max(seen, key=header[0].count)
-            return None, [
-                Violation(
-                    file=file,
-                    rule="delimiter",
-                    row=None,
-                    message=(
-                        f"The header line is separated by {_OTHER_DELIMITERS[delimiter]} "
-                        "characters, not commas. Plate CSV files must be comma-separated; "
-                        "re-export with ',' as the separator (in Excel choose 'CSV UTF-8 "
-                        "(comma delimited)'; Excel in many European locales uses ';' by default)."
-                    ),
-                )
-            ]
-    if malformed:
-        return None, malformed
-    if not records:
-        return None, [empty_file(file, "The file has a header line but no data rows.")]
-
-    table = pd.DataFrame(records, columns=header, dtype=object)
-    table.attrs[LINES_ATTR] = record_lines
-    return table, []
-
-
-def _decode_utf8(data: bytes, file: str) -> tuple[str | None, Violation | None]:
-    """Decode as UTF-8 (a leading byte order mark is fine) or explain why not."""
-    fix = (
-        "Export the file as UTF-8 (in Excel: 'CSV UTF-8 (comma delimited)'; in other "
-        "tools choose the encoding 'UTF-8') and send a new drop."
-    )
-    if data[:2] in (b"\xff\xfe", b"\xfe\xff"):
-        return None, Violation(
-            file=file,
-            rule="encoding",
-            message=(
-                "The file is encoded as UTF-16 (it starts with a UTF-16 byte order mark "
-                f"at byte offset 0), but plate CSV files must be UTF-8. {fix}"
+        table = pacsv.read_csv(
+            pa.BufferReader(data),
+            parse_options=pacsv.ParseOptions(newlines_in_values=quoted),
+            convert_options=pacsv.ConvertOptions(
+                column_types=types,
+                null_values=[""],
+                strings_can_be_null=parse_numbers,  # the text read keeps "" as written
+                quoted_strings_can_be_null=parse_numbers,
             ),
         )
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError):
+        return None
+    if table.column_names != header:
+        return None
+    table = _without_blank_rows(table)
+    if table.num_rows == 0:
+        return None  # header only: the strict reader says so
+    if parse_numbers and not _all_finite(table, numeric):
+        return None  # NaN / inf spelt some way: the text path tells them apart
+    return table.rename_columns([name.strip() for name in header])
+
+
+def _header(data: bytes) -> list[str] | None:
+    """The header names as written (the first non-blank record), from the file's first bytes."""
     try:
-        text = data.decode("utf-8")
+        text = data[:_HEADER_PREFIX_BYTES].decode("utf-8")
     except UnicodeDecodeError as error:
-        offset = error.start
-        line = data.count(b"\n", 0, offset) + 1
-        return None, Violation(
-            file=file,
-            rule="encoding",
-            message=(
-                f"The file is not valid UTF-8: byte 0x{data[offset]:02X} at byte offset "
-                f"{offset} (line {line}) cannot be decoded. The file was probably saved "
-                f"as Latin-1/Windows-1252 (for example Excel's plain 'CSV' format). {fix}"
-            ),
-        )
-    if "\x00" in text:
-        offset = data.index(b"\x00")
-        line = data.count(b"\n", 0, offset) + 1
-        return None, Violation(
-            file=file,
-            rule="encoding",
-            message=(
-                f"The file contains a NUL (zero) byte at byte offset {offset} (line {line}); "
-                f"this usually means it is UTF-16 encoded without a byte order mark. {fix}"
-            ),
-        )
-    return text.removeprefix("\ufeff"), None
+        if error.start < len(data[:_HEADER_PREFIX_BYTES]) - 4:
+            return None
+        text = data[: error.start].decode("utf-8")  # a character cut by the prefix
+    for fields in csv.reader(io.StringIO(text.removeprefix("\ufeff"), newline="")):
+        if any(value.strip() for value in fields):
+            return fields
+        return None  # blank lines before the header: the strict reader counts lines for them
+    return None
 
 
-def _ragged_row(
-    file: str, row: int, first_line: int, last_line: int, fields: list[str], expected: int
-) -> Violation:
-    lines = f"line {first_line}" if first_line == last_line else f"lines {first_line}-{last_line}"
-    shown = quote(",".join(fields), limit=80)
-    return Violation(
-        file=file,
-        rule="malformed_csv",
-        row=row,
-        message=(
-            f"Data row {row} ({lines}) has {len(fields)} fields but the header has "
-            f"{expected}: {shown}. Check for a missing or extra comma, or a value "
-            "containing a comma that is not wrapped in double quotes (\"...\"), and "
-            "make every line have exactly one value per header column."
-        ),
-    )
+def _without_blank_rows(table: pa.Table) -> pa.Table:
+    """Drop rows whose every cell is empty or white space (Excel leaves lines of only commas)."""
+    blank: pa.ChunkedArray | None = None
+    for column in sorted(table.columns, key=lambda c: not pa.types.is_floating(c.type)):
+        empty = pc.is_null(column)
+        if pa.types.is_string(column.type):
+            empty = pc.or_(
+                pc.or_(empty, pc.equal(column, "")), pc.utf8_is_space(column)
+            )
+        blank = empty if blank is None else pc.and_(blank, empty)
+        if not pc.any(blank).as_py():
+            return table
+    return table.filter(pc.invert(blank)) if blank is not None else table
+
+
+def _all_finite(table: pa.Table, numeric: tuple[str, ...]) -> bool:
+    for name, values in zip(table.column_names, table.columns):
+        if name.strip() in numeric and not math.isfinite(pc.sum(values).as_py() or 0.0):
+            return False  # a NaN or an infinity (or a sum beyond float range) somewhere: the text path decides
+    return True
 
 
 # ---------------------------------------------------------------------------
@@ -232,13 +223,13 @@ def _ragged_row(
 # ---------------------------------------------------------------------------
 
 
-def _read_parquet(data: bytes, file: str) -> tuple[pd.DataFrame | None, list[Violation]]:
+def _read_parquet(data: bytes, file: str) -> tuple[RawTable | None, list[Violation]]:
     if not data:
         return None, [empty_file(file, "The file is empty (0 bytes).")]
     try:
-        arrow_table = pq.ParquetFile(pyarrow.BufferReader(data)).read()
-        table = arrow_table.to_pandas()
-    except Exception as error:  # any pyarrow failure means the bytes are unusable
+        table = pq.ParquetFile(pa.BufferReader(data)).read()
+        table.to_batches()  # decoding problems surface here, not later
+    except Exception as error:  # noqa: BLE001 - any pyarrow failure means the bytes are unusable
         reason = " ".join(str(error).split()) or type(error).__name__
         return None, [
             Violation(
@@ -252,7 +243,9 @@ def _read_parquet(data: bytes, file: str) -> tuple[pd.DataFrame | None, list[Vio
                 ),
             )
         ]
-    if arrow_table.num_rows == 0:
-        columns = ", ".join(arrow_table.column_names) or "none"
-        return None, [empty_file(file, f"The Parquet file has no rows (columns: {columns}).")]
-    return table.reset_index(drop=True), []
+    if table.num_rows == 0:
+        columns = ", ".join(table.column_names) or "none"
+        return None, [
+            empty_file(file, f"The Parquet file has no rows (columns: {columns}).")
+        ]
+    return RawTable(table, None), []

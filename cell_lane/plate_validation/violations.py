@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+from collections import Counter
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+import numpy as np
 import pandas as pd
 
 MAX_VIOLATIONS_PER_RULE = 20
@@ -96,9 +99,47 @@ class PlateFileResult:
         return not self.violations
 
 
-def cap(violations: list[Violation], limit: int = MAX_VIOLATIONS_PER_RULE) -> list[Violation]:
-    """Group by rule (in ``RULE_ORDER``), sort by row, keep ``limit`` per rule."""
-    groups: dict[str, list[Violation]] = {}
+@dataclass
+class Findings:
+    """Violations found so far; a check that finds many rows formats only the first few.
+
+    ``unlisted`` counts, per rule, the violations found but not formatted: ``cap``
+    adds them to the "… and N more" line, so the totals stay true.
+    """
+
+    listed: list[Violation] = field(default_factory=list)
+    unlisted: Counter[str] = field(default_factory=Counter)
+
+    def add(self, violation: Violation) -> None:
+        self.listed.append(violation)
+
+    def at_rows(
+        self, rule: str, mask: np.ndarray, make: Callable[[int], Violation]
+    ) -> None:
+        """One violation of ``rule`` per true entry of ``mask`` (row = position + 1), the first ones formatted."""
+        positions = np.flatnonzero(mask)
+        for position in positions[:MAX_VIOLATIONS_PER_RULE]:
+            self.listed.append(make(int(position) + 1))
+        self.unlisted[rule] += max(0, positions.size - MAX_VIOLATIONS_PER_RULE)
+
+    def capped(self) -> list[Violation]:
+        return cap(self.listed, unlisted=self.unlisted)
+
+
+def cap(
+    violations: list[Violation],
+    limit: int = MAX_VIOLATIONS_PER_RULE,
+    unlisted: Counter[str] | None = None,
+) -> list[Violation]:
+    """Group by rule (in ``RULE_ORDER``), sort by row, keep ``limit`` per rule.
+
+    ``unlisted`` counts violations of a rule that were found but never formatted
+    (they come after the listed ones); they count towards the "… and N more" line.
+    """
+    unlisted = unlisted or Counter()
+    groups: dict[str, list[Violation]] = {
+        rule: [] for rule, count in unlisted.items() if count
+    }
     for violation in violations:
         groups.setdefault(violation.rule, []).append(violation)
     rank = {rule: position for position, rule in enumerate(RULE_ORDER)}
@@ -107,7 +148,8 @@ def cap(violations: list[Violation], limit: int = MAX_VIOLATIONS_PER_RULE) -> li
     for rule, group in ordered:
         group = sorted(group, key=lambda v: (v.row is None, v.row or 0))
         capped.extend(group[:limit])
-        hidden = len(group) - limit
+        total = len(group) + unlisted[rule]
+        hidden = total - limit
         if hidden > 0:
             capped.append(
                 Violation(
@@ -115,7 +157,7 @@ def cap(violations: list[Violation], limit: int = MAX_VIOLATIONS_PER_RULE) -> li
                     rule=rule,
                     message=(
                         f"… and {hidden} more {rule} violations in this file "
-                        f"({len(group)} in total) are not listed. Fix the ones above (the "
+                        f"({total} in total) are not listed. Fix the ones above (the "
                         "same cause is likely behind the rest), then check the file again."
                     ),
                 )
