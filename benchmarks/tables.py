@@ -335,44 +335,6 @@ def gang_tables(results: dict, repeats: int) -> tuple[Table, Table]:
     return launch, resume
 
 
-def planner_tables(cases: list, timing: Any) -> tuple[Table, Table]:
-    cost = Table(
-        title="6a. Capacity plan cost: planner (greedy) vs optimum (HiGHS via scipy.optimize.milp) vs naive policies",
-        caption=(
-            "Generated jobs (seeded): 60 steps over 48 h, 16 pools in 4 regions (on-demand, spot, reserved with a "
-            "commitment, blocks with windows), quotas, data in regions. Every plan priced with the same cost model. "
-            "Gap = planner ÷ optimum − 1. Naive policies use the same quota bookkeeping, steps in start order; "
-            "'unplaced' steps found no pool with room and are not in their cost."
-        ),
-        title_justify="left",
-        caption_justify="left",
-    )
-    for column in ("Seed", "Planner $ (unplaced)", "Optimum $", "Gap", "Always on-demand $ (unplaced)", "Cheapest sticker $ (unplaced)", "Planner s", "MILP s"):
-        cost.add_column(column, justify="right", style="bold" if column in ("Gap",) else None)
-    for c in cases:
-        cost.add_row(
-            str(c.seed), f"{c.planner_usd:,.0f} ({c.planner_unplaced})", f"{c.optimum_usd:,.0f}", f"{c.gap:+.1%}" if c.gap is not None else "— (unplaced)",
-            f"{c.on_demand_usd:,.0f} ({c.on_demand_unplaced})", f"{c.sticker_usd:,.0f} ({c.sticker_unplaced})",
-            f"{c.planner_s:.3f}", f"{c.milp_s:.2f}",
-        )
-    speed = Table(
-        title=f"6b. Planning time: plan_job on {timing.steps:,} steps × {timing.pools} pools",
-        caption=(
-            f"{len(timing.plan_s)} repeats (time.perf_counter), median. Cost model = assess() for every (step, pool) "
-            "pair alone; plan = assess + greedy placement with quotas over two weeks and commitments. Evidence text "
-            "is written only when asked (one step's shown)."
-        ),
-        title_justify="left",
-        caption_justify="left",
-    )
-    for column in ("Cost model s", "Whole plan s", "Steps/s", "Evidence for one step ms"):
-        speed.add_column(column, justify="right")
-    plan_s = statistics.median(timing.plan_s)
-    speed.add_row(f"{statistics.median(timing.assess_s):.2f}", f"{plan_s:.2f}", _rate(timing.steps / plan_s),
-                  _ms(timing.evidence_one_step_s))
-    return cost, speed
-
-
 def registry_tables(results: list, repeats: int, setup_s: float) -> tuple[Table, Table]:
     method = (
         f"Median of {repeats} repeats, one call each (time.perf_counter); register, re-register, md5, get and "

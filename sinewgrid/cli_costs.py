@@ -78,7 +78,7 @@ def plan(
     as_json: bool = typer.Option(False, "--json", help="Print the plan as JSON, for machines (streamed one step at a time)."),
     evidence: bool = typer.Option(True, help="Print, per step, why each pool was picked or refused (in the JSON too)."),
     time_budget: float = typer.Option(
-        5.0, "--time-budget", min=0.1, help="Seconds the exact planner (HiGHS) may take before the greedy plan improved by local search is used.",
+        10.0, "--time-budget", min=0.1, help="Seconds the exact planner (HiGHS) may take before the greedy plan improved by local search is used.",
     ),
 ) -> None:
     """Answer a job file with a capacity plan: where each step runs, its failover order, the cost, and why."""

@@ -24,16 +24,16 @@ T0 = dt.datetime(2026, 12, 7, tzinfo=dt.UTC)
 
 
 def _pool(name: str, **kw) -> Pool:
-    fields = dict(
-        provider="aws",
-        region="us-east-1",
-        backend="local",
-        purchasing="on_demand",
-        accelerator="h100-80gb",
-        gpus_per_node=8,
-        nodes=1,
-        price_per_gpu_hour=2.0,
-    )
+    fields = {
+        "provider": "aws",
+        "region": "us-east-1",
+        "backend": "local",
+        "purchasing": "on_demand",
+        "accelerator": "h100-80gb",
+        "gpus_per_node": 8,
+        "nodes": 1,
+        "price_per_gpu_hour": 2.0,
+    }
     return Pool(name=name, **{**fields, **kw})
 
 

@@ -41,20 +41,50 @@ class ExactResult:
     cost_usd: float | None = None
     dual_bound_usd: float | None = None  # no plan costs less than this
     seconds: float = 0.0
+    weight: np.ndarray | None = None  # relaxed only: x per (step, pool)
 
 
-def solve(a: Assessment, time_limit_s: float, rel_gap: float = 1e-6) -> ExactResult:
-    """The cheapest plan that places every step, or why there is none in the time given."""
+@dataclass
+class Relaxation:
+    """The linear relaxation: a lower bound on every plan's cost, and per (step, pool) how much of the
+    step the relaxed optimum puts there (a guide for rounding)."""
+
+    bound_usd: float | None
+    weight: np.ndarray | None  # [S, P]
+
+
+def relaxation(a: Assessment, time_limit_s: float) -> Relaxation:
+    """Solve the program with x in [0, 1] instead of {0, 1} (HiGHS's simplex, much faster)."""
+    if (
+        np.count_nonzero(a.feasible) > MAX_PAIRS
+        or not len(a.steps)
+        or np.any(~a.feasible.any(axis=1))
+    ):
+        return Relaxation(None, None)
+    res = solve(a, time_limit_s, relaxed=True)
+    return Relaxation(res.cost_usd, res.weight)
+
+
+def solve(
+    a: Assessment,
+    time_limit_s: float,
+    rel_gap: float = 1e-4,
+    relaxed: bool = False,
+    allowed: np.ndarray | None = None,
+) -> ExactResult:
+    """The cheapest plan that places every step, or why there is none in the time given. `allowed`
+    narrows the pools each step may take (default: every feasible one)."""
+    allowed = a.feasible if allowed is None else allowed
     import time
 
     started = time.perf_counter()
     S = len(a.steps)
-    if np.count_nonzero(a.feasible) > MAX_PAIRS:
+    if np.count_nonzero(allowed) > MAX_PAIRS:
         return ExactResult("too_big")
-    pairs = np.argwhere(a.feasible)
+    pairs = np.argwhere(allowed)
     if S == 0:
         return ExactResult("optimal", np.zeros(0, int), np.zeros(0), 0.0, 0.0)
-    if np.any(~a.feasible.any(axis=1)):
+    if np.any(~allowed.any(axis=1)):
         return ExactResult("infeasible", seconds=time.perf_counter() - started)
     steps, pools = pairs[:, 0], pairs[:, 1]
     n = len(pairs)
@@ -136,7 +166,7 @@ def solve(a: Assessment, time_limit_s: float, rel_gap: float = 1e-6) -> ExactRes
     res = milp(
         objective,
         constraints=LinearConstraint(A, np.concatenate(lower), np.concatenate(upper)),
-        integrality=np.concatenate([np.ones(n), np.zeros(m)]),
+        integrality=np.concatenate([np.full(n, 0 if relaxed else 1), np.zeros(m)]),
         bounds=Bounds(0, np.concatenate([np.ones(n), np.full(m, np.inf)])),
         options={
             "time_limit": max(time_limit_s - (time.perf_counter() - started), 0.1),
@@ -152,6 +182,12 @@ def solve(a: Assessment, time_limit_s: float, rel_gap: float = 1e-6) -> ExactRes
             "time_limit" if res.status == 1 else "failed",
             dual_bound_usd=bound,
             seconds=seconds,
+        )
+    if relaxed:
+        weight = np.zeros(a.feasible.shape)
+        weight[steps, pools] = res.x[:n]
+        return ExactResult(
+            "relaxed", cost_usd=float(res.fun), seconds=seconds, weight=weight
         )
     x = res.x[:n] > 0.5
     choice = np.full(S, -1)

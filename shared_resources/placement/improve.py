@@ -167,6 +167,59 @@ class Search:
                 self.put(i, j)
         return moves
 
+    def swap_pass(self, deadline: float, most: int = 1500) -> int:
+        """Every improving swap of two steps' pools found at once (steps i on j, m on k: i to k, m to
+        j), then applied best first while each still holds. Jobs of more than `most` steps skip it."""
+        a = self.a
+        placed = np.flatnonzero(self.choice >= 0)
+        if placed.size < 2 or placed.size > most:
+            return 0
+        cur = self.choice[placed]
+        I, M = placed[:, None], placed[None, :]
+        J, K = cur[:, None], cur[None, :]
+        hij, hik = a.gpu_hours[I, J], a.gpu_hours[I, K]
+        hmj, hmk = a.gpu_hours[M, J], a.gpu_hours[M, K]
+        H = self.hours_on
+
+        def used(pool, hours):
+            return self.saving[pool] * np.minimum(self.committed[pool], hours)
+
+        delta = (self.base[I, K] - self.base[I, J]) + (
+            self.base[M, J] - self.base[M, K]
+        )
+        delta -= used(J, H[J] - hij + hmj) - used(J, H[J])
+        delta -= used(K, H[K] - hmk + hik) - used(K, H[K])
+        ok = (J != K) & a.feasible[I, K] & a.feasible[M, J] & (delta < -TOL)
+        ok &= np.triu(np.ones_like(ok), 1)
+        r, c = np.nonzero(ok)
+        if not r.size:
+            return 0
+        swaps = 0
+        done = np.zeros(len(a.steps), bool)
+        for t in np.argsort(delta[r, c], kind="stable"):
+            if t % 64 == 0 and time.perf_counter() > deadline:
+                break
+            i, m = int(placed[r[t]]), int(placed[c[t]])
+            if done[i] or done[m]:
+                continue
+            j, k = int(self.choice[i]), int(self.choice[m])
+            before = self.total()
+            self.take(i)
+            self.take(m)
+            if self.room(i, k):
+                self.put(i, k)
+                if self.room(m, j):
+                    self.put(m, j)
+                    if self.total() < before - TOL:
+                        done[i] = done[m] = True
+                        swaps += 1
+                        continue
+                    self.take(m)
+                self.take(i)
+            self.put(i, j)
+            self.put(m, k)
+        return swaps
+
     def eject(self, i: int, deadline: float) -> bool:
         """Place step i (unplaced) or move it somewhere cheaper by first moving one step out of the
         way on its target pool to another pool with room (i's old pool included)."""
@@ -236,6 +289,7 @@ def improve(
             search.eject(i, deadline)
     while time.perf_counter() < deadline:
         moved = search.move_pass(deadline)
+        moved += search.swap_pass(deadline)
         if ejects and time.perf_counter() < deadline:
             moved += sum(search.eject(int(i), deadline) for i in _blocked(search))
         if not moved:

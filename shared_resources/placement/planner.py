@@ -36,7 +36,8 @@ from shared_resources.placement.cost_model import (
     assess,
     spare_share,
 )
-from shared_resources.placement.exact import ExactResult, solve
+from shared_resources.placement.exact import ExactResult, Relaxation, relaxation, solve
+from shared_resources.placement.fallback import best_found, rounded
 from shared_resources.placement.given_rest import GivenRest
 from shared_resources.placement.greedy import (
     SLOT_HOURS,
@@ -50,7 +51,7 @@ from shared_resources.placement.greedy import (
 from shared_resources.placement.improve import TOL, improve
 from shared_resources.placement.ranking import PlacementPlan, refusal_reasons, step_plan
 
-DEFAULT_TIME_BUDGET_S = 5.0
+DEFAULT_TIME_BUDGET_S = 10.0
 
 
 class InfeasiblePlanError(RuntimeError):
@@ -253,19 +254,24 @@ def plan_job(
     context = PlanContext(epoch=epoch, egress=catalog.egress, tenant_limits=catalog.tenants)
     a = assess(steps, list(catalog.pools.values()), context)
     first = greedy(a)
-    exact = solve(a, max(time_budget_s - (time.perf_counter() - started), 0.1))
+    left = lambda: max(time_budget_s - (time.perf_counter() - started), 0.0)  # noqa: E731
+    relaxed = relaxation(a, left())
+    # HiGHS gets most of the budget; if it does not prove a plan optimal, search gets the rest.
+    exact = solve(a, max(EXACT_SHARE * left(), 0.1))
     if exact.status == "optimal":
         placed = _polished(a, _topped_up(a, exact.choice, exact.covered), started, time_budget_s)
+    elif exact.status == "too_big":
+        placed = improve(a, first, min(left(), SEARCH_BIG_S))
     else:
-        spare = max(time_budget_s - (time.perf_counter() - started), 0.0)
-        placed = improve(a, first, spare if exact.status != "too_big" else min(spare, SEARCH_BIG_S))
-        if not _within_budgets(a, placed):
-            placed = first
-        if exact.choice is not None and (placed.unplaced or plan_cost(a, _topped_up(a, exact.choice, exact.covered)) < plan_cost(a, placed) - TOL):
-            placed = _topped_up(a, exact.choice, exact.covered)
+        starts = [first] + [p for p in (rounded(a, relaxed),) if p is not None]
+        if exact.choice is not None:
+            starts.append(_topped_up(a, exact.choice, exact.covered))
+        placed = best_found(a, starts, max(left(), MIN_SEARCH_S))
+    if not _within_budgets(a, placed):
+        placed = first
     if placed.unplaced:
         _refuse(a, placed, exact)
-    method = _method(a, placed, exact, time.perf_counter() - started)
+    method = _method(a, placed, exact, relaxed, time.perf_counter() - started)
     plan = JobPlan(name, a, placed, catalog, method, budget_usd)
     total = plan.totals()["cost_usd"]
     if budget_usd is not None and total > budget_usd:
@@ -279,6 +285,8 @@ def plan_job(
 
 # On a job too big for the integer program, the local search gets at most this long.
 SEARCH_BIG_S = 0.2
+EXACT_SHARE = 0.75  # of the time budget left after the relaxation, for HiGHS to prove a plan optimal
+MIN_SEARCH_S = 0.5  # search after HiGHS ran out of time gets at least this long
 
 
 def _polished(a: Assessment, placed: Placed, started: float, budget_s: float) -> Placed:
@@ -316,14 +324,14 @@ def _within_budgets(a: Assessment, placed: Placed) -> bool:
     return bool((cost <= budget[on] + 1e-9).all())
 
 
-def _method(a: Assessment, placed: Placed, exact: ExactResult, seconds: float) -> Method:
+def _method(a: Assessment, placed: Placed, exact: ExactResult, relaxed: Relaxation, seconds: float) -> Method:
     cost = plan_cost(a, placed)
     # Two bounds no plan can beat: every step on its cheapest pool as if the whole commitment were its
     # own; or without any commitment, less every commitment's whole worth once.
     base, saving, committed = commitment_terms(a)
     simple = float(np.min(a.cost_usd, axis=1, where=a.feasible, initial=np.inf).sum()) if len(a.steps) else 0.0
     shared = float(np.min(base, axis=1, where=a.feasible, initial=np.inf).sum() - (saving * committed).clip(min=0).sum()) if len(a.steps) else 0.0
-    bounds = [b for b in (exact.dual_bound_usd, simple, shared) if b is not None and np.isfinite(b)]
+    bounds = [b for b in (exact.dual_bound_usd, relaxed.bound_usd, simple, shared) if b is not None and np.isfinite(b)]
     lower = max(bounds) if bounds else None
     if exact.status == "optimal" and exact.cost_usd is not None:
         lower = min(exact.dual_bound_usd if exact.dual_bound_usd is not None else exact.cost_usd, cost)
