@@ -9,7 +9,6 @@ that says how it was measured.
 
 from __future__ import annotations
 
-import statistics
 from typing import Any
 
 from rich.table import Table
