@@ -47,11 +47,12 @@ def machine_table(facts: dict[str, Any]) -> Table:
 
 def validation_table(results: list, repeats: int) -> Table:
     table = Table(
-        title="1. Plate validation throughput: check_plate_file vs pandas.read_csv (same CSV bytes)",
+        title="1. Plate validation throughput: check_plate_file vs pyarrow.csv.read_csv (same CSV bytes; pandas.read_csv for reference)",
         caption=(
             f"Median of {repeats} repeats (time.perf_counter); a repeat averages n calls, "
-            f"n chosen so it lasts ≥ {MIN_REPEAT_SECONDS * 1e3:.0f} ms. Ratio = validator time ÷ "
-            "read time: how many plain reads one validation costs."
+            f"n chosen so it lasts ≥ {MIN_REPEAT_SECONDS * 1e3:.0f} ms. × pyarrow = validator wells/s ÷ "
+            "pyarrow wells/s (1.0 = validating costs nothing beyond parsing; the target is ≥ 0.5 at scale). "
+            "Single small files are dominated by fixed per-file costs."
         ),
         title_justify="left",
         caption_justify="left",
@@ -61,10 +62,11 @@ def validation_table(results: list, repeats: int) -> Table:
     table.add_column("CSV KB", justify="right")
     table.add_column("Validator ms", justify="right")
     table.add_column("Validator wells/s", justify="right", style="bold")
-    table.add_column("pandas ms", justify="right")
+    table.add_column("pyarrow ms", justify="right")
+    table.add_column("pyarrow wells/s", justify="right")
     table.add_column("pandas wells/s", justify="right")
-    table.add_column("Ratio", justify="right", style="bold")
-    table.add_column("n calls (val/pd)", justify="right")
+    table.add_column("× pyarrow", justify="right", style="bold")
+    table.add_column("n calls (val/pa/pd)", justify="right")
     for r in results:
         table.add_row(
             r.case.name,
@@ -72,10 +74,11 @@ def validation_table(results: list, repeats: int) -> Table:
             f"{len(r.case.data) / 1000:,.1f}",
             _ms(r.validator.median),
             _rate(r.validator_wells_per_s),
-            _ms(r.pandas_read.median),
+            _ms(r.arrow_read.median),
+            _rate(r.arrow_wells_per_s),
             _rate(r.pandas_wells_per_s),
-            _times(r.cost_multiple),
-            f"{r.validator.calls_per_repeat}/{r.pandas_read.calls_per_repeat}",
+            f"{r.throughput_ratio:.2f}×",
+            f"{r.validator.calls_per_repeat}/{r.arrow_read.calls_per_repeat}/{r.pandas_read.calls_per_repeat}",
         )
     return table
 

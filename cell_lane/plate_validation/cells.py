@@ -136,42 +136,21 @@ def prepare_cells(table: pa.Table, file: str, lines: LineLookup | None) -> Cells
 
 def _text(column: pa.ChunkedArray) -> Text:
     """Codes into the distinct stripped values; each distinct value is stripped once."""
-    if pa.types.is_dictionary(column.type):
-        array = column.unify_dictionaries().combine_chunks()
-    else:
-        array = _plain_strings(column)
-        if not pa.types.is_string(array.type):
-            array = pa.array(
-                [to_text(value) for value in array.to_pylist()], pa.string()
-            )
-        array = pc.dictionary_encode(array)
-    indices = (
-        array.indices
-        if array.indices.null_count == 0
-        else pc.fill_null(array.indices, -1)
-    )
-    indices = indices.to_numpy(zero_copy_only=False).astype(np.int32, copy=False)
-    distinct = array.dictionary
-    if not pa.types.is_string(distinct.type):
-        distinct = distinct.cast(pa.string())
+    array = _plain_strings(column)
+    if not pa.types.is_string(array.type):
+        array = pa.array([to_text(value) for value in array.to_pylist()], pa.string())
+    encoded = pc.dictionary_encode(array)
+    indices = encoded.indices if encoded.indices.null_count == 0 else pc.fill_null(encoded.indices, -1)
+    codes = indices.to_numpy(zero_copy_only=False).astype(np.int32, copy=False)
+    distinct = encoded.dictionary
     stripped = pc.utf8_trim_whitespace(distinct)
-    if (
-        stripped.equals(distinct)
-        and not pc.any(pc.equal(distinct, "")).as_py()
-        and len(set(distinct.to_pylist())) == len(distinct)
-    ):
-        return Text(indices, distinct.to_pylist())
-    # Some value had white space around it, was empty, or the dictionary repeats itself: re-code.
-    recoded = pc.dictionary_encode(
-        pc.if_else(pc.equal(stripped, ""), pa.scalar(None, pa.string()), stripped)
-    )
-    mapping = np.append(
-        pc.fill_null(recoded.indices, -1)
-        .to_numpy(zero_copy_only=False)
-        .astype(np.int32),
-        -1,
-    )
-    return Text(mapping[indices], recoded.dictionary.to_pylist())
+    empty = pc.equal(stripped, "")
+    if stripped.equals(distinct) and not pc.any(empty).as_py():
+        return Text(codes, distinct.to_pylist())
+    # Some value had white space around it or was empty: strip, then code again (" A01" is "A01").
+    recoded = pc.dictionary_encode(pc.if_else(empty, pa.scalar(None, pa.string()), stripped))
+    mapping = np.append(pc.fill_null(recoded.indices, -1).to_numpy(zero_copy_only=False).astype(np.int32), -1)
+    return Text(mapping[codes], recoded.dictionary.to_pylist())
 
 
 def _plain_strings(column: pa.ChunkedArray) -> pa.Array:
