@@ -35,6 +35,7 @@ from shared_resources.placement.cost_model import (
     PlanContext,
     assess,
     spare_share,
+    young_daly_interval_hours,
 )
 from shared_resources.placement.exact import ExactResult, Relaxation, relaxation, solve
 from shared_resources.placement.fallback import best_found, rounded
@@ -158,7 +159,8 @@ class JobPlan:
             j = int(choice[i])
             pool = a.pools[j]
             gpu_hours, spare_hours = float(a.gpu_hours[i, j]), float(a.spare_gpu_hours[i, j])
-            interval = float(a.interval_hours[i, j]) if a.rework[i, j] else math.inf
+            rate = pool.interruption_rate_per_hour
+            interval = young_daly_interval_hours(a.delta_hours[i], 1.0 / (rate * step.nodes)) if rate > 0 else math.inf
             deadline = a.deadline_hours[i]
             yield {
                 "step": step.name,
