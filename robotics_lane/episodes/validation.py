@@ -17,7 +17,8 @@ index (the `index` column) and `column` the feature. Rules (docs/teleop-protocol
 - `no_episodes`: the dataset holds no episodes at all.
 - `tasks`: tasks.parquet missing, or a frame's task_index not in it.
 
-Each rule reports at most 20 issues, then one "… and N more".
+Each rule reports at most 20 issues, then one "… and N more". The per-frame rules run over
+all frames of a data file at once (`frames`); only offending episodes are looked at one by one.
 """
 
 from __future__ import annotations
@@ -25,12 +26,12 @@ from __future__ import annotations
 import json
 import posixpath
 from collections import defaultdict
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import pyarrow as pa
 
+from robotics_lane.episodes.frames import TIMESTAMP_TOLERANCE_S, Limits, check_frames  # noqa: F401 - TIMESTAMP_TOLERANCE_S is part of this module's API
 from robotics_lane.episodes.lerobot_v3 import (
     ACTION,
     CODEBASE_VERSION,
@@ -54,22 +55,9 @@ from robotics_lane.episodes.lerobot_v3 import (
 from shared_resources.intake.landing import DropIssue
 
 MAX_ISSUES_PER_RULE = 20
-TIMESTAMP_TOLERANCE_S = 1e-3
 REQUIRED_INFO_KEYS = ("codebase_version", "fps", "features", "data_path", "total_episodes", "total_frames", "total_tasks")
 REQUIRED_EPISODE_COLUMNS = ("episode_index", "length", "data/chunk_index", "data/file_index", "dataset_from_index", "dataset_to_index")
 CAMERA_DTYPES = ("video", "image")
-
-
-@dataclass(frozen=True)
-class _Limits:
-    """What one dataset's frames are checked against."""
-
-    fps: int
-    action_bounds: tuple[float, float]
-    length_range: tuple[int, int]
-    dim_names: dict[str, list[str]]
-    task_indices: set[int] | None  # None when tasks.parquet could not be read
-    dataset: str  # the folder, named in messages about a whole episode
 
 
 def validate_dataset(
@@ -110,7 +98,7 @@ def validate_dataset(
     if fatal or episodes is None or episodes.num_rows == 0:
         return ds_info, _cap(issues)
     names = {n: features[n]["names"] for n in (STATE, ACTION) if isinstance(features[n].get("names"), list)}
-    limits = _Limits(
+    limits = Limits(
         int(info["fps"]), (action_low, action_high), (min_length, max_length), names, set(task_by_index) if not task_issues else None, uri
     )
     issues += _check_data(fs, root, info, episodes, limits)
@@ -249,7 +237,7 @@ def _read_episode_table(fs: Any, root: str) -> tuple[pa.Table | None, list[DropI
 # --- frames ----------------------------------------------------------------------------
 
 
-def _check_data(fs: Any, root: str, info: dict, episodes: pa.Table, limits: _Limits) -> list[DropIssue]:
+def _check_data(fs: Any, root: str, info: dict, episodes: pa.Table, limits: Limits) -> list[DropIssue]:
     """Read each data file the episode table points to and check every episode in it."""
     issues: list[DropIssue] = []
     rows = episodes.to_pylist()
@@ -283,14 +271,7 @@ def _check_data(fs: Any, root: str, info: dict, episodes: pa.Table, limits: _Lim
         if column_issues:
             continue
         data = {c: column_values(table, c) for c in columns}
-        in_file = data["episode_index"]
-        for stray in sorted(set(np.unique(in_file).tolist()) - {r["episode_index"] for r in ep_rows}):
-            k = int(np.flatnonzero(in_file == stray)[0])
-            msg = f"frames of episode {stray} are in this file but the episode table does not list it here; add its row or remove the frames."
-            issues.append(DropIssue("episode_index", msg, rel, int(data["index"][k]), column="episode_index"))
-        for r in ep_rows:
-            at = np.flatnonzero(in_file == r["episode_index"])
-            issues += _check_episode(r, {c: v[at] for c, v in data.items()}, rel, limits)
+        issues += check_frames(data, ep_rows, rel, limits)
     return issues
 
 
@@ -324,72 +305,6 @@ def _check_columns(table: pa.Table, features: dict, rel: str) -> list[DropIssue]
             continue
         issues.append(DropIssue("features", msg, rel, column=name))
     return issues
-
-
-def _check_episode(row: dict, frames: dict[str, np.ndarray], rel: str, limits: _Limits) -> list[DropIssue]:
-    """The episode table's row against its frames, then every per-frame rule (first offence per rule)."""
-    ep, n = row["episode_index"], len(frames["index"])
-    if n == 0:  # zero length: nothing to learn from, and LeRobot cannot index it
-        msg = (f"episode {ep} of {limits.dataset} has no frames in this file (the episode table says length {row['length']}); an "
-               "episode needs at least one frame: write its frames, or remove its row and renumber the later episodes.")
-        return [DropIssue("episode_length" if row["length"] == 0 else "episode_index", msg, rel)]
-    index, fi = frames["index"], frames["frame_index"]
-    issues = []
-
-    def at(rule: str, k: int, column: str | None, msg: str) -> None:  # a problem at frame k
-        issues.append(DropIssue(rule, f"episode {ep}, frame {int(fi[k])}: {msg}", rel, int(index[k]), column=column))
-
-    def whole(rule: str, column: str | None, msg: str) -> None:  # a problem with the whole episode
-        issues.append(DropIssue(rule, f"episode {ep} {msg}", rel, int(index[0]), column=column))
-
-    if n != row["length"]:
-        whole("episode_index", None, f"has {n} frames but the episode table says length {row['length']}; make the table match the data.")
-    span = (int(index.min()), int(index.max()) + 1)
-    if span != (row["dataset_from_index"], row["dataset_to_index"]) or span[1] - span[0] != n:
-        whole("episode_index", "index", f"has frames with index {span[0]}..{span[1] - 1} but the episode table says dataset_from_index "
-              f"{row['dataset_from_index']} / dataset_to_index {row['dataset_to_index']}; "
-              "`index` must count frames across the dataset without gaps.")
-    low, high = limits.length_range
-    if not low <= n <= high:
-        whole("episode_length", None, f"has {n} frames ({n / limits.fps:.2f} s); episodes must have {low}..{high} frames. "
-              "Drop it or split/merge the recording.")
-    if (bad := np.flatnonzero(fi != np.arange(n))).size:
-        k = int(bad[0])
-        at("frame_index", k, "frame_index", f"frame_index at position {k} is {int(fi[k])}, expected {k}; "
-           f"frame_index must count 0..{n - 1} within each episode, in recording order.")
-    ts = frames["timestamp"].astype(np.float64)
-    if (back := np.flatnonzero(np.diff(ts) <= 0)).size:
-        k = int(back[0]) + 1
-        at("timestamps", k, "timestamp", f"timestamp {ts[k]:.4f} s does not increase after {ts[k - 1]:.4f} s; "
-           "timestamps must be strictly increasing within an episode.")
-    if (off := np.flatnonzero(np.abs(ts - fi / limits.fps) > TIMESTAMP_TOLERANCE_S)).size:
-        k = int(off[0])
-        at("timestamps", k, "timestamp", f"timestamp {ts[k]:.4f} s but frame_index / fps = {fi[k] / limits.fps:.4f} s ({off.size} frames off "
-           f"by more than {TIMESTAMP_TOLERANCE_S} s); record at a fixed {limits.fps} Hz and stamp frames frame_index / fps.")
-    for name in (f for f in (STATE, ACTION, REWARD) if f in frames):
-        values = frames[name].reshape(n, -1)
-        if (bad_rows := np.nonzero(~np.isfinite(values)))[0].size:
-            k, d = int(bad_rows[0][0]), int(bad_rows[1][0])
-            at("non_finite", k, name, f"`{name}` {_dim(limits, name, d)} is {values[k, d]} ({bad_rows[0].size} non-finite values in this "
-               "episode); drop the episode or fix the sensor/controller that produced NaN/inf.")
-    action, (lo, hi) = frames[ACTION].reshape(n, -1), limits.action_bounds
-    with np.errstate(invalid="ignore"):
-        outside = np.nonzero((action < lo) | (action > hi))
-    if outside[0].size:
-        k, d = int(outside[0][0]), int(outside[1][0])
-        at("action_bounds", k, ACTION, f"action {_dim(limits, ACTION, d)} = {action[k, d]:.4g} is outside [{lo}, {hi}] ({outside[0].size} "
-           "values out of bounds); normalise actions to the policy's range or clip them in the teleop mapping.")
-    known = limits.task_indices
-    if known is not None and (unknown := np.flatnonzero(~np.isin(frames["task_index"], list(known)))).size:
-        k = int(unknown[0])
-        at("tasks", k, "task_index", f"task_index {int(frames['task_index'][k])} is not in {TASKS_PATH} (it has {sorted(known)}); "
-           "add the task string there or fix the frame's task_index.")
-    return issues
-
-
-def _dim(limits: _Limits, feature: str, d: int) -> str:
-    labels = limits.dim_names.get(feature) or []
-    return f"dim {d} ({labels[d]})" if d < len(labels) else f"dim {d}"
 
 
 def _arrow_type(dtype: Any) -> pa.DataType | None:
