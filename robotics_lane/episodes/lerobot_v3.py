@@ -31,6 +31,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from fsspec.core import url_to_fs
+from fsspec.implementations.local import LocalFileSystem
 
 CODEBASE_VERSION = "v3.0"
 INFO_PATH = "meta/info.json"
@@ -110,7 +111,13 @@ def _table_bytes(table: pa.Table, row_groups: list[int] | None = None) -> bytes:
 
 
 def read_table(fs: fsspec.AbstractFileSystem, path: str) -> pa.Table:
-    """Read one parquet file; raises FileNotFoundError or pyarrow's error as is."""
+    """Read one parquet file; raises FileNotFoundError or pyarrow's error as is.
+
+    Local files are read by pyarrow itself (memory-mapped, column chunks in parallel), the
+    same way ``pyarrow.parquet.read_table(path)`` reads them; other filesystems through fsspec.
+    """
+    if isinstance(fs, LocalFileSystem):
+        return pq.read_table(path, memory_map=True)
     with fs.open(path, "rb") as fh:
         return pq.read_table(fh)
 
@@ -121,14 +128,12 @@ def read_info_json(fs: fsspec.AbstractFileSystem, root: str) -> dict[str, Any]:
 
 
 def read_tasks(fs: fsspec.AbstractFileSystem, root: str) -> dict[int, str]:
-    """`task_index -> task` from `meta/tasks.parquet` (task strings are the pandas index)."""
-    with fs.open(posixpath.join(root, TASKS_PATH), "rb") as fh:
-        frame = pd.read_parquet(fh)
-    if "task" in frame.columns:
-        frame = frame.set_index("task")
-    if "task_index" not in frame.columns:
-        raise ValueError(f"{TASKS_PATH} has no `task_index` column (found {list(frame.columns)}).")
-    return {int(i): str(t) for t, i in zip(frame.index, frame["task_index"], strict=True)}
+    """`task_index -> task` from `meta/tasks.parquet` (task strings are the pandas index, stored as a column `task`)."""
+    table = read_table(fs, posixpath.join(root, TASKS_PATH))
+    if "task_index" not in table.column_names:
+        raise ValueError(f"{TASKS_PATH} has no `task_index` column (found {[c for c in table.column_names if c != 'task']}).")
+    tasks = table.column("task").to_pylist() if "task" in table.column_names else list(range(table.num_rows))
+    return {int(i): str(t) for t, i in zip(tasks, table.column("task_index").to_pylist(), strict=True)}
 
 
 def episode_table_paths(fs: fsspec.AbstractFileSystem, root: str) -> list[str]:
@@ -142,10 +147,11 @@ def column_values(table: pa.Table, name: str) -> np.ndarray:
     if pa.types.is_fixed_size_list(col.type):
         return col.flatten().to_numpy(zero_copy_only=False).reshape(len(col), col.type.list_size)
     if pa.types.is_list(col.type) or pa.types.is_large_list(col.type):
-        rows = col.to_pylist()
-        if len({len(r) for r in rows}) > 1:
+        widths = pc.list_value_length(col).to_numpy(zero_copy_only=False)
+        if len(col) and (col.null_count or widths.min() != widths.max()):
             raise ValueError(f"column `{name}` holds lists of different lengths; every frame must have the same width.")
-        return np.asarray(rows).reshape(len(rows), -1)
+        width = int(widths[0]) if len(col) else 0
+        return pc.list_flatten(col).to_numpy(zero_copy_only=False).reshape(len(col), width)
     return col.to_numpy(zero_copy_only=False)
 
 
@@ -343,37 +349,53 @@ def read_dataset(uri: str) -> tuple[DatasetInfo, list[Episode]]:
         raise FileNotFoundError(f"{uri}: no {EPISODES_DIR}/chunk-*/file-*.parquet; the dataset has no episode table.")
     ep_table = pa.concat_tables([read_table(fs, p) for p in paths], promote_options="permissive").sort_by("episode_index").to_pylist()
     data_path = info.get("data_path", DATA_PATH)
-    files: dict[tuple[int, int], pa.Table] = {}
+    files: dict[tuple[int, int], _FileFrames] = {}
     episodes: list[Episode] = []
     for row in ep_table:
         key = (int(row["data/chunk_index"]), int(row["data/file_index"]))
         rel = data_path.format(chunk_index=key[0], file_index=key[1])
         if key not in files:
-            files[key] = read_table(fs, posixpath.join(root, rel))
-        frames = files[key].filter(pc.equal(files[key].column("episode_index"), row["episode_index"]))
-        if frames.num_rows == 0:
+            files[key] = _FileFrames(read_table(fs, posixpath.join(root, rel)))
+        span = files[key].where.get(int(row["episode_index"]))
+        if span is None:
             raise ValueError(f"{uri}: episode {row['episode_index']} has no frames in {rel}, where the episode table points.")
-        task_index = int(frames.column("task_index")[0].as_py())
-        task = task_by_index.get(task_index, (row.get("tasks") or [""])[0])
+        task = task_by_index.get(int(files[key].columns["task_index"][span[0]]), (row.get("tasks") or [""])[0])
         metadata = {k[len(METADATA_PREFIX) :]: v for k, v in row.items() if k.startswith(METADATA_PREFIX) and v is not None}
-        episodes.append(_episode_from_frames(frames, task, metadata))
+        episodes.append(files[key].episode(span, task, metadata))
     tasks = [task_by_index[i] for i in sorted(task_by_index)]
     return info_from_json(info, tasks), episodes
 
 
-def _episode_from_frames(frames: pa.Table, task: str, metadata: dict) -> Episode:
-    def matrix(name: str) -> np.ndarray:
-        return column_values(frames, name).astype(np.float32).reshape(frames.num_rows, -1)
+class _FileFrames:
+    """One data file's columns as numpy, grouped by episode once (not filtered again per episode)."""
 
-    names = frames.column_names
-    return Episode(
-        task=task,
-        observation_state=matrix(STATE),
-        action=matrix(ACTION),
-        reward=matrix(REWARD)[:, 0] if REWARD in names else None,
-        success=bool(frames.column(SUCCESS)[-1].as_py()) if SUCCESS in names else None,
-        metadata=metadata,
-    )
+    def __init__(self, table: pa.Table) -> None:
+        names = [n for n in (STATE, ACTION, REWARD, SUCCESS, "task_index", "episode_index") if n in table.column_names]
+        self.columns = {name: column_values(table, name) for name in names}
+        episode = self.columns.get("episode_index", np.zeros(table.num_rows, dtype=np.int64))
+        if not np.all(episode[1:] >= episode[:-1]):  # group the frames, each episode's in file order
+            order = np.argsort(episode, kind="stable")
+            self.columns, episode = {name: values[order] for name, values in self.columns.items()}, episode[order]
+        ids, starts, counts = np.unique(episode, return_index=True, return_counts=True)
+        self.where = {int(i): (int(a), int(a + n)) for i, a, n in zip(ids, starts, counts, strict=True)}
+
+    def episode(self, span: tuple[int, int], task: str, metadata: dict) -> Episode:
+        """The frames in ``span`` as an Episode (its arrays are views of the file's columns)."""
+        part = {name: values[span[0] : span[1]] for name, values in self.columns.items()}
+        matrix = {name: part[name].astype(np.float32, copy=False).reshape(span[1] - span[0], -1) for name in (STATE, ACTION, REWARD) if name in part}
+        return Episode(
+            task=task,
+            observation_state=matrix[STATE],
+            action=matrix[ACTION],
+            reward=matrix[REWARD][:, 0] if REWARD in matrix else None,
+            success=bool(part[SUCCESS][-1]) if SUCCESS in part else None,
+            metadata=metadata,
+        )
+
+
+def _episode_from_frames(frames: pa.Table, task: str, metadata: dict) -> Episode:
+    """One episode from a table holding only its frames (a file written by `write_episode_file`)."""
+    return _FileFrames(frames).episode((0, frames.num_rows), task, metadata)
 
 
 def dataset_files(uri: str) -> list[str]:
