@@ -223,3 +223,23 @@ def test_truncated_files_are_reported_not_raised(dataset: Path, rel: str) -> Non
     path.write_bytes(path.read_bytes()[: path.stat().st_size // 2])
     _, issues = validate_dataset(str(dataset))
     assert issues and all(i.rule in {"info_json", "unreadable_parquet"} for i in issues), [i.describe() for i in issues]
+
+
+def test_frames_out_of_episode_order_are_checked_per_episode(dataset: Path) -> None:
+    """Frames of the episodes interleaved in the file: a clean dataset stays clean, and a broken
+    frame is still named by its episode, its frame and its global index."""
+    table = pq.read_table(dataset / DATA)
+    order = np.lexsort((table["episode_index"].to_numpy(), table["frame_index"].to_numpy()))  # frame 0 of each episode, then frame 1, …
+    pq.write_table(table.take(pa.array(order)), dataset / DATA)
+    assert validate_dataset(str(dataset))[1] == []
+    set_cell(dataset / DATA, "action", int(np.flatnonzero(order == 25)[0]), 3.0, dim=1)  # global frame 25: episode 1, frame 5
+    (issue,) = issues_for(dataset, "action_bounds")
+    assert issue.row == 25 and "episode 1, frame 5" in issue.message and "dim 1 (dq1)" in issue.message
+
+
+def test_every_broken_episode_is_reported_once_per_rule(dataset: Path) -> None:
+    for row in (3, 25, 26, 50):  # two in episode 1: one report, with the count
+        set_cell(dataset / DATA, "observation.state", row, float("nan"), dim=0)
+    issues = issues_for(dataset, "non_finite")
+    assert [(i.row, i.message.split(":")[0]) for i in issues] == [(3, "episode 0, frame 3"), (25, "episode 1, frame 5"), (50, "episode 2, frame 8")]
+    assert "(2 non-finite values in this episode)" in issues[1].message

@@ -236,3 +236,21 @@ def test_works_on_an_fsspec_memory_uri() -> None:
         assert_same_episodes(read_dataset(f"memory://{name}/assembled")[1], episodes[:1])
     finally:
         fs.rm(f"/{name}", recursive=True)
+
+
+def test_reads_frames_stored_out_of_episode_order_and_list_columns(tmp_path: Path) -> None:
+    """Frames of different episodes interleaved in the data file, vectors as variable-size lists
+    (how other writers may store them): every episode still reads back whole, in its frames' order."""
+    episodes = make_episodes(3)
+    uri = str(tmp_path / "ds")
+    write(uri, episodes)
+    data = tmp_path / "ds" / "data/chunk-000/file-000.parquet"
+    table = pq.read_table(data)
+    order = np.lexsort((table["episode_index"].to_numpy(), table["frame_index"].to_numpy()))  # frame 0 of each episode, then frame 1, …
+    table = table.take(pa.array(order))
+    for name in ("observation.state", "action"):
+        i = table.schema.get_field_index(name)
+        table = table.set_column(i, name, table.column(name).cast(pa.list_(pa.float32())))
+    pq.write_table(table, data)
+    _, back = read_dataset(uri)
+    assert_same_episodes(back, episodes)
