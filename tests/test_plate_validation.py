@@ -692,3 +692,18 @@ def test_validate_plate_table_accepts_a_dataframe() -> None:
     assert result.ok, [v.describe() for v in result.violations]
     assert result.file == PARQUET_FILE
     assert result.plate_formats == {"P1": 96}
+
+
+def test_big_files_check_their_plate_rules_on_a_second_thread_with_the_same_result(monkeypatch: pytest.MonkeyPatch) -> None:
+    from cell_lane.plate_validation import validate
+
+    plates = as_text(pd.concat([make_plate("P1"), make_plate("P2", size=384)], ignore_index=True))
+    plates.loc[3, "well"] = "A1"  # invalid_well (plate rules)
+    plates.loc[7, "readout"] = "n.d."  # non_numeric_readout (cell rules)
+    plates.loc[9, "well"] = plates.loc[10, "well"]  # duplicate_well (plate rules)
+    serial = check_csv(plates)
+    monkeypatch.setattr(validate, "PARALLEL_ROWS", 1)
+    parallel = check_csv(plates)
+    assert [v.describe() for v in parallel.violations] == [v.describe() for v in serial.violations]
+    assert {v.rule for v in serial.violations} >= {"invalid_well", "non_numeric_readout", "duplicate_well", "mixed_plate_format"}
+    assert parallel.plate_formats == serial.plate_formats and parallel.z_primes == serial.z_primes

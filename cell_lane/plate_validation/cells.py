@@ -27,6 +27,9 @@ from .violations import Violation
 NUMBER_PATTERN = r"^[+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]+)?$"
 MISSING_TOKENS = ("", "na", "n/a", "nan", "null", "none", "#n/a")
 INFINITY_TOKENS = ("inf", "+inf", "-inf", "infinity", "+infinity", "-infinity")
+#: Text columns with (nearly) one value per row: kept as strings, not coded. The others
+#: (barcodes, wells, sample types) repeat a few values and are coded for the plate rules.
+PLAIN_TEXT_COLUMNS = ("perturbation",)
 
 
 @dataclass
@@ -65,6 +68,37 @@ class Text:
         return table[self.codes]  # code -1 takes the trailing None
 
 
+class PlainText:
+    """A text column with many distinct values (``perturbation``), kept as Arrow strings.
+
+    Only its empty cells are needed for checking; it is stripped when the typed table
+    is built (or a cell is quoted), not before.
+    """
+
+    def __init__(self, array: pa.ChunkedArray) -> None:
+        self.array = array
+
+    def at(self, row: int) -> str | None:
+        return to_text(self.array[row - 1].as_py())
+
+    def empty(self) -> np.ndarray:
+        blank = pc.fill_null(
+            pc.or_(pc.utf8_is_space(self.array), pc.equal(self.array, "")), True
+        )
+        return np.asarray(blank.to_numpy(zero_copy_only=False), dtype=bool)
+
+    def equals(self, value: str) -> np.ndarray:
+        return np.asarray(
+            pc.fill_null(pc.equal(_stripped(self.array), value), False).to_numpy(
+                zero_copy_only=False
+            ),
+            dtype=bool,
+        )
+
+    def objects(self) -> np.ndarray:
+        return _stripped(self.array).to_pandas().to_numpy(dtype=object)
+
+
 @dataclass
 class Cells:
     """The table as the checks see it, plus what is needed to point at a cell."""
@@ -72,7 +106,7 @@ class Cells:
     file: str
     rows: int
     columns: list[str]  # unique, stripped, in file order
-    text: dict[str, Text] = field(default_factory=dict)
+    text: dict[str, Text | PlainText] = field(default_factory=dict)
     numbers: dict[str, Number] = field(default_factory=dict)
     lines: LineLookup | None = None
 
@@ -128,7 +162,10 @@ def prepare_cells(table: pa.Table, file: str, lines: LineLookup | None) -> Cells
     )
     for name, column in zip(table.column_names, table.columns):
         if name in TEXT_COLUMNS:
-            cells.text[name] = _text(column)
+            plain = name in PLAIN_TEXT_COLUMNS and (
+                pa.types.is_string(column.type) or pa.types.is_large_string(column.type)
+            )
+            cells.text[name] = PlainText(column) if plain else _text(column)
         elif name in NUMERIC_COLUMNS:
             cells.numbers[name] = _number(column)
     return cells
@@ -136,11 +173,24 @@ def prepare_cells(table: pa.Table, file: str, lines: LineLookup | None) -> Cells
 
 def _text(column: pa.ChunkedArray) -> Text:
     """Codes into the distinct stripped values; each distinct value is stripped once."""
-    array = _plain_strings(column)
-    if not pa.types.is_string(array.type):
-        array = pa.array([to_text(value) for value in array.to_pylist()], pa.string())
-    encoded = pc.dictionary_encode(array)
-    indices = encoded.indices if encoded.indices.null_count == 0 else pc.fill_null(encoded.indices, -1)
+    if pa.types.is_dictionary(column.type) and pa.types.is_string(
+        column.type.value_type
+    ):
+        encoded = (
+            column.unify_dictionaries().combine_chunks()
+        )  # coded by the reader already
+    else:
+        array = _plain_strings(column)
+        if not pa.types.is_string(array.type):
+            array = pa.array(
+                [to_text(value) for value in array.to_pylist()], pa.string()
+            )
+        encoded = pc.dictionary_encode(array)
+    indices = (
+        encoded.indices
+        if encoded.indices.null_count == 0
+        else pc.fill_null(encoded.indices, -1)
+    )
     codes = indices.to_numpy(zero_copy_only=False).astype(np.int32, copy=False)
     distinct = encoded.dictionary
     stripped = pc.utf8_trim_whitespace(distinct)
@@ -148,8 +198,15 @@ def _text(column: pa.ChunkedArray) -> Text:
     if stripped.equals(distinct) and not pc.any(empty).as_py():
         return Text(codes, distinct.to_pylist())
     # Some value had white space around it or was empty: strip, then code again (" A01" is "A01").
-    recoded = pc.dictionary_encode(pc.if_else(empty, pa.scalar(None, pa.string()), stripped))
-    mapping = np.append(pc.fill_null(recoded.indices, -1).to_numpy(zero_copy_only=False).astype(np.int32), -1)
+    recoded = pc.dictionary_encode(
+        pc.if_else(empty, pa.scalar(None, pa.string()), stripped)
+    )
+    mapping = np.append(
+        pc.fill_null(recoded.indices, -1)
+        .to_numpy(zero_copy_only=False)
+        .astype(np.int32),
+        -1,
+    )
     return Text(mapping[codes], recoded.dictionary.to_pylist())
 
 
@@ -169,6 +226,10 @@ def _stripped(array: pa.Array) -> pa.Array:
 
 
 def _number(column: pa.ChunkedArray) -> Number:
+    if pa.types.is_float64(
+        column.type
+    ):  # parsed by the reader: one copy into numpy, nulls as NaN
+        return Number(column.to_numpy(), np.zeros(len(column), dtype=bool), None)
     array = column.combine_chunks()
     kind = array.type
     if pa.types.is_dictionary(kind):

@@ -27,13 +27,22 @@ def normalised_effects(table: pd.DataFrame) -> pd.DataFrame:
     means = {}
     for control in ("pos_ctrl", "neg_ctrl"):  # one mean per plate, all plates at once
         rows = usable & (table["sample_type"] == control)
-        means[control] = readout[rows].groupby(table.loc[rows, "plate_barcode"], sort=False).mean().reindex(plates)
+        means[control] = (
+            readout[rows]
+            .groupby(table.loc[rows, "plate_barcode"], sort=False)
+            .mean()
+            .reindex(plates)
+        )
     for barcode in plates:
         pos, neg = means["pos_ctrl"][barcode], means["neg_ctrl"][barcode]
         if np.isnan(pos) or np.isnan(neg):
-            raise ValueError(f"plate {barcode} has no pos_ctrl or no neg_ctrl readouts; validate the table first")
+            raise ValueError(
+                f"plate {barcode} has no pos_ctrl or no neg_ctrl readouts; validate the table first"
+            )
         if pos == neg:
-            raise ValueError(f"plate {barcode}: pos_ctrl and neg_ctrl readouts have the same mean")
+            raise ValueError(
+                f"plate {barcode}: pos_ctrl and neg_ctrl readouts have the same mean"
+            )
     neg_mean = table["plate_barcode"].map(means["neg_ctrl"]).astype(float)
     pos_mean = table["plate_barcode"].map(means["pos_ctrl"]).astype(float)
     effect = (readout - neg_mean) / (pos_mean - neg_mean)
@@ -44,5 +53,7 @@ def normalised_effects(table: pd.DataFrame) -> pd.DataFrame:
     result = table.loc[samples, columns].copy()
     result["readout"] = readout[samples]
     result["effect"] = effect[samples]
-    result["source_file"] = table.loc[samples, "source_file"] if "source_file" in table.columns else None
+    result["source_file"] = (
+        table.loc[samples, "source_file"] if "source_file" in table.columns else None
+    )
     return result.reset_index(drop=True)

@@ -133,20 +133,34 @@ def plate_formats(cells: Cells, wells: Wells, found: Findings) -> dict[str, int]
     else:
         plate, barcodes = np.full(cells.rows, -1, dtype=np.int32), []
     beyond_384 = wells.size_class == 2
-    outside = beyond_384.copy()
-    if beyond_384.any() and barcodes:  # a plate with more than 384 rows is a 1536-well plate
-        rows_per_plate = np.bincount(plate[plate >= 0], minlength=len(barcodes))
-        outside &= ~((plate >= 0) & (rows_per_plate[np.maximum(plate, 0)] > 384))
+    outside = beyond_384
+    if (
+        beyond_384.any() and barcodes
+    ):  # a plate with more than 384 rows is a 1536-well plate
+        small_plate = np.append(
+            np.bincount(plate[plate >= 0], minlength=len(barcodes)) <= 384, True
+        )
+        outside = (
+            beyond_384 & small_plate[plate]
+        )  # plate -1 (no barcode) takes the trailing True
     found.at_rows("well_outside_plate", outside, lambda row: _outside(cells, row))
-    placed = (wells.size_class != _NOT_A_WELL) & ~outside & (plate >= 0)
     classes = len(_SIZES)
-    seen = np.bincount(
-        plate[placed].astype(np.int64) * classes + wells.size_class[placed],
-        minlength=len(barcodes) * classes,
-    )
+    key = (
+        plate * classes + wells.size_class
+    )  # int32: plate and size class in one number
+    if (
+        outside is not beyond_384
+        and outside.any()
+        or (plate < 0).any()
+        or (wells.size_class == _NOT_A_WELL).any()
+    ):
+        key = key[(wells.size_class != _NOT_A_WELL) & ~outside & (plate >= 0)]
     seen = (
-        seen.reshape(len(barcodes), classes) > 0
-    )  # which size classes each plate's wells have
+        np.bincount(key, minlength=len(barcodes) * classes).reshape(
+            len(barcodes), classes
+        )
+        > 0
+    )
     has_wells = seen.any(axis=1)
     largest = classes - 1 - np.argmax(seen[:, ::-1], axis=1)
     sizes = np.array(_SIZES)[largest]
@@ -196,13 +210,14 @@ def duplicate_wells(cells: Cells, wells: Wells, found: Findings) -> None:
         return
     plate = cells.text["plate_barcode"].codes
     both = (plate >= 0) & (wells.codes >= 0)
-    key = np.where(
-        both, plate.astype(np.int64) * max(len(wells.names), 1) + wells.codes, -1
-    )
-    if key.max() < 8 * cells.rows + 1024:  # dense keys: count them
-        counts = np.bincount(key[both], minlength=key.max() + 1)
-        if counts.max(initial=0) < 2:
-            return
+    key = plate.astype(np.int64) * max(len(wells.names), 1) + wells.codes
+    complete = bool(both.all())
+    if not complete:
+        key = np.where(both, key, -1)
+    present = key if complete else key[both]
+    dense = present.size and present.max() < 8 * cells.rows + 1024
+    if dense and np.bincount(present).max() < 2:  # dense keys: counted, none twice
+        return
     keys = pd.Series(key[both])
     repeated, in_group = (
         np.zeros(cells.rows, dtype=bool),

@@ -9,6 +9,7 @@ field spans several lines.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Sequence
 
 import numpy as np
@@ -31,6 +32,7 @@ class LineLookup:
         self._lines: Sequence[int] | None = lines
         self._data = data
         self._rows = rows
+        self._lock = threading.Lock()  # the cell and plate rules may ask at once
 
     @classmethod
     def assumed(cls, rows: int) -> LineLookup:
@@ -48,10 +50,11 @@ class LineLookup:
         return [int(line) for line in self._all()]
 
     def _all(self) -> Sequence[int]:
-        if self._lines is None:
-            self._lines = _data_row_lines(self._data or b"")
-            self._data = None
-        return self._lines
+        with self._lock:
+            if self._lines is None:
+                self._lines = _data_row_lines(self._data or b"")
+                self._data = None
+            return self._lines
 
 
 def _data_row_lines(data: bytes) -> Sequence[int]:

@@ -21,6 +21,7 @@ import pyarrow.compute as pc
 import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 
+from .cells import PLAIN_TEXT_COLUMNS
 from .columns import NUMERIC_COLUMNS
 from .lines import LineLookup
 from .strict_csv import byte_problem, empty_file, read_csv_strictly
@@ -154,10 +155,9 @@ def _read_csv_with_arrow(data: bytes, parse_numbers: bool) -> pa.Table | None:
     if header is None or len(header) < 2:
         return None  # one column: a wrong delimiter, explained by the strict reader
     numeric = NUMERIC_COLUMNS if parse_numbers else ()
-    types = {
-        name: pa.float64() if name.strip() in numeric else pa.string()
-        for name in header
-    }
+    # With numbers parsed, the repetitive text columns come back coded: the parse threads code them.
+    coded = pa.dictionary(pa.int32(), pa.string()) if parse_numbers else pa.string()
+    types = {name: _csv_type(name.strip(), numeric, coded) for name in header}
     try:
         table = pacsv.read_csv(
             pa.BufferReader(data),
@@ -181,6 +181,12 @@ def _read_csv_with_arrow(data: bytes, parse_numbers: bool) -> pa.Table | None:
     return table.rename_columns([name.strip() for name in header])
 
 
+def _csv_type(name: str, numeric: tuple[str, ...], coded: pa.DataType) -> pa.DataType:
+    if name in numeric:
+        return pa.float64()
+    return pa.string() if name in PLAIN_TEXT_COLUMNS else coded
+
+
 def _header(data: bytes) -> list[str] | None:
     """The header names as written (the first non-blank record), from the file's first bytes."""
     try:
@@ -197,14 +203,37 @@ def _header(data: bytes) -> list[str] | None:
 
 
 def _without_blank_rows(table: pa.Table) -> pa.Table:
-    """Drop rows whose every cell is empty or white space (Excel leaves lines of only commas)."""
+    """Drop rows whose every cell is empty or white space (Excel leaves lines of only commas).
+
+    Numbers go first (an empty number is a null: a bitmap), then coded text, then plain
+    text; a file without such rows is ruled out as soon as no candidate is left.
+    """
+    order = sorted(
+        table.columns,
+        key=lambda c: (
+            0
+            if pa.types.is_floating(c.type)
+            else 1
+            if pa.types.is_dictionary(c.type)
+            else 2
+        ),
+    )
     blank: pa.ChunkedArray | None = None
-    for column in sorted(table.columns, key=lambda c: not pa.types.is_floating(c.type)):
+    for column in order:
         empty = pc.is_null(column)
-        if pa.types.is_string(column.type):
-            empty = pc.or_(
-                pc.or_(empty, pc.equal(column, "")), pc.utf8_is_space(column)
+        if not pa.types.is_floating(column.type):
+            text = (
+                column.cast(column.type.value_type)
+                if pa.types.is_dictionary(column.type)
+                else column
             )
+            if pa.types.is_string(text.type):
+                empty = pc.or_(
+                    empty,
+                    pc.fill_null(
+                        pc.or_(pc.equal(text, ""), pc.utf8_is_space(text)), False
+                    ),
+                )
         blank = empty if blank is None else pc.and_(blank, empty)
         if not pc.any(blank).as_py():
             return table

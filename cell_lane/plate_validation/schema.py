@@ -60,13 +60,15 @@ def cell_violations(cells: Cells, found: Findings) -> None:
             cells.text["sample_type"].codes,
             cells.text["sample_type"].values,
         )
-        unknown = np.isin(
-            codes,
-            [code for code, value in enumerate(values) if value not in SAMPLE_TYPES],
-        )
-        found.at_rows(
-            "unknown_sample_type", unknown, lambda row: _unknown_sample_type(cells, row)
-        )
+        unknown = [
+            code for code, value in enumerate(values) if value not in SAMPLE_TYPES
+        ]
+        if unknown:
+            found.at_rows(
+                "unknown_sample_type",
+                np.isin(codes, unknown),
+                lambda row: _unknown_sample_type(cells, row),
+            )
     for column, number in cells.numbers.items():
         rule = "non_numeric_readout" if column == "readout" else "non_numeric_value"
         found.at_rows(
@@ -74,18 +76,7 @@ def cell_violations(cells: Cells, found: Findings) -> None:
             number.not_number,
             lambda row, column=column: _non_numeric(cells, column, row),
         )
-        values = number.values
-        with np.errstate(invalid="ignore"):
-            finite = np.isfinite(values)
-            checks = [("finite", np.isinf(values))]
-            if column == "replicate":
-                checks += [
-                    ("whole_number", finite & (values != np.floor(values))),
-                    ("at_least_one", finite & (values < 1)),
-                ]
-            else:
-                checks.append(("not_negative", finite & (values < 0)))
-        for check, bad in checks:
+        for check, bad in _range_checks(column, number.values):
             found.at_rows(
                 "out_of_range",
                 bad,
@@ -97,6 +88,34 @@ def cell_violations(cells: Cells, found: Findings) -> None:
                 ),
             )
     _missing_required_values(cells, found)
+
+
+def _range_checks(column: str, values: np.ndarray) -> list[tuple[str, np.ndarray]]:
+    """(check, rows that fail it) for one numeric column; NaN (missing) fails none.
+
+    The smallest and largest value (NaN skipped, one pass each) rule most checks out
+    for the whole column before any row is looked at.
+    """
+    low = np.fmin.reduce(values) if values.size else np.nan
+    high = np.fmax.reduce(values) if values.size else np.nan
+    floor = 1 if column == "replicate" else 0
+    checks: list[tuple[str, np.ndarray]] = []
+    with np.errstate(invalid="ignore"):
+        if np.isinf(low) or np.isinf(high):
+            checks.append(("finite", np.isinf(values)))
+        finite = np.isfinite(values) if checks else ~np.isnan(values)
+        if column == "replicate":
+            whole = values == np.floor(values)
+            if not whole[finite].all():
+                checks.append(("whole_number", finite & ~whole))
+        if low < floor:
+            checks.append(
+                (
+                    "at_least_one" if column == "replicate" else "not_negative",
+                    finite & (values < floor),
+                )
+            )
+    return checks
 
 
 def _unknown_sample_type(cells: Cells, row: int) -> Violation:

@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import threading
+from collections.abc import Callable
+from typing import Any
+
 import pandas as pd
 
-from .cells import arrow_from_frame, prepare_cells, typed_table, unique_columns
+from .cells import Cells, arrow_from_frame, prepare_cells, typed_table, unique_columns
 from .layout import (
     Wells,
     controls_and_z_primes,
@@ -17,6 +21,9 @@ from .reading import LINES_ATTR, RawTable, file_suffix, read_raw
 from .schema import cell_violations, column_violations
 from .strict_csv import empty_file
 from .violations import Findings, PlateFileResult
+
+#: Files with at least this many data rows check their plate rules on a second thread.
+PARALLEL_ROWS = 50_000
 
 
 def validate_plate_table(table: pd.DataFrame, file: str) -> PlateFileResult:
@@ -72,18 +79,59 @@ def _validate(raw: RawTable, file: str) -> PlateFileResult:
     table = unique_columns(raw.table, file, found.listed)
     cells = prepare_cells(table, file, raw.lines)
     column_violations(cells, found)
+    # The plate rules and the cell rules read the same columns and write nothing shared: on a
+    # big file they run side by side (numpy and Arrow release the GIL for whole-column work).
+    plates = _Background(_plate_rules, cells) if cells.rows >= PARALLEL_ROWS else None
+    formats, plate_found = _plate_rules(cells) if plates is None else ({}, Findings())
     cell_violations(cells, found)
-    formats: dict[str, int] = {}
-    if "well" in cells.text:
-        wells = Wells(cells)
-        invalid_wells(cells, wells, found)
-        formats = plate_formats(cells, wells, found)
-        duplicate_wells(cells, wells, found)
     z_primes = controls_and_z_primes(cells, found)
+    if plates is not None:
+        formats, plate_found = plates.result()
+    found.listed += plate_found.listed
+    found.unlisted += plate_found.unlisted
     return PlateFileResult(
         file=file,
-        table=typed_table(cells),
         violations=found.capped(),
         z_primes=z_primes,
         plate_formats=formats,
+        build_table=lambda: typed_table(cells),
     )
+
+
+def _plate_rules(cells: Cells) -> tuple[dict[str, int], Findings]:
+    """Well names, plate formats and duplicate wells (needs the well column)."""
+    found = Findings()
+    if "well" not in cells.text:
+        return {}, found
+    wells = Wells(cells)
+    invalid_wells(cells, wells, found)
+    formats = plate_formats(cells, wells, found)
+    duplicate_wells(cells, wells, found)
+    return formats, found
+
+
+class _Background:
+    """Run ``work(*args)`` on a thread of its own; ``result()`` waits and returns it (or raises its error).
+
+    A fresh thread per big file, not a pool: a pool made before a fork has no thread after it.
+    """
+
+    def __init__(self, work: Callable[..., Any], *args: Any) -> None:
+        self._result: Any = None
+        self._error: BaseException | None = None
+        self._thread = threading.Thread(
+            target=self._run, args=(work, args), name="plate-rules", daemon=True
+        )
+        self._thread.start()
+
+    def _run(self, work: Callable[..., Any], args: tuple) -> None:
+        try:
+            self._result = work(*args)
+        except BaseException as error:  # noqa: BLE001 - handed to the caller by result()
+            self._error = error
+
+    def result(self) -> Any:
+        self._thread.join()
+        if self._error is not None:
+            raise self._error
+        return self._result

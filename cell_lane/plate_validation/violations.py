@@ -78,25 +78,46 @@ class Violation:
         return asdict(self)
 
 
-@dataclass
 class PlateFileResult:
     """Everything learnt from one plate file.
 
-    ``table`` is the typed table (the plate columns present in the file, plus
-    ``source_file`` and the 1-based ``row``) or ``None`` if the file could not
-    be read at all. Only rely on its values when ``ok`` is true.
+    ``table`` is the typed pandas table (the plate columns present in the file,
+    plus ``source_file`` and the 1-based ``row``) or ``None`` if the file could
+    not be read at all. Only rely on its values when ``ok`` is true. It is built
+    from the checked columns the first time it is asked for: a caller that only
+    wants the verdict does not pay for a pandas table.
     """
 
-    file: str
-    table: pd.DataFrame | None
-    violations: list[Violation] = field(default_factory=list)
-    z_primes: dict[str, float] = field(default_factory=dict)
-    plate_formats: dict[str, int] = field(default_factory=dict)
+    def __init__(
+        self,
+        file: str,
+        table: pd.DataFrame | None = None,
+        violations: list[Violation] | None = None,
+        z_primes: dict[str, float] | None = None,
+        plate_formats: dict[str, int] | None = None,
+        *,
+        build_table: Callable[[], pd.DataFrame] | None = None,
+    ) -> None:
+        self.file = file
+        self.violations = violations if violations is not None else []
+        self.z_primes = z_primes if z_primes is not None else {}
+        self.plate_formats = plate_formats if plate_formats is not None else {}
+        self._table = table
+        self._build_table = build_table
+
+    @property
+    def table(self) -> pd.DataFrame | None:
+        if self._table is None and self._build_table is not None:
+            self._table, self._build_table = self._build_table(), None
+        return self._table
 
     @property
     def ok(self) -> bool:
         """True when the file has no violations at all."""
         return not self.violations
+
+    def __repr__(self) -> str:
+        return f"PlateFileResult(file={self.file!r}, ok={self.ok}, violations={len(self.violations)}, plates={self.plate_formats})"
 
 
 @dataclass
@@ -117,6 +138,8 @@ class Findings:
         self, rule: str, mask: np.ndarray, make: Callable[[int], Violation]
     ) -> None:
         """One violation of ``rule`` per true entry of ``mask`` (row = position + 1), the first ones formatted."""
+        if not mask.any():
+            return
         positions = np.flatnonzero(mask)
         for position in positions[:MAX_VIOLATIONS_PER_RULE]:
             self.listed.append(make(int(position) + 1))
