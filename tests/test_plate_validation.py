@@ -707,3 +707,11 @@ def test_big_files_check_their_plate_rules_on_a_second_thread_with_the_same_resu
     assert [v.describe() for v in parallel.violations] == [v.describe() for v in serial.violations]
     assert {v.rule for v in serial.violations} >= {"invalid_well", "non_numeric_readout", "duplicate_well", "mixed_plate_format"}
     assert parallel.plate_formats == serial.plate_formats and parallel.z_primes == serial.z_primes
+
+
+def test_a_1536_well_plate_beside_a_row_without_barcode() -> None:
+    plate = make_plate(size=1536)
+    plate.loc[1000, "plate_barcode"] = ""  # this row's well (beyond P24) is on no plate of 1536 wells
+    result = check_csv(plate)
+    assert sorted(v.rule for v in result.violations) == ["missing_value", "well_outside_plate"]
+    assert result.plate_formats == {"P1": 1536}

@@ -82,18 +82,38 @@ class PlainText:
         return to_text(self.array[row - 1].as_py())
 
     def empty(self) -> np.ndarray:
+        if (
+            not self._may_hold_blank_text()
+        ):  # the common case: the empty cells are the nulls
+            return np.asarray(
+                pc.is_null(self.array).to_numpy(zero_copy_only=False), dtype=bool
+            )
         blank = pc.fill_null(
             pc.or_(pc.utf8_is_space(self.array), pc.equal(self.array, "")), True
         )
         return np.asarray(blank.to_numpy(zero_copy_only=False), dtype=bool)
 
+    def _may_hold_blank_text(self) -> bool:
+        """Whether some non-null cell could be "" or white space only: a length of 0, or a byte
+        that is ASCII white space or control (≤ 0x20) or not ASCII at all (unicode spaces)."""
+        for chunk in self.array.chunks:
+            if chunk.null_count == len(chunk):
+                continue
+            offsets = np.frombuffer(chunk.buffers()[1], dtype=np.int32)[
+                chunk.offset : chunk.offset + len(chunk) + 1
+            ]
+            if np.diff(offsets).min() == 0 and pc.any(pc.equal(chunk, "")).as_py():
+                return True
+            used = np.frombuffer(chunk.buffers()[2], dtype=np.uint8)[
+                offsets[0] : offsets[-1]
+            ]
+            if used.size and (used.min() <= 0x20 or used.max() >= 0x80):
+                return True
+        return False
+
     def equals(self, value: str) -> np.ndarray:
-        return np.asarray(
-            pc.fill_null(pc.equal(_stripped(self.array), value), False).to_numpy(
-                zero_copy_only=False
-            ),
-            dtype=bool,
-        )
+        equal = pc.fill_null(pc.equal(_stripped(self.array), value), False)
+        return np.asarray(equal.to_numpy(zero_copy_only=False), dtype=bool)
 
     def objects(self) -> np.ndarray:
         return _stripped(self.array).to_pandas().to_numpy(dtype=object)

@@ -82,11 +82,11 @@ class Wells:
 
     def __init__(self, cells: Cells) -> None:
         self.codes, self.names = cells.text["well"].codes, cells.text["well"].values
-        classes = np.array(
-            [_size_class(well_position(name)) for name in self.names] + [_NOT_A_WELL],
-            dtype=np.int8,
-        )
+        by_name = [_size_class(well_position(name)) for name in self.names]
+        classes = np.array([*by_name, _NOT_A_WELL], dtype=np.int8)
         self.size_class = classes[self.codes]  # code -1 (empty) takes the last entry
+        # Whether any row is empty or not a well (else the plate rules skip their masks).
+        self.all_wells = _NOT_A_WELL not in by_name and self.codes.min(initial=0) >= 0
 
 
 def _size_class(position: tuple[int, int] | None) -> int:
@@ -126,41 +126,35 @@ def plate_formats(cells: Cells, wells: Wells, found: Findings) -> dict[str, int]
     and a well outside A01-P24 on it is a ``well_outside_plate``.
     """
     if "plate_barcode" in cells.text:
-        plate, barcodes = (
-            cells.text["plate_barcode"].codes,
-            cells.text["plate_barcode"].values,
-        )
+        plate = cells.text["plate_barcode"].codes
+        barcodes = cells.text["plate_barcode"].values
     else:
         plate, barcodes = np.full(cells.rows, -1, dtype=np.int32), []
+    every_plate = plate.min(initial=0) >= 0  # every row names its plate
     beyond_384 = wells.size_class == 2
-    outside = beyond_384
+    outside = None
     if (
-        beyond_384.any() and barcodes
+        barcodes and beyond_384.any()
     ):  # a plate with more than 384 rows is a 1536-well plate
-        small_plate = np.append(
-            np.bincount(plate[plate >= 0], minlength=len(barcodes)) <= 384, True
+        rows = np.bincount(
+            plate if every_plate else plate[plate >= 0], minlength=len(barcodes)
         )
-        outside = (
-            beyond_384 & small_plate[plate]
-        )  # plate -1 (no barcode) takes the trailing True
-    found.at_rows("well_outside_plate", outside, lambda row: _outside(cells, row))
+        if (rows <= 384).any() or not every_plate:
+            small_plate = np.append(rows <= 384, True)  # plate -1 (no barcode) is small
+            outside = beyond_384 & small_plate[plate]
+    elif not barcodes:
+        outside = beyond_384
+    if outside is not None:
+        found.at_rows("well_outside_plate", outside, lambda row: _outside(cells, row))
     classes = len(_SIZES)
-    key = (
-        plate * classes + wells.size_class
-    )  # int32: plate and size class in one number
-    if (
-        outside is not beyond_384
-        and outside.any()
-        or (plate < 0).any()
-        or (wells.size_class == _NOT_A_WELL).any()
-    ):
-        key = key[(wells.size_class != _NOT_A_WELL) & ~outside & (plate >= 0)]
-    seen = (
-        np.bincount(key, minlength=len(barcodes) * classes).reshape(
-            len(barcodes), classes
-        )
-        > 0
-    )
+    key = plate * classes + wells.size_class  # plate and size class in one int32
+    if not (every_plate and wells.all_wells) or (outside is not None and outside.any()):
+        placed = (wells.size_class != _NOT_A_WELL) & (plate >= 0)
+        key = key[placed if outside is None else placed & ~outside]
+    seen = np.bincount(key, minlength=len(barcodes) * classes) > 0
+    seen = seen.reshape(
+        len(barcodes), classes
+    )  # the size classes each plate's wells have
     has_wells = seen.any(axis=1)
     largest = classes - 1 - np.argmax(seen[:, ::-1], axis=1)
     sizes = np.array(_SIZES)[largest]
