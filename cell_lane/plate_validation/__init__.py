@@ -34,6 +34,8 @@ Modules (import from the package, not from them):
 - ``strict_csv`` — the exact CSV reader for files pyarrow cannot vouch for (encoding,
   delimiter, ragged rows, stray quotes), with line numbers;
 - ``lines`` — the CSV line of each data row, worked out only when a message needs it;
+- ``text_cells`` — text columns as the checks see them: coded (barcodes, wells, sample types)
+  or plain Arrow strings (perturbation);
 - ``cells`` — the raw table normalised for checking (text stripped and coded, numbers parsed);
 - ``schema`` — the column rules and the cell-level rules;
 - ``layout`` — wells, plate formats (96, 384, 1536), duplicate wells, controls and Z′;

@@ -21,6 +21,7 @@ import pyarrow.compute as pc
 from .columns import ALLOWED_COLUMNS, NUMERIC_COLUMNS, TEXT_COLUMNS
 from .lines import LineLookup
 from .text import and_join
+from .text_cells import PlainText, Text, coded_text, plain_strings, stripped, to_text
 from .violations import Violation
 
 # A plain decimal number: digits with an optional '.', sign and exponent (ASCII digits only).
@@ -39,84 +40,6 @@ class Number:
     values: np.ndarray  # float64
     not_number: np.ndarray  # bool
     written: pa.Array | None  # the cells as written (stripped), when the file held text
-
-
-@dataclass
-class Text:
-    """One text column as integer codes into its distinct stripped values (-1: empty cell)."""
-
-    codes: np.ndarray  # int32
-    values: list[str]
-
-    def at(self, row: int) -> str | None:
-        code = int(self.codes[row - 1])
-        return self.values[code] if code >= 0 else None
-
-    def empty(self) -> np.ndarray:
-        return self.codes < 0
-
-    def equals(self, value: str) -> np.ndarray:
-        return (
-            self.codes == self.values.index(value)
-            if value in self.values
-            else np.zeros(len(self.codes), dtype=bool)
-        )
-
-    def objects(self) -> np.ndarray:
-        """The column as Python strings (None when empty), for pandas; each distinct value is made once."""
-        table = np.array([*self.values, None], dtype=object)
-        return table[self.codes]  # code -1 takes the trailing None
-
-
-class PlainText:
-    """A text column with many distinct values (``perturbation``), kept as Arrow strings.
-
-    Only its empty cells are needed for checking; it is stripped when the typed table
-    is built (or a cell is quoted), not before.
-    """
-
-    def __init__(self, array: pa.ChunkedArray) -> None:
-        self.array = array
-
-    def at(self, row: int) -> str | None:
-        return to_text(self.array[row - 1].as_py())
-
-    def empty(self) -> np.ndarray:
-        if (
-            not self._may_hold_blank_text()
-        ):  # the common case: the empty cells are the nulls
-            return np.asarray(
-                pc.is_null(self.array).to_numpy(zero_copy_only=False), dtype=bool
-            )
-        blank = pc.fill_null(
-            pc.or_(pc.utf8_is_space(self.array), pc.equal(self.array, "")), True
-        )
-        return np.asarray(blank.to_numpy(zero_copy_only=False), dtype=bool)
-
-    def _may_hold_blank_text(self) -> bool:
-        """Whether some non-null cell could be "" or white space only: a length of 0, or a byte
-        that is ASCII white space or control (≤ 0x20) or not ASCII at all (unicode spaces)."""
-        for chunk in self.array.chunks:
-            if chunk.null_count == len(chunk):
-                continue
-            offsets = np.frombuffer(chunk.buffers()[1], dtype=np.int32)[
-                chunk.offset : chunk.offset + len(chunk) + 1
-            ]
-            if np.diff(offsets).min() == 0 and pc.any(pc.equal(chunk, "")).as_py():
-                return True
-            used = np.frombuffer(chunk.buffers()[2], dtype=np.uint8)[
-                offsets[0] : offsets[-1]
-            ]
-            if used.size and (used.min() <= 0x20 or used.max() >= 0x80):
-                return True
-        return False
-
-    def equals(self, value: str) -> np.ndarray:
-        equal = pc.fill_null(pc.equal(_stripped(self.array), value), False)
-        return np.asarray(equal.to_numpy(zero_copy_only=False), dtype=bool)
-
-    def objects(self) -> np.ndarray:
-        return _stripped(self.array).to_pandas().to_numpy(dtype=object)
 
 
 @dataclass
@@ -185,64 +108,10 @@ def prepare_cells(table: pa.Table, file: str, lines: LineLookup | None) -> Cells
             plain = name in PLAIN_TEXT_COLUMNS and (
                 pa.types.is_string(column.type) or pa.types.is_large_string(column.type)
             )
-            cells.text[name] = PlainText(column) if plain else _text(column)
+            cells.text[name] = PlainText(column) if plain else coded_text(column)
         elif name in NUMERIC_COLUMNS:
             cells.numbers[name] = _number(column)
     return cells
-
-
-def _text(column: pa.ChunkedArray) -> Text:
-    """Codes into the distinct stripped values; each distinct value is stripped once."""
-    if pa.types.is_dictionary(column.type) and pa.types.is_string(
-        column.type.value_type
-    ):
-        encoded = (
-            column.unify_dictionaries().combine_chunks()
-        )  # coded by the reader already
-    else:
-        array = _plain_strings(column)
-        if not pa.types.is_string(array.type):
-            array = pa.array(
-                [to_text(value) for value in array.to_pylist()], pa.string()
-            )
-        encoded = pc.dictionary_encode(array)
-    indices = (
-        encoded.indices
-        if encoded.indices.null_count == 0
-        else pc.fill_null(encoded.indices, -1)
-    )
-    codes = indices.to_numpy(zero_copy_only=False).astype(np.int32, copy=False)
-    distinct = encoded.dictionary
-    stripped = pc.utf8_trim_whitespace(distinct)
-    empty = pc.equal(stripped, "")
-    if stripped.equals(distinct) and not pc.any(empty).as_py():
-        return Text(codes, distinct.to_pylist())
-    # Some value had white space around it or was empty: strip, then code again (" A01" is "A01").
-    recoded = pc.dictionary_encode(
-        pc.if_else(empty, pa.scalar(None, pa.string()), stripped)
-    )
-    mapping = np.append(
-        pc.fill_null(recoded.indices, -1)
-        .to_numpy(zero_copy_only=False)
-        .astype(np.int32),
-        -1,
-    )
-    return Text(mapping[codes], recoded.dictionary.to_pylist())
-
-
-def _plain_strings(column: pa.ChunkedArray) -> pa.Array:
-    array = column.combine_chunks()
-    if pa.types.is_dictionary(array.type):
-        array = array.cast(array.type.value_type)
-    if pa.types.is_large_string(array.type):
-        array = array.cast(pa.string())
-    return array
-
-
-def _stripped(array: pa.Array) -> pa.Array:
-    """Text cells stripped, empty -> null."""
-    stripped = pc.utf8_trim_whitespace(array)
-    return pc.if_else(pc.equal(stripped, ""), pa.scalar(None, pa.string()), stripped)
 
 
 def _number(column: pa.ChunkedArray) -> Number:
@@ -267,7 +136,7 @@ def _number(column: pa.ChunkedArray) -> Number:
     if pa.types.is_null(kind):
         return Number(np.full(rows, np.nan), np.zeros(rows, dtype=bool), None)
     if pa.types.is_string(kind) or pa.types.is_large_string(kind):
-        return parse_numbers(_stripped(_plain_strings(column)))
+        return parse_numbers(stripped(plain_strings(column)))
     parsed = [
         parse_number(value) for value in array.to_pylist()
     ]  # booleans, dates, …: rare
@@ -347,22 +216,6 @@ def arrow_from_frame(frame: pd.DataFrame) -> pa.Table:
                 pa.array([to_text(value) for value in values.tolist()], pa.string())
             )
     return pa.Table.from_arrays(columns, names=[str(name) for name in frame.columns])
-
-
-def to_text(value: Any) -> str | None:
-    """A cell as stripped text; ``None`` for an empty or missing cell."""
-    if value is None or value is pd.NA or value is pd.NaT:
-        return None
-    if isinstance(value, bytes):
-        value = value.decode("utf-8", errors="replace")
-    if isinstance(value, (float, np.floating)):
-        value = float(value)
-        if math.isnan(value):
-            return None
-        if value.is_integer():
-            return str(int(value))
-    text = str(value).strip()
-    return text or None
 
 
 def parse_number(value: Any) -> tuple[float, bool]:

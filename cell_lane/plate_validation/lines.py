@@ -27,17 +27,15 @@ class LineLookup:
         *,
         lines: Sequence[int] | None = None,
         data: bytes | None = None,
-        rows: int = 0,
     ) -> None:
         self._lines: Sequence[int] | None = lines
         self._data = data
-        self._rows = rows
         self._lock = threading.Lock()  # the cell and plate rules may ask at once
 
     @classmethod
     def assumed(cls, rows: int) -> LineLookup:
         """One header line, then one line per data row (a table that did not come from bytes)."""
-        return cls(lines=range(2, rows + 2), rows=rows)
+        return cls(lines=range(2, rows + 2))
 
     def line(self, row: int) -> int | None:
         """The line of data row ``row`` (1-based), or None when it cannot be known."""
