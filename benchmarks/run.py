@@ -42,7 +42,7 @@ from benchmarks.tables import (
 )
 
 RESULTS_FILE = Path(__file__).resolve().parent / "results" / "latest.json"
-PACKAGES = ("numpy", "pandas", "pyarrow", "pandera", "zarr", "anndata", "scanpy", "mujoco", "gymnasium")
+PACKAGES = ("numpy", "pandas", "pyarrow", "zarr", "anndata", "scanpy", "mujoco", "gymnasium")
 
 
 def machine_facts() -> dict[str, Any]:

@@ -74,10 +74,10 @@ def raw_assay(context: dg.AssetExecutionContext, storage: StorageResource) -> dg
     deps=[RAW_ASSAY],
     partitions_def=assay_drops,
     group_name="cell_ingest",
-    kinds={"pandera", "parquet"},
+    kinds={"pyarrow", "parquet"},
     check_specs=[
         dg.AssetCheckSpec(PLATE_SCHEMA_CHECK, asset=VALIDATED_ASSAY, blocking=True, description="Columns, types and values follow the drop protocol."),
-        dg.AssetCheckSpec(PLATE_LAYOUT_CHECK, asset=VALIDATED_ASSAY, blocking=True, description="Valid, unique wells on a 96- or 384-well plate, with at least two positive and two negative controls per plate."),
+        dg.AssetCheckSpec(PLATE_LAYOUT_CHECK, asset=VALIDATED_ASSAY, blocking=True, description="Valid, unique wells on a 96-, 384- or 1536-well plate, with at least two positive and two negative controls per plate."),
         dg.AssetCheckSpec(Z_PRIME_CHECK, asset=VALIDATED_ASSAY, description="Every plate's Z′-factor (from its controls) is at least 0.5; lower is flagged, not rejected."),
     ],
 )
