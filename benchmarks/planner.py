@@ -27,6 +27,7 @@ from scipy.optimize import Bounds, LinearConstraint, milp
 from scipy.sparse import coo_matrix
 
 from shared_resources.placement.cost_model import PlanContext, assess
+from shared_resources.placement.exact import solver_output_to_stderr
 from shared_resources.placement.greedy import SLOT_HOURS, assign, plan_cost
 from shared_resources.placement.planner import InfeasiblePlanError, plan_job
 from shared_resources.catalog.pools import Catalog, EgressRates, EgressTable, Pool, Purchasing
@@ -124,8 +125,9 @@ def optimum(a) -> tuple[float, str]:
     A = coo_matrix((vals, (rows, cols)), shape=(r, n + m)).tocsr()
     integrality = np.concatenate([np.ones(n), np.zeros(m)])
     upper = np.concatenate([np.ones(n), np.full(m, np.inf)])
-    res = milp(c, constraints=LinearConstraint(A, lo, hi), integrality=integrality, bounds=Bounds(0, upper),
-               options={"time_limit": 120, "mip_rel_gap": 1e-6})
+    with solver_output_to_stderr():
+        res = milp(c, constraints=LinearConstraint(A, lo, hi), integrality=integrality, bounds=Bounds(0, upper),
+                   options={"time_limit": 120, "mip_rel_gap": 1e-6})
     status = {0: "optimal", 1: "time limit", 2: "infeasible"}.get(res.status, str(res.message))
     return (float(res.fun) if res.x is not None else float("nan")), status
 

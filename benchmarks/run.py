@@ -22,6 +22,7 @@ import os
 import platform
 import sys
 import time
+import warnings
 from importlib import metadata
 from pathlib import Path
 from typing import Any
@@ -126,6 +127,12 @@ def main(argv: list[str] | None = None) -> int:
         "--only 2,registry; 3 means 3a and 3b). The other figures already in the JSON file are kept.",
     )
     args = parser.parse_args(argv)
+    # Library notices that say nothing about the figures (Dagster's preview APIs used inside
+    # Pipes, zarr v3's consolidated metadata) would otherwise fill the tables' output.
+    from dagster import PreviewWarning
+
+    warnings.filterwarnings("ignore", category=PreviewWarning)
+    warnings.filterwarnings("ignore", message="Consolidated metadata is currently not part")
     if args.repeats < 1:
         parser.error("--repeats must be at least 1")
     try:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import datetime as dt
 import itertools
 import json
+import os
 
 import numpy as np
 import pytest
@@ -296,3 +297,13 @@ def test_a_step_that_cannot_checkpoint_is_refused_on_any_pool_that_interrupts():
         Catalog({"flaky": flaky}),
     )
     assert checkpointing.verdict("preemptible-partition").rework_fraction > 0
+
+
+def test_what_the_solver_prints_goes_to_stderr_so_plan_json_stays_json(capfd):
+    # HiGHS writes some progress lines from C++ straight to file descriptor 1, whatever its
+    # display option; while it solves, that descriptor points at stderr.
+    with exact.solver_output_to_stderr():
+        os.write(1, b"HighsMipSolverData::transformNewIntegerFeasibleSolution tmpSolver.run();\n")
+    print("after")
+    out, err = capfd.readouterr()
+    assert out == "after\n" and "HighsMipSolverData" in err

@@ -17,6 +17,11 @@ ran out of time (then its best plan, if any, and its dual bound).
 
 from __future__ import annotations
 
+import contextlib
+import os
+import sys
+import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 import numpy as np
@@ -29,6 +34,21 @@ from shared_resources.placement.greedy import Grid, commitment_terms
 # Beyond this many allowed (step, pool) pairs the program is not even built: the planner's fast
 # path plans it (building and solving one that size takes longer than the time budget).
 MAX_PAIRS = 40_000
+
+
+@contextlib.contextmanager
+def solver_output_to_stderr() -> Iterator[None]:
+    """HiGHS prints some progress lines from C++ to the process's stdout whatever its display
+    option says; while it runs, stdout goes to stderr, so `sinewgrid plan --json` stays JSON."""
+    sys.stdout.flush()
+    saved = os.dup(1)
+    try:
+        os.dup2(2, 1)
+        yield
+    finally:
+        sys.stdout.flush()
+        os.dup2(saved, 1)
+        os.close(saved)
 
 
 @dataclass
@@ -75,8 +95,6 @@ def solve(
     """The cheapest plan that places every step, or why there is none in the time given. `allowed`
     narrows the pools each step may take (default: every feasible one)."""
     allowed = a.feasible if allowed is None else allowed
-    import time
-
     started = time.perf_counter()
     S = len(a.steps)
     if np.count_nonzero(allowed) > MAX_PAIRS:
@@ -163,16 +181,17 @@ def solve(
         (np.concatenate(vals), (np.concatenate(rows), np.concatenate(cols))),
         shape=(r, n + m),
     )
-    res = milp(
-        objective,
-        constraints=LinearConstraint(A, np.concatenate(lower), np.concatenate(upper)),
-        integrality=np.concatenate([np.full(n, 0 if relaxed else 1), np.zeros(m)]),
-        bounds=Bounds(0, np.concatenate([np.ones(n), np.full(m, np.inf)])),
-        options={
-            "time_limit": max(time_limit_s - (time.perf_counter() - started), 0.1),
-            "mip_rel_gap": rel_gap,
-        },
-    )
+    with solver_output_to_stderr():
+        res = milp(
+            objective,
+            constraints=LinearConstraint(A, np.concatenate(lower), np.concatenate(upper)),
+            integrality=np.concatenate([np.full(n, 0 if relaxed else 1), np.zeros(m)]),
+            bounds=Bounds(0, np.concatenate([np.ones(n), np.full(m, np.inf)])),
+            options={
+                "time_limit": max(time_limit_s - (time.perf_counter() - started), 0.1),
+                "mip_rel_gap": rel_gap,
+            },
+        )
     seconds = time.perf_counter() - started
     bound = getattr(res, "mip_dual_bound", None)
     if res.status == 2:
