@@ -7,9 +7,10 @@ request log (testbed/s3_server.py), so "read once" here means the store answered
 from __future__ import annotations
 
 import json
-import multiprocessing
 import os
 import signal
+import subprocess
+import sys
 from collections import Counter
 from pathlib import Path
 
@@ -23,6 +24,7 @@ from shared_resources.runtime.inputs import Failpoint
 from shared_resources.runtime.node_cache import NodeCache, NodeCacheError
 from shared_resources.runtime.storage import fs_for
 from shared_resources.runtime.workload import PREEMPTED_EXIT_CODE
+from shared_resources.settings import REPO_ROOT, child_env
 from testbed.s3_server import object_reads
 from tests.helpers import TRAINING_IMPORTS, WorkloadProcess
 
@@ -126,18 +128,20 @@ def test_a_local_path_is_read_where_it_is(tmp_path):
     assert fetched.path == str(tmp_path / "set") and fetched.store_bytes == 5
 
 
-def _fetch_in_another_process(cache_root: str, uri: str, env: dict[str, str]) -> int:
-    os.environ.update(env)
-    return NodeCache(cache_root, 10**9).fetch(uri).store_bytes
+FETCH_AND_PRINT = "import sys; from shared_resources.runtime.node_cache import NodeCache; print(NodeCache(sys.argv[1], 10**9).fetch(sys.argv[2]).store_bytes)"
 
 
 def test_ranks_starting_together_on_one_node_download_once(s3_root, s3_endpoint, tmp_path):
     uri = f"{s3_root}/data/set"
     _put_folder(uri, FILES)
-    env = {k: v for k, v in os.environ.items() if k.startswith("AWS_")}
-    with multiprocessing.get_context("spawn").Pool(2) as pool:
-        read = pool.starmap(_fetch_in_another_process, [(str(tmp_path / "cache"), uri, env)] * 2)
-    assert sorted(read) == [0, sum(map(len, FILES.values()))]  # one rank fetched, the other found it
+    ranks = [
+        subprocess.Popen([sys.executable, "-c", FETCH_AND_PRINT, str(tmp_path / "cache"), uri], cwd=REPO_ROOT, env=child_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        for _ in range(2)
+    ]
+    outputs = [rank.communicate(timeout=120) for rank in ranks]
+    assert [rank.returncode for rank in ranks] == [0, 0], outputs
+    read = sorted(int(out.strip().splitlines()[-1]) for out, _ in outputs)
+    assert read == [0, sum(map(len, FILES.values()))]  # one rank fetched, the other found it
     assert Counter(object_reads(s3_endpoint, _key(uri))) == {f"{_key(uri)}/{rel}": 1 for rel in FILES}
 
 
