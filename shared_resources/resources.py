@@ -6,6 +6,7 @@ import dagster as dg
 
 from shared_resources.compute.resource import ComputeResource
 from shared_resources.runtime.storage import Storage
+from shared_resources.tenancy.control import tenant_storage
 from shared_resources.settings import settings
 
 
@@ -16,6 +17,11 @@ class StorageResource(dg.ConfigurableResource):
 
     def get(self) -> Storage:
         return Storage.at(self.root)
+
+    def for_tenant(self, tenant: str) -> Storage:
+        """A tenant's own storage root (tenants catalog), its key registered in this process so
+        that its weights and data are sealed on write and opened on read."""
+        return tenant_storage(self.root, tenant)
 
 
 def platform_resources(root: str | None = None, pools_file: str | None = None) -> dict[str, dg.ConfigurableResource]:

@@ -15,6 +15,8 @@ Layout under the root::
     artifacts/<asset>/<version>/     model outputs (predictions, reports)
     outbox/plates/<proposal_id>/     plate worklists for the lab
     ledger/ledger.db                 the attempt ledger (SQLite unless SINEWGRID_LEDGER_URL says otherwise)
+    tenants/<tenant>/...             each tenant's own root, with the same layout (docs/tenancy.md);
+                                     its weights and data sealed with its key
 """
 
 from __future__ import annotations
@@ -31,6 +33,9 @@ from typing import Any
 import fsspec
 from fsspec.core import url_to_fs
 from fsspec.implementations.local import LocalFileSystem
+
+from shared_resources.tenancy.access import keyring_for, opener
+from shared_resources.tenancy.envelope import is_sealed, seal_bytes
 
 def _normalise_root(root: str) -> str:
     if "://" in root:
@@ -97,6 +102,17 @@ def exists(uri: str) -> bool:
 
 
 def read_bytes(uri: str) -> bytes:
+    """An object's bytes; a sealed one (a tenant's weights or data, `tenancy/envelope.py`) opened
+    with the tenant's key this process holds (`KeyUnavailable` when it holds none or the key is disabled)."""
+    fs, path = fs_for(uri)
+    data = fs.cat_file(path)
+    if is_sealed(data):
+        return opener().open(data)
+    return data
+
+
+def read_stored_bytes(uri: str) -> bytes:
+    """An object's bytes exactly as stored (sealed objects stay sealed)."""
     fs, path = fs_for(uri)
     return fs.cat_file(path)
 
@@ -105,13 +121,19 @@ def read_json(uri: str) -> Any:
     return json.loads(read_bytes(uri))
 
 
-def write_bytes_atomic(uri: str, data: bytes) -> None:
+def write_bytes_atomic(uri: str, data: bytes, *, seal: bool = False) -> None:
     """Write so that readers see the old object or the whole new one, never a torn one.
+
+    `seal`: the bytes are a tenant's weights or data; under a storage root whose tenant has a
+    key (registered in this process, `tenancy/access.py`) they are sealed with a data key of
+    their own before they leave the writer.
 
     Object stores publish a PUT atomically (and have no folders to make: asking s3fs to make
     one costs a request per write); on a file system we write a temporary sibling and rename
     it into place.
     """
+    if seal and (keyring := keyring_for(uri)) is not None:
+        data = seal_bytes(data, keyring)
     fs, path = fs_for(uri)
     if isinstance(fs, LocalFileSystem):
         if parent := posixpath.dirname(path):

@@ -1,0 +1,20 @@
+"""The control plane's side of tenancy: a tenant's storage, with its key held in this process."""
+
+from __future__ import annotations
+
+from shared_resources.catalog.tenants import Tenant, load_tenants
+from shared_resources.runtime.storage import Storage
+from shared_resources.tenancy.access import TenantAccess, access_for, register
+
+
+def tenant_access(platform_root: str, tenant: str | Tenant) -> TenantAccess:
+    """The access a tenant's workloads are handed (its root, credentials and key)."""
+    entry = tenant if isinstance(tenant, Tenant) else load_tenants().get_tenant(tenant)
+    return access_for(entry, Storage.at(platform_root).root)
+
+
+def tenant_storage(platform_root: str, tenant: str | Tenant) -> Storage:
+    """The tenant's own root, its keyring registered here (a local key is made on first use)."""
+    access = tenant_access(platform_root, tenant)
+    register(access.storage_root, access.keyring(create=True))
+    return Storage.at(access.storage_root)

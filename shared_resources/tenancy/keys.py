@@ -1,0 +1,210 @@
+"""A tenant's key, as a keyring: it makes data keys and unwraps them, and nothing else.
+
+Envelope encryption (`envelope.py`) seals each object or dataset version with its own 256-bit
+data key; the keyring wraps that data key with the tenant's key, and only the wrapped form is
+stored. Two keyrings:
+
+- `LocalKeyring`: the embedded default. The tenant's key is a JSON file outside the storage root
+  (`<keys dir>/<tenant>.key`, mode 0600) holding 256 random bits; data keys are wrapped with
+  AES-256-GCM under it. Disabling the key (`sinewgrid tenants key disable`) marks the file, and
+  every later unwrap fails.
+- `KmsKeyring`: the tenant's key in its own AWS KMS (`GenerateDataKey` / `Decrypt`, with the
+  tenant's name as encryption context). The key never leaves KMS; disabling it in KMS stops
+  every later read.
+
+Every use is appended to `key_uses()` (tenant, key id, operation; never key material), for the
+lineage. Workload side as well: no Dagster.
+"""
+
+from __future__ import annotations
+
+import base64
+import datetime as dt
+import hashlib
+import json
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+
+DATA_KEY_BYTES = 32
+
+
+class KeyUnavailable(RuntimeError):
+    """The tenant's key refused (disabled, missing, no access): names the tenant, the key and the fix."""
+
+    def __init__(self, tenant: str, key_id: str, reason: str, fix: str = "") -> None:
+        self.tenant, self.key_id, self.reason = tenant, key_id, reason
+        super().__init__(
+            f"tenant `{tenant}`: its key {key_id} cannot be used ({reason}); its weights and data stay unreadable until it is. "
+            + (fix or "Ask the tenant to re-enable the key (docs/tenancy.md, 'Revoking and restoring a key').")
+        )
+
+
+@dataclass
+class KeyUse:
+    tenant: str
+    key_id: str
+    op: str  # generate | unwrap
+    at: str
+
+
+_USES: list[KeyUse] = []
+
+
+def key_uses(since: int = 0) -> list[KeyUse]:
+    """The key uses of this process, in order (from index `since`)."""
+    return _USES[since:]
+
+
+def _used(tenant: str, key_id: str, op: str) -> None:
+    _USES.append(KeyUse(tenant, key_id, op, dt.datetime.now(dt.UTC).isoformat(timespec="seconds")))
+    del _USES[:-10_000]
+
+
+@dataclass
+class LocalKeyring:
+    """A tenant's key in a local file (the embedded default)."""
+
+    tenant: str
+    path: Path
+    create: bool = False  # make the file on first use when it does not exist (the control plane, not workloads)
+    _material: bytes | None = field(default=None, repr=False)
+    _key_id: str = ""
+
+    def _load(self) -> dict[str, Any]:
+        if not self.path.exists():
+            if not self.create:
+                raise KeyUnavailable(self.tenant, f"local:{self.tenant}", f"no key file at {self.path}", "Create it with `sinewgrid tenants key create " + self.tenant + "`, or point `key.file` at it.")
+            create_local_key(self.path, self.tenant)
+        try:
+            doc = json.loads(self.path.read_text())
+            material = base64.b64decode(doc["material"])
+        except (OSError, ValueError, KeyError) as exc:
+            raise KeyUnavailable(self.tenant, f"local:{self.tenant}", f"the key file {self.path} is unreadable ({exc})", "Restore it from the tenant's backup.") from None
+        if len(material) != DATA_KEY_BYTES:
+            raise KeyUnavailable(self.tenant, f"local:{self.tenant}", f"the key file {self.path} does not hold a 256-bit key")
+        self._key_id = doc.get("key_id") or local_key_id(self.tenant, material)
+        if not doc.get("enabled", True):
+            raise KeyUnavailable(self.tenant, self._key_id, f"disabled on {doc.get('disabled_at', '?')}", f"Re-enable it with `sinewgrid tenants key enable {self.tenant}`.")
+        return doc
+
+    @property
+    def key_id(self) -> str:
+        if not self._key_id:
+            try:
+                self._load()
+            except KeyUnavailable as exc:
+                return exc.key_id
+        return self._key_id
+
+    def _aes(self) -> AESGCM:
+        doc = self._load()  # read each time: a key disabled a moment ago is disabled now
+        return AESGCM(base64.b64decode(doc["material"]))
+
+    def new_data_key(self) -> tuple[bytes, bytes]:
+        aes = self._aes()
+        plain, nonce = os.urandom(DATA_KEY_BYTES), os.urandom(12)
+        wrapped = nonce + aes.encrypt(nonce, plain, self.tenant.encode())
+        _used(self.tenant, self._key_id, "generate")
+        return plain, wrapped
+
+    def unwrap(self, wrapped: bytes) -> bytes:
+        aes = self._aes()
+        try:
+            plain = aes.decrypt(wrapped[:12], wrapped[12:], self.tenant.encode())
+        except Exception:  # cryptography's InvalidTag: another key wrapped it
+            raise KeyUnavailable(self.tenant, self._key_id, "this data key was wrapped by another key", "The data belongs to another tenant, or the key file was replaced.") from None
+        _used(self.tenant, self._key_id, "unwrap")
+        return plain
+
+
+def local_key_id(tenant: str, material: bytes) -> str:
+    """A local key's id: the tenant and a fingerprint (never the key)."""
+    return f"local:{tenant}:{hashlib.sha256(b'sinewgrid-key-id' + material).hexdigest()[:12]}"
+
+
+def create_local_key(path: Path, tenant: str) -> str:
+    """A new 256-bit key file (mode 0600, its folder 0700); refuses to replace an existing one."""
+    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    material = os.urandom(DATA_KEY_BYTES)
+    key_id = local_key_id(tenant, material)
+    doc = {"tenant": tenant, "key_id": key_id, "material": base64.b64encode(material).decode(), "enabled": True,
+           "created_at": dt.datetime.now(dt.UTC).isoformat(timespec="seconds")}
+    fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600)
+    with os.fdopen(fd, "w") as fh:
+        json.dump(doc, fh, indent=2)
+    return key_id
+
+
+def set_local_key_enabled(path: Path, enabled: bool) -> dict[str, Any]:
+    """Disable or re-enable a local key (the file is kept: nothing is lost)."""
+    doc = json.loads(path.read_text())
+    doc["enabled"] = enabled
+    if enabled:
+        doc.pop("disabled_at", None)
+    else:
+        doc["disabled_at"] = dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
+    tmp = path.with_suffix(".tmp")
+    fd = os.open(tmp, os.O_CREAT | os.O_TRUNC | os.O_WRONLY, 0o600)
+    with os.fdopen(fd, "w") as fh:
+        json.dump(doc, fh, indent=2)
+    os.replace(tmp, path)
+    return doc
+
+
+@dataclass
+class KmsKeyring:
+    """A tenant's key in its AWS KMS (or a KMS API at `endpoint`), used with the tenant's credentials."""
+
+    tenant: str
+    key_id: str
+    region: str = ""
+    endpoint: str = ""
+    credentials: dict[str, str] = field(default_factory=dict, repr=False)  # aws_access_key_id, aws_secret_access_key, aws_session_token
+    _client: Any = field(default=None, repr=False)
+
+    def client(self) -> Any:
+        if self._client is None:
+            import boto3
+
+            self._client = boto3.session.Session().client(
+                "kms", region_name=self.region or os.environ.get("AWS_DEFAULT_REGION") or "us-east-1",
+                endpoint_url=self.endpoint or None, **{k: v for k, v in self.credentials.items() if v},
+            )
+        return self._client
+
+    def _refused(self, exc: Exception) -> KeyUnavailable:
+        code = getattr(exc, "response", {}).get("Error", {}).get("Code", type(exc).__name__)
+        message = getattr(exc, "response", {}).get("Error", {}).get("Message", str(exc))
+        fix = {
+            "DisabledException": "The key is disabled in the tenant's KMS; the tenant re-enables it there (`aws kms enable-key`).",
+            "AccessDeniedException": "These credentials may not use this key: check the key policy and the role (deploy/tenancy/).",
+            "NotFoundException": "No such key in this KMS and region: check `key.key_id` and `key.region` in the tenants catalog.",
+        }.get(code, "")
+        return KeyUnavailable(self.tenant, self.key_id, f"KMS answered {code}: {message}", fix)
+
+    def new_data_key(self) -> tuple[bytes, bytes]:
+        from botocore.exceptions import BotoCoreError, ClientError
+
+        try:
+            answer = self.client().generate_data_key(KeyId=self.key_id, KeySpec="AES_256", EncryptionContext={"tenant": self.tenant})
+        except (ClientError, BotoCoreError) as exc:
+            raise self._refused(exc) from None
+        _used(self.tenant, self.key_id, "generate")
+        return answer["Plaintext"], answer["CiphertextBlob"]
+
+    def unwrap(self, wrapped: bytes) -> bytes:
+        from botocore.exceptions import BotoCoreError, ClientError
+
+        try:
+            answer = self.client().decrypt(CiphertextBlob=wrapped, KeyId=self.key_id, EncryptionContext={"tenant": self.tenant})
+        except (ClientError, BotoCoreError) as exc:
+            raise self._refused(exc) from None
+        _used(self.tenant, self.key_id, "unwrap")
+        return answer["Plaintext"]
+
+
+Keyring = LocalKeyring | KmsKeyring
