@@ -11,16 +11,23 @@ The look-back window exists because manifest times do not arrive in order: a man
 renamed into place keeps the time its temporary file was written, and on a shared file
 system or an object store the times come from different writers' clocks. A drop whose
 manifest time is up to `LOOKBACK_SECONDS` older than the newest one seen is still found.
+
+With `tenants`, the sensor watches each tenant's own landing zone (`<tenant root>/landing/<kind>/`,
+the Cell labs) and requests `MultiPartitionKey({"tenant": t, "drop": drop_id})` runs: the dynamic
+partition it adds is the drop id, so a drop id two tenants both use is two partitions
+(`x|lab-a`, `x|lab-b`), each ingested into its own tenant's root. Each tenant has its own cursor.
 """
 
 
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import dagster as dg
 
 from shared_resources.intake.landing import DROP_ID_PATTERN, DropIssue, list_complete_drops, quarantine_drop
 from shared_resources.resources import StorageResource
+from shared_resources.runtime.storage import Storage
 
 LOOKBACK_SECONDS = 600.0
 
@@ -52,6 +59,24 @@ class DropCursor:
         self.seen = {d: t for d, t in self.seen.items() if t > self.mtime - LOOKBACK_SECONDS}
 
 
+def parse_tenant_cursors(raw: str | None) -> dict[str, DropCursor]:
+    """One cursor per tenant (a cursor of the single-zone format starts every tenant afresh)."""
+    doc = json.loads(raw) if raw else {}
+    return {t: DropCursor.parse(json.dumps(c)) for t, c in doc.get("tenants", {}).items()}
+
+
+def dump_tenant_cursors(cursors: dict[str, DropCursor]) -> str:
+    return json.dumps({"tenants": {t: json.loads(c.dump()) for t, c in sorted(cursors.items())}})
+
+
+def _invalid_drop_id(drop_id: str) -> DropIssue:
+    return DropIssue(
+        "drop_id",
+        f"folder name {drop_id!r} is not a valid drop_id (letters, digits, '.', '_', '-', up to 128, "
+        "starting with a letter or digit). Send the drop again under a valid name.",
+    )
+
+
 def make_landing_sensor(
     *,
     name: str,
@@ -60,7 +85,20 @@ def make_landing_sensor(
     partitions_def: dg.DynamicPartitionsDefinition,
     description: str,
     minimum_interval_seconds: int = 30,
+    tenants: Sequence[str] = (),
+    tenant_dimension: str = "tenant",
+    drop_dimension: str = "drop",
 ) -> dg.SensorDefinition:
+    """A sensor that ingests each complete drop of `landing/<kind>/` once (one dynamic partition of
+    `partitions_def` per drop). With `tenants`: each tenant's landing zone, one
+    (`tenant_dimension`, `drop_dimension`) multi-partition per tenant and drop; `partitions_def`
+    is then the drop dimension."""
+    if tenants:
+        return _tenant_landing_sensor(
+            name=name, kind=kind, job_name=job_name, partitions_def=partitions_def, description=description,
+            minimum_interval_seconds=minimum_interval_seconds, tenants=list(tenants), tenant_dimension=tenant_dimension, drop_dimension=drop_dimension,
+        )
+
     @dg.sensor(
         name=name,
         job_name=job_name,
@@ -79,11 +117,7 @@ def make_landing_sensor(
                 continue
             cursor.advance(drop.mtime, drop.drop_id)
             if not DROP_ID_PATTERN.match(drop.drop_id):
-                issue = DropIssue(
-                    "drop_id",
-                    f"folder name {drop.drop_id!r} is not a valid drop_id (letters, digits, '.', '_', '-', up to 128, "
-                    "starting with a letter or digit). Send the drop again under a valid name.",
-                )
+                issue = _invalid_drop_id(drop.drop_id)
                 where = quarantine_drop(store, kind, drop.drop_id, [issue], stage="landing")
                 context.log.error(f"{drop.drop_id!r} quarantined at {where}: {issue.message}")
                 continue
@@ -101,6 +135,76 @@ def make_landing_sensor(
             run_requests=runs,
             dynamic_partitions_requests=[partitions_def.build_add_request(new_partitions)],
             cursor=cursor.dump(),
+        )
+
+    return _sensor
+
+
+def _already_requested(context: dg.SensorEvaluationContext, job_name: str, partitions_def: dg.DynamicPartitionsDefinition, key: dg.MultiPartitionKey, drop_id: str) -> bool:
+    """A run of this tenant's drop exists already (requested by a sensor, or launched by hand)."""
+    if not context.instance.has_dynamic_partition(partitions_def.name, drop_id):
+        return False
+    return bool(context.instance.get_runs(filters=dg.RunsFilter(job_name=job_name, tags={"dagster/partition": str(key)}), limit=1))
+
+
+def _tenant_landing_sensor(
+    *,
+    name: str,
+    kind: str,
+    job_name: str,
+    partitions_def: dg.DynamicPartitionsDefinition,
+    description: str,
+    minimum_interval_seconds: int,
+    tenants: list[str],
+    tenant_dimension: str,
+    drop_dimension: str,
+) -> dg.SensorDefinition:
+    @dg.sensor(
+        name=name,
+        job_name=job_name,
+        minimum_interval_seconds=minimum_interval_seconds,
+        default_status=dg.DefaultSensorStatus.RUNNING,
+        description=description,
+    )
+    def _sensor(context: dg.SensorEvaluationContext, storage: StorageResource) -> dg.SensorResult | dg.SkipReason:
+        cursors = parse_tenant_cursors(context.cursor)
+        new_drop_ids: list[str] = []
+        runs: list[dg.RunRequest] = []
+        already: list[str] = []
+        for tenant in tenants:
+            store: Storage = storage.for_tenant(tenant)
+            cursor = cursors.setdefault(tenant, DropCursor())
+            for drop in list_complete_drops(store.landing(kind)):
+                if not cursor.is_new(drop.mtime, drop.drop_id):
+                    continue
+                cursor.advance(drop.mtime, drop.drop_id)
+                if not DROP_ID_PATTERN.match(drop.drop_id):
+                    issue = _invalid_drop_id(drop.drop_id)
+                    where = quarantine_drop(store, kind, drop.drop_id, [issue], stage="landing", seal=True)
+                    context.log.error(f"{tenant}: {drop.drop_id!r} quarantined at {where}: {issue.message}")
+                    continue
+                key = dg.MultiPartitionKey({tenant_dimension: tenant, drop_dimension: drop.drop_id})
+                if _already_requested(context, job_name, partitions_def, key, drop.drop_id):
+                    already.append(f"{tenant}/{drop.drop_id}")
+                    continue
+                if drop.drop_id not in new_drop_ids and not context.instance.has_dynamic_partition(partitions_def.name, drop.drop_id):
+                    new_drop_ids.append(drop.drop_id)
+                runs.append(
+                    dg.RunRequest(
+                        partition_key=key,
+                        run_key=f"{kind}/{tenant}/{drop.drop_id}",
+                        tags={"sinewgrid/tenant": tenant, "sinewgrid/drop_id": drop.drop_id},
+                    )
+                )
+        if already:
+            context.log.info(f"already ingested, not requested again: {', '.join(already)}")
+        if not runs:
+            return dg.SensorResult(skip_reason=dg.SkipReason(f"no new complete drops in any tenant's landing/{kind}"), cursor=dump_tenant_cursors(cursors))
+        context.log.info(f"new drops: {', '.join(r.tags['sinewgrid/tenant'] + '/' + r.tags['sinewgrid/drop_id'] for r in runs)}")
+        return dg.SensorResult(
+            run_requests=runs,
+            dynamic_partitions_requests=[partitions_def.build_add_request(new_drop_ids)] if new_drop_ids else [],
+            cursor=dump_tenant_cursors(cursors),
         )
 
     return _sensor

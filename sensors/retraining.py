@@ -4,6 +4,10 @@ It waits while ingest runs are still going, so a batch of drops yields one round
 compares what the instance already holds (the newest accepted upstream materialization
 against the newest training-set materialization), so the UI's daemon and the
 `sinewgrid tick` command never start the same round twice.
+
+With `per_tenant` (the Cell lane, whose upstream is partitioned by tenant and drop), a round is
+one partition of the training set per tenant: it asks for a round of each tenant whose newest
+accepted upstream is newer than that tenant's own last training set, and of no other.
 """
 
 
@@ -27,7 +31,11 @@ def make_retraining_sensor(
     ingest_job_name: str | list[str],
     description: str,
     minimum_interval_seconds: int = 30,
+    per_tenant: dg.MultiPartitionsDefinition | None = None,
+    tenant_dimension: str = "tenant",
 ) -> dg.SensorDefinition:
+    """`per_tenant`: the upstream's partitions (one of whose dimensions is `tenant_dimension`);
+    the training set is then partitioned by tenant and each round is one tenant's."""
     upstreams = upstream if isinstance(upstream, list) else [upstream]
     ingest_jobs = ingest_job_name if isinstance(ingest_job_name, list) else [ingest_job_name]
     watched = ", ".join(k.to_user_string() for k in upstreams)
@@ -39,28 +47,19 @@ def make_retraining_sensor(
         default_status=dg.DefaultSensorStatus.RUNNING,
         description=description,
     )
-    def _sensor(context: dg.SensorEvaluationContext) -> dg.RunRequest | dg.SkipReason:
+    def _sensor(context: dg.SensorEvaluationContext) -> dg.RunRequest | dg.SensorResult | dg.SkipReason:
         instance = context.instance
         busy = sum(instance.get_runs_count(dg.RunsFilter(job_name=job, statuses=_IN_FLIGHT)) for job in ingest_jobs)
         if busy:
             return dg.SkipReason(f"waiting for {busy} ingest run(s) to finish")
+        if per_tenant is not None:
+            return _per_tenant_rounds(instance, upstreams, accepted_status, training_set, per_tenant, tenant_dimension, watched)
         trained = instance.fetch_materializations(dg.AssetRecordsFilter(asset_key=training_set), limit=1)
         after = trained.records[0].storage_id if trained.records else None
         newest_accepted = None
-        for key in upstreams:
-            cursor = None
-            while True:
-                page = instance.fetch_materializations(
-                    dg.AssetRecordsFilter(asset_key=key, after_storage_id=after), limit=500, cursor=cursor, ascending=True
-                )
-                for record in page.records:
-                    status = record.asset_materialization.metadata.get("status")
-                    accepted = status is not None and getattr(status, "value", status) == accepted_status
-                    if accepted and (newest_accepted is None or record.storage_id > newest_accepted.storage_id):
-                        newest_accepted = record
-                if not page.has_more:
-                    break
-                cursor = page.cursor
+        for record in _accepted_since(instance, upstreams, accepted_status, after):
+            if newest_accepted is None or record.storage_id > newest_accepted.storage_id:
+                newest_accepted = record
         if newest_accepted is None:
             return dg.SkipReason(f"no new {accepted_status} {watched} since the last training set")
         partition = newest_accepted.partition_key
@@ -70,3 +69,61 @@ def make_retraining_sensor(
         )
 
     return _sensor
+
+
+def _accepted_since(instance: dg.DagsterInstance, upstreams: list[dg.AssetKey], accepted_status: str, after: int | None):
+    """Every accepted materialization of the upstreams after storage id `after`, oldest first per asset."""
+    for key in upstreams:
+        cursor = None
+        while True:
+            page = instance.fetch_materializations(dg.AssetRecordsFilter(asset_key=key, after_storage_id=after), limit=500, cursor=cursor, ascending=True)
+            for record in page.records:
+                status = record.asset_materialization.metadata.get("status")
+                if status is not None and getattr(status, "value", status) == accepted_status:
+                    yield record
+            if not page.has_more:
+                break
+            cursor = page.cursor
+
+
+def _per_tenant_rounds(
+    instance: dg.DagsterInstance,
+    upstreams: list[dg.AssetKey],
+    accepted_status: str,
+    training_set: dg.AssetKey,
+    partitions_def: dg.MultiPartitionsDefinition,
+    tenant_dimension: str,
+    watched: str,
+) -> dg.SensorResult:
+    """One round per tenant with accepted upstream newer than the tenant's own last training set."""
+    tenants = partitions_def.get_partitions_def_for_dimension(tenant_dimension).get_partition_keys()
+    trained_after: dict[str, int | None] = {}
+    for tenant in tenants:
+        last = instance.fetch_materializations(dg.AssetRecordsFilter(asset_key=training_set, asset_partitions=[tenant]), limit=1)
+        trained_after[tenant] = last.records[0].storage_id if last.records else None
+    known = [s for s in trained_after.values() if s is not None]
+    after = min(known) if len(known) == len(trained_after) and known else None
+    newest: dict[str, dg.EventLogRecord] = {}
+    for record in _accepted_since(instance, upstreams, accepted_status, after):
+        if record.partition_key is None:
+            continue
+        tenant = partitions_def.get_partition_key_from_str(record.partition_key).keys_by_dimension[tenant_dimension]
+        since = trained_after.get(tenant)
+        if tenant in trained_after and (since is None or record.storage_id > since):
+            if tenant not in newest or record.storage_id > newest[tenant].storage_id:
+                newest[tenant] = record
+    if not newest:
+        return dg.SensorResult(skip_reason=dg.SkipReason(f"no tenant has new {accepted_status} {watched} since its last training set"))
+    return dg.SensorResult(
+        run_requests=[
+            dg.RunRequest(
+                partition_key=tenant,
+                run_key=f"{tenant}/after-{record.storage_id}",
+                tags={
+                    "sinewgrid/tenant": tenant,
+                    "sinewgrid/trigger": f"{record.asset_materialization.asset_key.to_user_string()}:{record.partition_key}",
+                },
+            )
+            for tenant, record in sorted(newest.items())
+        ]
+    )

@@ -34,6 +34,8 @@ def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     monkeypatch.setenv("SINEWGRID_SLOTS_DIR", str(tmp_path / "slots"))
     monkeypatch.setenv("DAGSTER_HOME", str(root / "dagster"))
     (root / "dagster").mkdir()
+    # Tenants' local key files (made on first use) per test, never in ~/.config.
+    monkeypatch.setenv("SINEWGRID_KEYS_DIR", str(tmp_path / "keys"))
     return root
 
 

@@ -54,7 +54,30 @@ def drop_plate(storage: Storage, drop_id: str, table: pd.DataFrame | None = None
     )
 
 
-__all__ = ["GENES", "GENES_PER_PLATE", "drop_plate", "good_plate"]
+LAB = "lab-a"  # the tenant (a Cell lab of the packaged tenants catalog) that ingest tests use
+
+
+def lab_storage(root: str, tenant: str = LAB) -> Storage:
+    """A Cell lab's own storage root under `root`, its key held in this process (made on first use)."""
+    return StorageResource(root=root).for_tenant(tenant)
+
+
+def lab_drop(drop_id: str, tenant: str = LAB) -> dg.MultiPartitionKey:
+    """The ingest partition of one lab's drop."""
+    return dg.MultiPartitionKey({"tenant": tenant, "drop": drop_id})
+
+
+def ingest_drop(instance, resources, drop_id: str, tenant: str = LAB, assets: list | None = None) -> dg.ExecuteInProcessResult:
+    """Materialize a lab's drop (raw copy and validation) as the ingest job would."""
+    from cell_lane.defs.assets.ingest import raw_assay, validated_assay
+
+    instance.add_dynamic_partitions("assay_drops", [drop_id])
+    return dg.materialize(
+        assets or [raw_assay, validated_assay], instance=instance, resources=resources, partition_key=lab_drop(drop_id, tenant), raise_on_error=False
+    )
+
+
+__all__ = ["GENES", "GENES_PER_PLATE", "LAB", "drop_plate", "good_plate", "ingest_drop", "lab_drop", "lab_storage"]
 
 
 def sensor_ingest(sensor, assets: list, defs, instance, resources, root: str, cursor: str | None) -> tuple[list[str], dict[str, bool], str | None]:

@@ -243,10 +243,13 @@ def read_drop(storage: Storage, kind: str, drop_id: str, required_fields: Iterab
     return manifest, contents, issues
 
 
-def write_raw(storage: Storage, kind: str, manifest: DropManifest, contents: dict[str, bytes]) -> str:
+def write_raw(storage: Storage, kind: str, manifest: DropManifest, contents: dict[str, bytes], *, seal: bool = False) -> str:
     """Copy verified files byte for byte into the raw zone; the manifest goes last.
 
     The raw zone is immutable: a drop already there with the same manifest is left as it is.
+    `seal`: the files are a tenant's data, sealed with its key under its root (`read_bytes`
+    gives the lab's bytes back, so the manifest's checksums, of those bytes, still hold). The
+    manifest stays plain.
     """
     base = storage.raw(kind, manifest.drop_id)
     manifest_uri = posixpath.join(base, MANIFEST_NAME)
@@ -259,13 +262,17 @@ def write_raw(storage: Storage, kind: str, manifest: DropManifest, contents: dic
             "Send the corrected files as a new drop with a new id."
         )
     for path, data in contents.items():
-        write_bytes_atomic(posixpath.join(base, path), data)
+        write_bytes_atomic(posixpath.join(base, path), data, seal=seal)
     write_json_atomic(posixpath.join(base, MANIFEST_NAME), manifest.to_dict())
     return base
 
 
-def quarantine_drop(storage: Storage, kind: str, drop_id: str, issues: list[DropIssue], *, stage: str) -> str:
-    """Copy every file of a landing drop into quarantine with the reasons. Landing is left as it was."""
+def quarantine_drop(storage: Storage, kind: str, drop_id: str, issues: list[DropIssue], *, stage: str, seal: bool = False) -> str:
+    """Copy every file of a landing drop into quarantine with the reasons. Landing is left as it was.
+
+    `seal`: the files are a tenant's data, sealed with its key under its root; the drop's
+    manifest and the reasons (QUARANTINE.json / .md, for people to read) stay plain.
+    """
     source = storage.landing(kind, drop_id)
     target = storage.quarantine(kind, drop_id)
     fs, source_path = fs_for(source)
@@ -273,7 +280,8 @@ def quarantine_drop(storage: Storage, kind: str, drop_id: str, issues: list[Drop
     if fs.exists(source_path):
         for path in sorted(fs.find(source_path)):
             rel = posixpath.relpath(path, source_path)
-            write_bytes_atomic(posixpath.join(target, "original", rel), fs.cat_file(path))
+            data = read_bytes(fs.unstrip_protocol(path) if "://" in source else path)
+            write_bytes_atomic(posixpath.join(target, "original", rel), data, seal=seal and rel != MANIFEST_NAME)
             copied.append(rel)
     report = {
         "drop_id": drop_id,

@@ -31,15 +31,24 @@ def quarantined(
     *,
     stage: str,
     check_results: list[dg.AssetCheckResult],
+    seal: bool = False,
+    metadata: dict | None = None,
 ) -> dg.MaterializeResult:
     """Copy the drop to quarantine with its reasons and return the asset's result for it.
 
     The failing (blocking) checks in `check_results` stop the run here; the metadata carries
-    the reasons as a table, so the UI shows what to fix without opening a file.
+    the reasons as a table, so the UI shows what to fix without opening a file. `seal`: the
+    drop is a tenant's data, its copied files sealed with the tenant's key (the reasons stay plain).
+    `metadata`: more entries for the result (the tenant, say).
     """
-    where = quarantine_drop(store, kind, drop_id, issues, stage=stage)
+    where = quarantine_drop(store, kind, drop_id, issues, stage=stage, seal=seal)
     context.log.error(f"{kind} drop {drop_id} quarantined at {where}:\n" + "\n".join(i.describe() for i in issues[:20]))
     return dg.MaterializeResult(
-        metadata={"status": "quarantined", "quarantine": dg.MetadataValue.path(where), "reasons": dg.MetadataValue.md(issues_markdown(issues))},
+        metadata={
+            "status": "quarantined",
+            **(metadata or {}),
+            "quarantine": dg.MetadataValue.path(where),
+            "reasons": dg.MetadataValue.md(issues_markdown(issues)),
+        },
         check_results=check_results,
     )

@@ -1,4 +1,4 @@
-"""The versioned omics training set: PBMC expression joined with every validated assay round."""
+"""The versioned omics training set of one lab: PBMC expression joined with its validated assay rounds."""
 
 
 import io
@@ -8,10 +8,11 @@ import dagster as dg
 import pandas as pd
 
 from cell_lane.defs.assets.ingest import KIND, VALIDATED_ASSAY
+from cell_lane.defs.partitions import cell_tenants
 from cell_lane.omics import gene_labels, join_labels, load_reference_expression, publish_dataset
 from shared_resources.data.provenance import publish_version
 from shared_resources.resources import StorageResource
-from shared_resources.runtime.storage import fs_for, read_json, write_json_atomic
+from shared_resources.runtime.storage import glob_uris, read_bytes, read_json, write_json_atomic
 
 OMICS_DATASET = dg.AssetKey(["cell", "omics_dataset"])
 
@@ -22,27 +23,29 @@ def latest_dataset(storage_root_uri: str) -> dict:
 
 
 def load_validated_effects(curated_assays_uri: str) -> pd.DataFrame:
-    fs, base = fs_for(curated_assays_uri)
-    frames = [pd.read_parquet(io.BytesIO(fs.cat_file(p))) for p in sorted(fs.glob(posixpath.join(base, "*", "effects.parquet")))]
+    """Every validated drop's effects under a lab's curated zone (sealed tables opened with its key)."""
+    frames = [pd.read_parquet(io.BytesIO(read_bytes(uri))) for uri in glob_uris(posixpath.join(curated_assays_uri, "*", "effects.parquet"))]
     return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=["perturbation", "effect", "drop_id"])
 
 
 @dg.asset(
     key=OMICS_DATASET,
     deps=[VALIDATED_ASSAY],
+    partitions_def=cell_tenants,
     group_name="cell_dataset",
     kinds={"anndata", "zarr"},
 )
 def omics_dataset(context: dg.AssetExecutionContext, storage: StorageResource) -> dg.MaterializeResult:
-    """The training set: real PBMC single-cell expression (700 cells) with each gene's measured
-    knock-down effect from every validated plate so far.
+    """A lab's training set: real PBMC single-cell expression (700 cells) with each gene's measured
+    knock-down effect from every validated plate the lab has sent so far (one partition per lab;
+    no lab's plates ever join another's set).
 
     Stored as AnnData on zarr; open it with `anndata.read_zarr(<path>)`. Each version is named by
     a hash of its content, so the same plates always give the same version, and is registered in
     the data registry: `sinewgrid data get cell/omics <version> DEST` (or plain `dvc get`, see
     `get_command`) gives it back anywhere. `lineage` shows the drops it was made from.
     """
-    store = storage.get()
+    store = storage.for_tenant(context.partition_key)
     effects = load_validated_effects(store.curated(KIND))
     labels = gene_labels(effects)
     dataset = join_labels(load_reference_expression(), labels)
@@ -68,6 +71,7 @@ def omics_dataset(context: dg.AssetExecutionContext, storage: StorageResource) -
     return dg.MaterializeResult(
         metadata={
             "version": dataset.version,
+            "tenant": context.partition_key,
             "path": dg.MetadataValue.path(zarr_uri),
             "newly_written": written,
             "cells": dataset.adata.n_obs,

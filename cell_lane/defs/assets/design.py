@@ -8,6 +8,7 @@ import dagster as dg
 import pandas as pd
 
 from cell_lane.defs.assets.training import FINETUNED_MODEL, pointer_uri
+from cell_lane.defs.partitions import cell_tenants
 from cell_lane.plate_layout import GENES_PER_PLATE, plate_layout
 from shared_resources.data.provenance import record_result
 from shared_resources.resources import StorageResource
@@ -30,16 +31,20 @@ def rank_candidates(predictions: pd.DataFrame, exploration: float) -> pd.DataFra
     return candidates.sort_values(["score", "gene"], ascending=[False, True]).reset_index(drop=True)
 
 
-@dg.asset(key=NEXT_PLATE_PROPOSAL, deps=[FINETUNED_MODEL], group_name="cell_design", kinds={"csv"})
+@dg.asset(key=NEXT_PLATE_PROPOSAL, deps=[FINETUNED_MODEL], partitions_def=cell_tenants, group_name="cell_design", kinds={"csv"})
 def next_plate_proposal(
     context: dg.AssetExecutionContext, config: ProposalSettings, storage: StorageResource
 ) -> dg.MaterializeResult:
-    """The plate the model asks the lab to run next: genes not yet assayed with the strongest
+    """The plate the lab's model asks it to run next: genes not yet assayed with the strongest
     predicted effect, favouring those it is least sure of, laid out on a 96-well plate with
-    controls. The worklist (same columns as a drop, readout empty) is in the outbox.
+    controls. The worklist (same columns as a drop, readout empty) is in the lab's outbox.
+
+    The worklist and proposal stay plain (not sealed): the lab's own systems read them, with no
+    key of ours. They name genes and wells, not the lab's results.
     """
-    store = storage.get()
-    finetuned = read_json(pointer_uri(storage, "finetuned_model"))
+    tenant = context.partition_key
+    store = storage.for_tenant(tenant)
+    finetuned = read_json(pointer_uri(store, "finetuned_model"))
     predictions = pd.read_parquet(io.BytesIO(read_bytes(finetuned["predictions_uri"])))
     ranked = rank_candidates(predictions, config.exploration)
     if ranked.empty:
@@ -72,6 +77,7 @@ def next_plate_proposal(
     return dg.MaterializeResult(
         metadata={
             "proposal_id": proposal_id,
+            "tenant": tenant,
             "plate_barcode": barcode,
             "worklist": dg.MetadataValue.path(worklist_uri),
             "genes": len(chosen),

@@ -8,7 +8,7 @@ import dagster as dg
 import pandas as pd
 
 from cell_lane.defs.checks import DROP_MANIFEST_CHECK, LAYOUT_RULES, PLATE_LAYOUT_CHECK, PLATE_SCHEMA_CHECK, Z_PRIME_CHECK
-from cell_lane.defs.partitions import assay_drops
+from cell_lane.defs.partitions import tenant_and_drop, tenant_drops
 from cell_lane.plate_validation import Z_PRIME_THRESHOLD, Violation, check_plate_file, normalised_effects
 from shared_resources.intake.landing import MANIFEST_NAME, DropIssue, read_drop, write_raw
 from shared_resources.data.provenance import drop_id as drop_lineage_id
@@ -29,7 +29,7 @@ def _as_issue(v: Violation) -> DropIssue:
 
 @dg.asset(
     key=RAW_ASSAY,
-    partitions_def=assay_drops,
+    partitions_def=tenant_drops,
     group_name="cell_ingest",
     kinds={"csv", "parquet"},
     check_specs=[
@@ -42,23 +42,26 @@ def _as_issue(v: Violation) -> DropIssue:
     ],
 )
 def raw_assay(context: dg.AssetExecutionContext, storage: StorageResource) -> dg.MaterializeResult:
-    """The lab's plate files exactly as they were sent, copied byte for byte into the raw zone.
+    """The lab's plate files exactly as they were sent, copied into the lab's own raw zone.
 
-    One partition per lab drop. A drop whose manifest is broken or whose files do not
-    match their checksums is copied to quarantine with the reason, and stops here.
+    One partition per lab (tenant) and drop. The copies are sealed with the lab's key; opened,
+    they are the lab's bytes exactly, as their checksums show. A drop whose manifest is broken
+    or whose files do not match their checksums is copied to quarantine with the reason, and
+    stops here.
     """
-    store = storage.get()
-    drop_id = context.partition_key
+    tenant, drop_id = tenant_and_drop(context)
+    store = storage.for_tenant(tenant)
     manifest, contents, issues = read_drop(store, KIND, drop_id, MANIFEST_FIELDS)
     if issues:
         check = dg.AssetCheckResult(check_name=DROP_MANIFEST_CHECK, passed=False, metadata={"issues": len(issues), "first": issues[0].describe()})
-        return quarantined(context, store, KIND, drop_id, issues, stage="raw", check_results=[check])
-    where = write_raw(store, KIND, manifest, contents)
+        return quarantined(context, store, KIND, drop_id, issues, stage="raw", check_results=[check], seal=True, metadata={"tenant": tenant})
+    where = write_raw(store, KIND, manifest, contents, seal=True)
     record_drop(store, KIND, drop_id, where, manifest.fields, len(manifest.files))
     files = pd.DataFrame([{"path": f.path, "bytes": f.bytes, "sha256": f.sha256[:16] + "…"} for f in manifest.files])
     return dg.MaterializeResult(
         metadata={
             "status": "accepted",
+            "tenant": tenant,
             "raw": dg.MetadataValue.path(where),
             "files": dg.MetadataValue.md(files.to_markdown(index=False)),
             "bytes": sum(f.bytes for f in manifest.files),
@@ -72,7 +75,7 @@ def raw_assay(context: dg.AssetExecutionContext, storage: StorageResource) -> dg
 @dg.asset(
     key=VALIDATED_ASSAY,
     deps=[RAW_ASSAY],
-    partitions_def=assay_drops,
+    partitions_def=tenant_drops,
     group_name="cell_ingest",
     kinds={"pyarrow", "parquet"},
     check_specs=[
@@ -87,11 +90,11 @@ def validated_assay(context: dg.AssetExecutionContext, storage: StorageResource)
 
     A plate that breaks a rule sends the whole drop to quarantine with a table of what is
     wrong (file, row, well, rule) and what the lab should do; other drops keep flowing.
-    Each valid drop is registered as the dataset version `cell/assays@<drop id>`
-    (`sinewgrid data get cell/assays <drop id> DEST`).
+    Each valid drop is registered in the lab's own data registry as the dataset version
+    `cell/assays@<drop id>`; its tables are sealed with the lab's key.
     """
-    store = storage.get()
-    drop_id = context.partition_key
+    tenant, drop_id = tenant_and_drop(context)
+    store = storage.for_tenant(tenant)
     raw = store.raw(KIND, drop_id)
     manifest = read_json(posixpath.join(raw, MANIFEST_NAME))
     results = [check_plate_file(read_bytes(posixpath.join(raw, f["path"])), f["path"]) for f in manifest["files"]]
@@ -122,7 +125,7 @@ def validated_assay(context: dg.AssetExecutionContext, storage: StorageResource)
         z_check,
     ]
     if violations:
-        return quarantined(context, store, KIND, drop_id, schema_issues + layout_issues, stage="validation", check_results=checks)
+        return quarantined(context, store, KIND, drop_id, schema_issues + layout_issues, stage="validation", check_results=checks, seal=True, metadata={"tenant": tenant})
 
     table = pd.concat(tables, ignore_index=True)
     effects = normalised_effects(table).assign(drop_id=drop_id)
@@ -130,7 +133,7 @@ def validated_assay(context: dg.AssetExecutionContext, storage: StorageResource)
     for name, frame in (("plates.parquet", table), ("effects.parquet", effects)):
         buffer = io.BytesIO()
         frame.to_parquet(buffer, index=False)
-        write_bytes_atomic(posixpath.join(curated, name), buffer.getvalue())
+        write_bytes_atomic(posixpath.join(curated, name), buffer.getvalue(), seal=True)
     counts = table["sample_type"].value_counts().to_dict()
     _, version = publish_version(
         store, "cell/assays", drop_id, curated, title="validated plate tables of one drop (Parquet)",
@@ -141,6 +144,7 @@ def validated_assay(context: dg.AssetExecutionContext, storage: StorageResource)
     return dg.MaterializeResult(
         metadata={
             "status": "valid",
+            "tenant": tenant,
             "curated": dg.MetadataValue.path(curated),
             "plates": len(z_primes) or table["plate_barcode"].nunique(),
             "wells": len(table),

@@ -1,4 +1,4 @@
-"""Training: pretrain the foundation model on a steady pool, fine-tune it on a burst pool."""
+"""Training, one lab at a time: pretrain the foundation model on a steady pool, fine-tune it on a burst pool."""
 
 
 import hashlib
@@ -8,13 +8,14 @@ import dagster as dg
 from pydantic import Field
 
 from cell_lane.defs.assets.dataset import OMICS_DATASET, latest_dataset
+from cell_lane.defs.partitions import cell_tenants
 from cell_lane.workloads.config import FinetuneConfig, FinetuneSettings, PretrainConfig, PretrainSettings
 from shared_resources.compute.resource import ComputeResource
 from shared_resources.catalog.pools import Capacity
 from shared_resources.data.provenance import dataset_ref, find_version, record_result, track_run, trained_on
 from shared_resources.resources import StorageResource
 from shared_resources.catalog.step_spec import TRAINING_IMPORTS, StepSpec
-from shared_resources.runtime.storage import read_json, write_json_atomic
+from shared_resources.runtime.storage import Storage, read_json, write_json_atomic
 
 FOUNDATION_MODEL = dg.AssetKey(["cell", "foundation_model"])
 FINETUNED_MODEL = dg.AssetKey(["cell", "finetuned_model"])
@@ -36,22 +37,25 @@ class FinetuneLaunchpad(dg.Config, FinetuneSettings):
     checkpoint_every_steps: int = Field(100, ge=1, description="Save a checkpoint every this many steps (and on preemption).")
 
 
-def pointer_uri(storage: StorageResource, asset: str) -> str:
-    return storage.get().artifacts("cell", asset, "latest.json")
+def pointer_uri(store: Storage, asset: str) -> str:
+    """The pointer to an asset's newest result under a lab's root."""
+    return store.artifacts("cell", asset, "latest.json")
 
 
-@dg.asset(key=FOUNDATION_MODEL, deps=[OMICS_DATASET], group_name="cell_training", kinds={"pytorch", "safetensors"})
+@dg.asset(key=FOUNDATION_MODEL, deps=[OMICS_DATASET], partitions_def=cell_tenants, group_name="cell_training", kinds={"pytorch", "safetensors"})
 def foundation_model(
     context: dg.AssetExecutionContext, config: PretrainLaunchpad, storage: StorageResource, compute: ComputeResource
 ) -> dg.MaterializeResult:
-    """A model of how genes co-vary across cells, learnt by hiding part of each cell's expression
-    and predicting it back. Its gene embeddings are the starting point of every fine-tune.
+    """A lab's model of how genes co-vary across cells, learnt by hiding part of each cell's
+    expression and predicting it back. Its gene embeddings are the starting point of the lab's
+    fine-tunes; its weights are sealed with the lab's key.
 
     Runs on steady capacity; checkpoints every few steps and resumes after a preemption.
     Pretraining depends only on the expression matrix, so a new assay round reuses it.
     `loss_curve` plots the run's loss; `lineage` names the omics version it was trained on.
     """
-    store = storage.get()
+    tenant = context.partition_key
+    store = storage.for_tenant(tenant)
     dataset = latest_dataset(store.curated("omics"))
     job = PretrainConfig.of(config, dataset_uri=dataset["uri"])
     settings = job.model_dump(include=set(PretrainSettings.model_fields))
@@ -59,7 +63,7 @@ def foundation_model(
     spec = StepSpec(
         name="cell.foundation_model",
         entry_point="cell_lane.workloads.pretrain",
-        tenant="cell",
+        tenant=tenant,
         gpus=1,
         capacity=Capacity.steady,
         checkpoint_every_steps=config.checkpoint_every_steps,
@@ -69,7 +73,7 @@ def foundation_model(
         config=job,
     )
     step = compute.run(context, spec, lineage=lineage)
-    write_json_atomic(pointer_uri(storage, "foundation_model"), {"checkpoint_uri": step.checkpoint_uri, "lineage": lineage})
+    write_json_atomic(pointer_uri(store, "foundation_model"), {"checkpoint_uri": step.checkpoint_uri, "lineage": lineage})
     final = step.metadata()
     provenance = record_result(
         store, lineage, "model", "pretrained foundation model (safetensors checkpoint)",
@@ -77,23 +81,27 @@ def foundation_model(
         facts={"final_loss": final.get("final_loss"), "pool": step.pool.name},
     )
     tracked = track_run(store, lineage, step.final_checkpoint, step.result, config=settings, pool=step.pool.name, cost_usd=step.cost_usd, dagster_run_id=context.run_id)
-    return dg.MaterializeResult(metadata={**final, **provenance, **tracked, "run": lineage, "dataset_version": dataset["version"]})
+    return dg.MaterializeResult(metadata={**final, **provenance, **tracked, "tenant": tenant, "run": lineage, "dataset_version": dataset["version"]})
 
 
-@dg.asset(key=FINETUNED_MODEL, deps=[FOUNDATION_MODEL, OMICS_DATASET], group_name="cell_training", kinds={"pytorch", "parquet"})
+@dg.asset(
+    key=FINETUNED_MODEL, deps=[FOUNDATION_MODEL, OMICS_DATASET], partitions_def=cell_tenants, group_name="cell_training", kinds={"pytorch", "parquet"}
+)
 def finetuned_model(
     context: dg.AssetExecutionContext, config: FinetuneLaunchpad, storage: StorageResource, compute: ComputeResource
 ) -> dg.MaterializeResult:
-    """Predicts how strongly knocking down each gene changes the assay readout, with an
-    uncertainty, from the foundation's gene embeddings and all assay results so far.
+    """Predicts how strongly knocking down each gene changes the lab's assay readout, with an
+    uncertainty, from the lab's foundation gene embeddings and all its assay results so far
+    (its predictions are sealed with the lab's key).
 
     `held_out_rmse` is the error on genes the model did not see (K-fold); `baseline_rmse` is
     the error of always guessing the average — the model is useful while it stays below.
     Runs on burst (spot) capacity and resumes from its checkpoint when preempted.
     """
-    store = storage.get()
+    tenant = context.partition_key
+    store = storage.for_tenant(tenant)
     dataset = latest_dataset(store.curated("omics"))
-    foundation = read_json(pointer_uri(storage, "foundation_model"))
+    foundation = read_json(pointer_uri(store, "foundation_model"))
     settings = config.model_dump(include=set(FinetuneSettings.model_fields))
     run_id = f"{dataset['version']}-{_short_hash({**settings, 'foundation': foundation['lineage']})}"
     job = FinetuneConfig.of(
@@ -105,7 +113,7 @@ def finetuned_model(
     spec = StepSpec(
         name="cell.finetuned_model",
         entry_point="cell_lane.workloads.finetune",
-        tenant="cell",
+        tenant=tenant,
         gpus=1,
         capacity=Capacity.burst,
         checkpoint_every_steps=config.checkpoint_every_steps,
@@ -117,7 +125,7 @@ def finetuned_model(
     run = f"cell/finetuned_model/{run_id}"
     step = compute.run(context, spec, lineage=run)
     write_json_atomic(
-        pointer_uri(storage, "finetuned_model"),
+        pointer_uri(store, "finetuned_model"),
         {"run_id": run_id, "run": run, "predictions_uri": job.predictions_uri, "dataset_version": dataset["version"]},
     )
     final = step.metadata()
@@ -127,4 +135,4 @@ def finetuned_model(
         facts={"held_out_rmse": final.get("held_out_rmse"), "baseline_rmse": final.get("baseline_rmse"), "pool": step.pool.name},
     )
     tracked = track_run(store, run, step.final_checkpoint, step.result, config={**settings, "foundation": foundation["lineage"]}, pool=step.pool.name, cost_usd=step.cost_usd, dagster_run_id=context.run_id)
-    return dg.MaterializeResult(metadata={**final, **provenance, **tracked, "run": run, "dataset_version": dataset["version"], "finetune_id": run_id})
+    return dg.MaterializeResult(metadata={**final, **provenance, **tracked, "tenant": tenant, "run": run, "dataset_version": dataset["version"], "finetune_id": run_id})
