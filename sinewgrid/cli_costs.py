@@ -28,7 +28,7 @@ def _storage():
 
 
 def report(
-    by: str = typer.Option("lane", "--by", help="Group the ledger by run, project, provider, lane or cause (why attempts ended: notice, lost-node, straggler, unhealthy-node, ...)."),
+    by: str = typer.Option("lane", "--by", help="Group the ledger by run, project, provider, lane, tenant or cause (why attempts ended: notice, lost-node, straggler, unhealthy-node, ...)."),
     as_json: bool = typer.Option(False, "--json", help="Print the table and totals as JSON instead."),
 ) -> None:
     """Goodput and cost from the attempt ledger, per run, project, provider or lane."""

@@ -80,6 +80,7 @@ attempts = sa.Table(
     sa.Column("node", sa.String(200), nullable=False, server_default=""),
     sa.Column("cache_bytes", sa.BigInteger, nullable=False, server_default="0"),
     sa.Column("store_bytes", sa.BigInteger, nullable=False, server_default="0"),
+    sa.Column("tenant", sa.String(100), nullable=False, server_default="", index=True),
     sa.Column("gpu_hours", sa.Float, nullable=False),
     sa.Column("gpu_cost_usd", sa.Float, nullable=False),
     sa.Column("cost_usd", sa.Float, nullable=False),

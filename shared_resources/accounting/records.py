@@ -91,7 +91,7 @@ class AttemptRecord:
     exit_code: int | None
     price_per_gpu_hour: float
     project: str = ""
-    lane: str = ""  # the step's tenant: cell, robotics, ...
+    lane: str = ""  # the lane the step belongs to: cell, robotics, ...
     checkpoint_seconds: float = 0.0  # time spent writing checkpoints
     queue_seconds: float = 0.0  # time the job waited for capacity (the engine's pending time)
     lost_preemption_seconds: float = 0.0
@@ -112,6 +112,7 @@ class AttemptRecord:
     # Bytes of datasets and checkpoints the attempt read: found in the node cache, read from the store.
     cache_bytes: int = 0
     store_bytes: int = 0
+    tenant: str = ""  # whose work it was (tenants catalog: lab-a, ...); the lane's name for the platform's own steps
 
     @property
     def wall_seconds(self) -> float:
@@ -187,11 +188,12 @@ class AttemptRecord:
         node: str = "",
         cache_bytes: int = 0,
         store_bytes: int = 0,
+        tenant: str | None = None,
     ) -> AttemptRecord:
         """A record from plain values; the time split and the defaults are worked out here.
 
         `lane` defaults to the first part of the asset key (`cell/foundation_model` → `cell`),
-        `project` to the lane, `task_id` to run, step and partition, and `completed_task` to
+        `tenant` and `project` to the lane, `task_id` to run, step and partition, and `completed_task` to
         whether the attempt succeeded.
         """
         if started.tzinfo is None or ended.tzinfo is None:
@@ -235,6 +237,7 @@ class AttemptRecord:
             node=node,
             cache_bytes=cache_bytes,
             store_bytes=store_bytes,
+            tenant=tenant or lane,
         )
 
     @classmethod

@@ -19,7 +19,7 @@ from matplotlib.figure import Figure
 
 from shared_resources.accounting.records import LOST_REASONS
 
-GROUPINGS = {"run": "run_id", "project": "project", "provider": "provider", "lane": "lane", "cause": "cause"}
+GROUPINGS = {"run": "run_id", "project": "project", "provider": "provider", "lane": "lane", "tenant": "tenant", "cause": "cause"}
 _PURCHASING_ORDER = ["reserved", "block", "on_demand", "spot"]
 _OUTCOME_COLOURS = {"succeeded": "tab:green", "preempted": "tab:orange", "refused": "tab:gray", "failed": "tab:red", "orphaned": "tab:purple"}
 

@@ -149,8 +149,22 @@ def tenants_file() -> Path:
 
 
 def load_tenants(path: str | Path | None = None) -> Tenants:
-    """Read and validate a tenants catalog (default: `SINEWGRID_TENANTS`, else the packaged one)."""
+    """Read and validate a tenants catalog (default: `SINEWGRID_TENANTS`, else the packaged one).
+    Read again only when the file changed."""
     path = Path(path) if path else tenants_file()
+    try:
+        stamp = (str(path.resolve()), path.stat().st_mtime_ns)
+    except OSError:
+        return _read_tenants(path)
+    if _CACHE.get("stamp") != stamp:
+        _CACHE["tenants"], _CACHE["stamp"] = _read_tenants(path), stamp
+    return _CACHE["tenants"]
+
+
+_CACHE: dict = {}
+
+
+def _read_tenants(path: Path) -> Tenants:
     doc = read_yaml_mapping(path, TenantCatalogError, "tenants catalog", TENANTS_HOLDS)
     problems = [f"{path}: unknown top-level section `{k}` (expected: tenants)" for k in doc if k != "tenants"]
     found = Tenants()

@@ -22,6 +22,8 @@ from shared_resources.placement.ranking import PlacementPlan
 from shared_resources.runtime.inputs import LineageStamp, WorkloadInputs
 from shared_resources.runtime.messages import Qualified, of_kind
 from shared_resources.runtime.storage import Storage
+from shared_resources.tenancy.access import TenantAccess
+from shared_resources.tenancy.control import lane_of
 
 
 @dataclass(frozen=True)
@@ -73,9 +75,11 @@ def qualify(context: dg.AssetExecutionContext, pool: Pool, spec: StepSpec, stora
 
 
 def workload_inputs(
-    context: dg.AssetExecutionContext, spec: StepSpec, plan: PlacementPlan, pool: Pool, storage: Storage, *, lineage: str, checkpoint_uri: str, attempt: int
+    context: dg.AssetExecutionContext, spec: StepSpec, plan: PlacementPlan, pool: Pool, storage: Storage, *, lineage: str, checkpoint_uri: str, attempt: int,
+    tenant: TenantAccess | None = None,
 ) -> WorkloadInputs:
-    """What the workload receives for this attempt besides its config."""
+    """What the workload receives for this attempt besides its config: its tenant's access
+    (storage root, credentials, key) and no other's."""
     return WorkloadInputs(
         config=spec.config,
         checkpoint_uri=checkpoint_uri,
@@ -96,6 +100,7 @@ def workload_inputs(
         storage_root=storage.root,
         log_uri=storage.uri("logs", context.run_id, f"{spec.name}-attempt{attempt}.log"),
         failpoint=spec.failpoint,
+        tenant=tenant,
     )
 
 
@@ -123,7 +128,8 @@ def book(
         productive_seconds=result.committed_seconds,
         checkpoint_seconds=result.checkpoint_seconds,
         queue_seconds=result.queue_seconds,
-        lane=spec.tenant,
+        lane=lane_of(spec.tenant),
+        tenant=spec.tenant,
         outcome=result.outcome.value,
         exit_code=result.exit_code,
         cause=result.cause,

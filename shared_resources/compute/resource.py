@@ -26,6 +26,7 @@ from shared_resources.compute.recovery import Action, Decision, Ending, Outcome,
 from shared_resources.compute.step_run import StepFailedError, StepRun, attempt_timeline, disqualified_timeline
 from shared_resources.placement.ranking import PlacementPlan, plan_placement
 from shared_resources.runtime.storage import Storage
+from shared_resources.tenancy.control import tenant_access_of
 
 class PoolChooser:
     """The next pool for a step: the plan's order, minus pools that are drained or refused the
@@ -108,11 +109,14 @@ class ComputeResource(dg.ConfigurableResource):
         """Place `spec`, run it, fail over when a pool refuses it, resume it after each
         preemption (on the same pool or the next), and account for every attempt."""
         storage = Storage.at(self.storage_root)
+        access = tenant_access_of(self.storage_root, spec.tenant)
         plan = self.plan(spec)
         policies = _policies(spec, plan)
         chooser = PoolChooser(plan, storage)
         context.log.info(f"placement for {spec.name}: {plan.first.name} ({plan.first.purchasing.value})\n{plan.evidence_markdown()}")
-        step = StepRun(spec=spec, plan=plan, pool=plan.first, checkpoint_uri=storage.checkpoints(lineage))
+        # A tenant's checkpoints live under its own root, where its credentials and key reach.
+        home = Storage.at(access.storage_root) if access is not None else storage
+        step = StepRun(spec=spec, plan=plan, pool=plan.first, checkpoint_uri=home.checkpoints(lineage), access=access)
         # Refusals cost nothing but a try per pool; preemptions are bounded by the step's budget.
         for number in range(1, spec.max_preemptions + len(plan.ranked) + 2):
             pool = step.pool = chooser.next(context)
@@ -154,7 +158,9 @@ class ComputeResource(dg.ConfigurableResource):
             result = qualified.probe  # no capacity even for the probe: the pool refused the step
         else:
             started = dt.datetime.now(dt.UTC)
-            inputs = attempts.workload_inputs(context, spec, step.plan, pool, storage, lineage=lineage, checkpoint_uri=step.checkpoint_uri, attempt=number)
+            inputs = attempts.workload_inputs(
+                context, spec, step.plan, pool, storage, lineage=lineage, checkpoint_uri=step.checkpoint_uri, attempt=number, tenant=step.access
+            )
             result = attempts.launch(context, pool, spec, inputs)
         step.timeline.append(attempt_timeline(number, pool, started.timestamp(), result))
         step.attempts.append(attempts.book(context, storage, spec, pool, number, started, result))

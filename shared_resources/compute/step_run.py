@@ -14,6 +14,7 @@ from shared_resources.compute.backends.base import AttemptOutcome, AttemptResult
 from shared_resources.compute.causes import Cause
 from shared_resources.placement.ranking import PlacementPlan
 from shared_resources.runtime.messages import CheckpointSaved, Progress, Resumed, Telemetry, of_kind
+from shared_resources.tenancy.access import TenantAccess
 
 
 class StepFailedError(dg.Failure):
@@ -28,6 +29,8 @@ class StepRun:
     plan: PlacementPlan
     pool: Pool
     checkpoint_uri: str
+    # The tenant whose work this is (tenants catalog), as its workloads are handed it; None: the platform's own step.
+    access: TenantAccess | None = None
     attempts: list[AttemptRecord] = field(default_factory=list)
     result: dict[str, Any] = field(default_factory=dict)
     logs: list[str | None] = field(default_factory=list)

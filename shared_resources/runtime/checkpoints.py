@@ -38,7 +38,9 @@ import numpy as np
 
 from shared_resources.runtime.inputs import Failpoint
 from shared_resources.runtime.node_cache import NodeCache
-from shared_resources.runtime.storage import fs_for, read_bytes, sha256_bytes, write_bytes_atomic, write_json_atomic
+from shared_resources.runtime.storage import fs_for, read_bytes, read_stored_bytes, sha256_bytes, write_bytes_atomic, write_json_atomic
+from shared_resources.tenancy.access import keyring_for, opener
+from shared_resources.tenancy.envelope import Sealer, is_sealed
 
 Framework = Literal["torch", "numpy"]
 MANIFEST = "manifest.json"
@@ -156,15 +158,25 @@ class CheckpointStore:
         lineage: Mapping[str, Any] | None = None,
         final: bool = False,
     ) -> str:
-        """Write one checkpoint: each safetensors file, then the manifest that publishes it."""
+        """Write one checkpoint: each safetensors file, then the manifest that publishes it.
+
+        Under a tenant's root (its key registered in this process) each file is sealed with the
+        checkpoint's own data key before it leaves the writer; the manifest's sha256 is of the
+        stored bytes, and the manifest names the key (`sealed_with`), never holding it.
+        """
         where = self.step_uri(step)
+        keyring = keyring_for(self.uri)
+        sealer = Sealer(keyring) if keyring is not None else None
         entries = {}
         for stem, tensors in files.items():
             data = to_safetensors(tensors)
+            if sealer is not None:
+                data = sealer.seal(data)
             write_bytes_atomic(posixpath.join(where, f"{stem}.safetensors"), data)
             entries[f"{stem}.safetensors"] = {"sha256": sha256_bytes(data), "bytes": len(data)}
             self.keep_on_node(data, entries[f"{stem}.safetensors"]["sha256"], where)
-        return self.publish(step, entries, meta=meta, lineage=lineage, final=final)
+        sealed = {"tenant": sealer.tenant, "key_id": sealer.key_id} if sealer is not None else None
+        return self.publish(step, entries, meta=meta, lineage=lineage, final=final, sealed_with=sealed)
 
     def publish(
         self,
@@ -175,10 +187,13 @@ class CheckpointStore:
         lineage: Mapping[str, Any] | None = None,
         final: bool = False,
         layout: str = "safetensors",
+        sealed_with: Mapping[str, str] | None = None,
     ) -> str:
         """Write the manifest of step `step` (its files, already written, with their sha256 and
         size): from now on readers see the checkpoint."""
         where = self.step_uri(step)
+        if layout == SHARDS and keyring_for(self.uri) is not None:
+            self._warn(f"checkpoint {where}: a gang's sharded checkpoint is not sealed with the tenant's key yet (docs/tenancy.md)")
         _failpoint_torn(self._failpoint, step)
         write_json_atomic(
             posixpath.join(where, MANIFEST),
@@ -191,6 +206,7 @@ class CheckpointStore:
                 "files": dict(entries),
                 "lineage": dict(lineage or {}),
                 "meta": dict(meta or {}),
+                **({"sealed_with": dict(sealed_with)} if sealed_with else {}),
             },
         )
         return where
@@ -202,7 +218,7 @@ class CheckpointStore:
 
     def _read(self, uri: str, expected: Mapping[str, Any]) -> bytes:
         if self.cache is None:
-            data = read_bytes(uri)
+            data = read_stored_bytes(uri)
             self.read_bytes[1] += len(data)
             return data
         data, fetched = self.cache.read_file(uri, str(expected.get("sha256")), int(expected.get("bytes") or 0))
@@ -230,6 +246,7 @@ class CheckpointStore:
             self._warn(f"checkpoint {where} has an unreadable manifest ({exc}); skipped")
             return None
         tensors = {}
+        unsealer = opener()  # one unwrap of the checkpoint's data key for all its files
         for name, expected in manifest.get("files", {}).items():
             file_uri = posixpath.join(where, name)
             try:
@@ -240,6 +257,8 @@ class CheckpointStore:
             if sha256_bytes(data) != expected.get("sha256") or len(data) != expected.get("bytes"):
                 self._warn(f"checkpoint {where}: {name} does not match its manifest sha256 (corrupt); skipped")
                 return None
+            if is_sealed(data):
+                data = unsealer.open(data)  # KeyUnavailable (disabled, another tenant's) stops the load: it is not corruption
             if name.endswith(".safetensors"):
                 tensors[name.removesuffix(".safetensors")] = from_safetensors(data, self.framework)
         local = None

@@ -12,6 +12,8 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from shared_resources.tenancy.access import TenantAccess
+
 DEFAULT_CHECKPOINT_EVERY_STEPS = 50
 DEFAULT_TELEMETRY_SECONDS = 1.0
 
@@ -81,6 +83,9 @@ class WorkloadInputs(BaseModel):
     storage_root: str | None = None
     log_uri: str | None = None
     failpoint: Failpoint | None = None
+    tenant: TenantAccess | None = Field(
+        default=None, description="The tenant whose work this is: its storage root, credentials and key (none for the platform's own steps)."
+    )
 
     def to_extras(self) -> dict[str, Any]:
         """The Pipes extras (plain JSON) that carry these inputs to the workload."""

@@ -122,6 +122,8 @@ class WorkloadRun:
         self.checkpoint_interval = self.inputs.checkpoint_interval_seconds
         self.attempt = self.inputs.attempt
         self.telemetry_seconds = self.inputs.telemetry_seconds
+        if self.inputs.tenant is not None:
+            self.inputs.tenant.apply()  # its credentials replace inherited ones; its key seals what it writes
         self.cache = NodeCache.from_env(warn=self.warning)
         self.checkpoints = CheckpointStore(
             self.inputs.checkpoint_uri, warn=self.warning, failpoint=self.inputs.failpoint, framework=self._framework, cache=self.cache

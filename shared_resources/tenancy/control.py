@@ -13,6 +13,22 @@ def tenant_access(platform_root: str, tenant: str | Tenant) -> TenantAccess:
     return access_for(entry, Storage.at(platform_root).root)
 
 
+def tenant_access_of(platform_root: str, tenant: str) -> TenantAccess | None:
+    """The access of a step's tenant, or None when the tenant is not in the catalog (the platform's own steps)."""
+    tenants = load_tenants()
+    if tenant not in tenants:
+        return None
+    access = tenant_access(platform_root, tenants[tenant])
+    register(access.storage_root, access.keyring(create=True))  # this process reads its manifests and results
+    return access
+
+
+def lane_of(tenant: str) -> str:
+    """The lane a tenant's steps belong to (the tenant's own name when it is not in the catalog)."""
+    tenants = load_tenants()
+    return tenants[tenant].lane if tenant in tenants else tenant
+
+
 def tenant_storage(platform_root: str, tenant: str | Tenant) -> Storage:
     """The tenant's own root, its keyring registered here (a local key is made on first use)."""
     access = tenant_access(platform_root, tenant)
