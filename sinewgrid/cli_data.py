@@ -28,6 +28,41 @@ def _fail(message: str) -> None:
 
 
 ROOT = typer.Option(None, "--root", help="The storage root (default: $SINEWGRID_HOME, else .sinewgrid/).")
+TENANT = typer.Option(
+    None, "--tenant",
+    help="The tenant (tenants catalog) whose data it is: its registry under its own root, opened with its key held here.",
+)
+
+
+def _tenant_root(root: str | None, tenant: str) -> str:
+    """The tenant's storage root, with its key registered in this process (never created here)."""
+    from shared_resources.catalog.tenants import TenantCatalogError, UnknownTenant
+    from shared_resources.tenancy.access import register
+    from shared_resources.tenancy.control import tenant_access
+    from shared_resources.tenancy.keys import KeyUnavailable
+
+    try:
+        access = tenant_access(_root(root), tenant)
+        register(access.storage_root, access.keyring(create=False))  # a new key could open nothing
+    except (UnknownTenant, TenantCatalogError, KeyUnavailable) as exc:
+        _fail(str(exc))
+    return access.storage_root
+
+
+def _sealed_note(dest: str) -> None:
+    """Say so when what was fetched is still sealed (got without --tenant)."""
+    from pathlib import Path
+
+    from shared_resources.data.registry.sealed_files import sealed_tenants
+
+    if "://" in dest and not dest.startswith("file://"):
+        return
+    found = sealed_tenants(Path(dest.removeprefix("file://")))
+    for tenant, files in sorted(found.items()):
+        console.print(
+            f"{files} files are sealed with the key of tenant {escape(tenant)}: open them with "
+            f"`sinewgrid data decrypt {escape(dest)} --tenant {escape(tenant)}` (needs that key)."
+        )
 
 
 @data_app.command("list")
@@ -61,17 +96,61 @@ def data_get(
     version: str = typer.Argument(..., help="Its version (see `sinewgrid data list`)."),
     dest: str = typer.Argument(..., help="Where to put it: a folder that does not exist yet."),
     root: str = ROOT,
+    tenant: str = TENANT,
 ) -> None:
-    """Get one dataset version back, exactly as registered (every file checked against its hash)."""
+    """Get one dataset version back, exactly as registered (every file checked against its hash).
+
+    With --tenant: from that tenant's registry (under its own storage root), and its sealed files
+    opened with its key, so DEST holds the plain dataset. If the key is unavailable or a file fails
+    its integrity check, DEST is not created.
+    """
     from shared_resources.data.registry.names import RegistryError
     from shared_resources.data.registry.registry import DataRegistry
+    from shared_resources.tenancy.access import opener
+    from shared_resources.tenancy.envelope import SealedDataError
+    from shared_resources.tenancy.keys import KeyUnavailable
 
+    registry_root = _tenant_root(root, tenant) if tenant else _root(root)
     try:
-        got = DataRegistry.for_root(_root(root)).get(dataset, version, dest)
-    except (RegistryError, FileExistsError) as exc:
+        got = DataRegistry.for_root(registry_root).get(dataset, version, dest, opener=opener() if tenant else None)
+    except (RegistryError, FileExistsError, KeyUnavailable, SealedDataError) as exc:
         _fail(str(exc))
     console.print(f"{escape(got.ref)} → {escape(dest)}: {got.files} files, {got.bytes / 1e6:.2f} MB, DVC md5 {got.md5}, registry rev {got.rev[:10]}")
-    console.print(f"without sinewgrid: {escape(got.metadata()['get_command'])}")
+    if tenant:
+        console.print(f"opened with the key of tenant {escape(tenant)}: {escape(dest)} holds the plain files (their md5s are not the registered ones)")
+    else:
+        _sealed_note(dest)
+    console.print(f"without sinewgrid: {escape(got.metadata()['get_command'])}" + (f", then `sinewgrid data decrypt {escape(got.version)} --tenant {escape(tenant)}`" if tenant else ""))
+
+
+@data_app.command("decrypt")
+def data_decrypt(
+    path: str = typer.Argument(..., help="A folder (or one file) fetched with plain `dvc get`, holding a tenant's sealed files."),
+    tenant: str = typer.Option(..., "--tenant", help="The tenant whose key sealed them (tenants catalog); its key must be usable here."),
+    root: str = ROOT,
+) -> None:
+    """Open a tenant's sealed files IN PLACE: each sealed file is replaced by its plain form.
+
+    Each file is decrypted to a hidden temporary file beside it first; only when every sealed file
+    has been opened are they renamed over the sealed originals (same names, so the folder is then
+    the plain dataset, e.g. a zarr store anndata opens). If any cannot be opened (the key
+    unavailable or disabled, a file changed or cut short) the temporary files are removed and
+    nothing is replaced: every sealed original stays as it was. Plain files are left alone, so
+    running it again is safe. Keep a sealed copy elsewhere (or fetch again) if you need one.
+    """
+    from pathlib import Path
+
+    from shared_resources.data.registry.sealed_files import decrypt_folder
+    from shared_resources.tenancy.access import opener
+    from shared_resources.tenancy.envelope import SealedDataError
+    from shared_resources.tenancy.keys import KeyUnavailable
+
+    _tenant_root(root, tenant)
+    try:
+        done = decrypt_folder(Path(path).expanduser(), opener())
+    except (FileNotFoundError, KeyUnavailable, SealedDataError) as exc:
+        _fail(f"{exc} Nothing under {path} was changed.")
+    console.print(f"{escape(path)}: {done.files} sealed files replaced by their plain form ({done.bytes / 1e6:.2f} MB), {done.plain} already plain")
 
 
 def lineage(

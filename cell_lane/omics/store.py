@@ -15,6 +15,16 @@ spans:
 
 A dense `X` is stored dense (what was handed in is what is written), as row blocks of the same
 size: chunks of ⌊2**18 / genes⌋ whole rows, 64 chunks to a shard.
+
+**A tenant's dataset is sealed** (issue 17): when this process holds a keyring for the storage
+root the dataset is written under (`tenancy.access.keyring_for(uri)`), every object of it —
+chunks and metadata alike — is sealed with one data key for the version (`sealing.SealedStore`),
+and it is written **without shards**: one object per chunk, because a sealed object can only be
+opened whole, and zarr reads chunks out of a shard by byte range (`sealing.py` says more). Readers
+(`read_dataset`, and `anndata.read_zarr(dataset_store(uri))`) see whether a dataset is sealed from
+its root `zarr.json` (one read of its first 8 bytes) and open it with the tenant's key this process
+holds; a dataset is sealed or plain as a whole. Without a keyring nothing changes: zarr's own
+store, shards, no wrapper. The version (a hash of the data, `version.py`) is the same either way.
 """
 
 from __future__ import annotations
@@ -22,6 +32,7 @@ from __future__ import annotations
 import posixpath
 import tempfile
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import anndata as ad
@@ -30,7 +41,11 @@ import scipy.sparse as sp
 import zarr
 
 from cell_lane.omics.labels import JoinedDataset
+from cell_lane.omics.sealing import ROOT_METADATA, SealedStore, sealing_store
 from shared_resources.runtime.storage import fs_for, write_json_atomic
+from shared_resources.tenancy.access import keyring_for, opener
+from shared_resources.tenancy.envelope import is_sealed
+from shared_resources.tenancy.keys import Keyring
 
 ZARR_FORMAT = 3  # explicit, so stored data never changes format with an anndata upgrade
 
@@ -50,19 +65,23 @@ class XLayout:
                     f"XLayout.{name} must be a whole number of at least 1; got {value!r}"
                 )
 
-    def dataset_kwargs(self, matrix: Any) -> dict[str, tuple[int, ...]]:
-        """`chunks` and `shards` for anndata's writer: 1-D runs for sparse, whole-row blocks for dense."""
+    def dataset_kwargs(self, matrix: Any, *, sharded: bool = True) -> dict[str, tuple[int, ...]]:
+        """`chunks` and `shards` for anndata's writer: 1-D runs for sparse, whole-row blocks for dense.
+
+        `sharded=False` (sealed datasets): the same chunks, each its own object.
+        """
         if sp.issparse(matrix):
-            return {
-                "chunks": (self.chunk_values,),
-                "shards": (self.chunk_values * self.shard_chunks,),
-            }
-        shape = np.shape(matrix)
-        if len(shape) != 2:
-            return {}
-        rows = max(1, self.chunk_values // max(1, shape[1]))
-        width = max(1, shape[1])
-        return {"chunks": (rows, width), "shards": (rows * self.shard_chunks, width)}
+            chunking = {"chunks": (self.chunk_values,), "shards": (self.chunk_values * self.shard_chunks,)}
+        else:
+            shape = np.shape(matrix)
+            if len(shape) != 2:
+                return {}
+            rows = max(1, self.chunk_values // max(1, shape[1]))
+            width = max(1, shape[1])
+            chunking = {"chunks": (rows, width), "shards": (rows * self.shard_chunks, width)}
+        if not sharded:
+            del chunking["shards"]
+        return chunking
 
 
 def _is_matrix(elem_name: str) -> bool:
@@ -70,15 +89,19 @@ def _is_matrix(elem_name: str) -> bool:
     return name == "X" or (name.startswith("layers/") and name.count("/") == 1)
 
 
-def _write_local(adata: ad.AnnData, path: str, layout: XLayout) -> None:
-    group = zarr.open_group(path, mode="w", zarr_format=ZARR_FORMAT)
+def _write_local(adata: ad.AnnData, path: str, layout: XLayout, keyring: Keyring | None = None) -> None:
+    store: Any = path
+    if keyring is not None:  # every object sealed with one data key, one object per chunk (no shards: see the module docstring)
+        Path(path).mkdir(parents=True, exist_ok=True)
+        store = sealing_store(zarr.storage.LocalStore(path), keyring, where=path)
+    group = zarr.open_group(store, mode="w", zarr_format=ZARR_FORMAT)
     group.attrs.update({"encoding-type": "anndata", "encoding-version": "0.1.0"})
 
     def write(
         write_func, store, elem_name: str, elem, *, dataset_kwargs, iospec
     ) -> None:
         if _is_matrix(elem_name):
-            dataset_kwargs = {**layout.dataset_kwargs(elem), **dataset_kwargs}
+            dataset_kwargs = {**layout.dataset_kwargs(elem, sharded=keyring is None), **dataset_kwargs}
         write_func(store, elem_name, elem, dataset_kwargs=dataset_kwargs)
 
     # Explicit shards for the matrices; anndata's automatic sharding off for the small rest.
@@ -101,20 +124,42 @@ def write_dataset(adata: ad.AnnData, uri: str, *, layout: XLayout = XLayout()) -
     categoricals in the caller's object). To an object store it is written to a local temporary
     folder first and uploaded in one batched `put`: anndata writes element by element, one request
     after another, which is several times slower over the network.
+
+    Under a tenant's root whose keyring this process holds, every object is sealed before it is
+    written, the whole dataset with one data key (the module docstring says how and why).
     """
+    keyring = keyring_for(uri)
     if "://" not in uri:
-        _write_local(adata, uri, layout)
+        _write_local(adata, uri, layout, keyring)
         return
     fs, path = fs_for(uri)
     with tempfile.TemporaryDirectory(prefix="sinewgrid-zarr-") as tmp:
-        _write_local(adata, posixpath.join(tmp, "dataset.zarr"), layout)
+        _write_local(adata, posixpath.join(tmp, "dataset.zarr"), layout, keyring)
         fs.put(posixpath.join(tmp, "dataset.zarr"), path, recursive=True)
 
 
-def _zarr_store(uri: str) -> Any:
-    if "://" not in uri:
-        return uri
-    return zarr.storage.FsspecStore.from_url(uri, read_only=True)
+def is_sealed_dataset(uri: str) -> bool:
+    """Whether the dataset at `uri` is sealed: its root `zarr.json` starts with the sealed marker."""
+    fs, path = fs_for(posixpath.join(uri, ROOT_METADATA))
+    try:
+        with fs.open(path, "rb") as fh:
+            head = fh.read(16)
+    except FileNotFoundError:
+        return False  # not a dataset at all: zarr says so in its own words
+    return is_sealed(head)
+
+
+def dataset_store(uri: str) -> Any:
+    """What to open the dataset at `uri` with, read-only: zarr's own store, or for a sealed dataset
+    that store wrapped to open each object with the tenant's key this process holds.
+
+    `anndata.read_zarr(dataset_store(uri))` reads a sealed dataset as it reads a plain one.
+    """
+    remote = "://" in uri
+    if not is_sealed_dataset(uri):
+        return zarr.storage.FsspecStore.from_url(uri, read_only=True) if remote else uri
+    inner = zarr.storage.FsspecStore.from_url(uri, read_only=True) if remote else zarr.storage.LocalStore(uri, read_only=True)
+    return SealedStore(inner, opener=opener(), where=uri)  # one Opener: the data key unwrapped once
 
 
 def read_dataset(uri: str, *, lazy_x: bool = False) -> ad.AnnData:
@@ -126,8 +171,11 @@ def read_dataset(uri: str, *, lazy_x: bool = False) -> ad.AnnData:
     sparse dataset (or a zarr array when dense), and `adata.X[a:b]` reads only the chunks that row
     block spans. Use it when only the annotations are needed, or to stream a matrix larger than
     memory block by block.
+
+    A sealed dataset (a tenant's) is opened with the tenant's key this process holds: a
+    `KeyUnavailable` names the tenant and the key when it holds none or the key is disabled.
     """
-    store = _zarr_store(uri)
+    store = dataset_store(uri)
     if not lazy_x:
         adata = ad.read_zarr(store)
         if sp.issparse(adata.X) and adata.X.indices.dtype.kind == "u":

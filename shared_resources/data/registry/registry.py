@@ -49,8 +49,10 @@ from shared_resources.data.registry.names import (
     validate_dataset,
     validate_version,
 )
+from shared_resources.data.registry.sealed_files import decrypt_folder
 from shared_resources.runtime.storage import Storage, fs_for
 from shared_resources.settings import settings
+from shared_resources.tenancy.envelope import Opener
 
 _PUBLISH_TRIES = 5
 
@@ -93,12 +95,16 @@ class DataRegistry:
         self._mirror.sync_down()
         return self._all_versions(dataset)
 
-    def get(self, dataset: str, version: str, dest: str) -> DatasetVersion:
+    def get(self, dataset: str, version: str, dest: str, *, opener: Opener | None = None) -> DatasetVersion:
         """Download a version into `dest` (a new local path or URI), verified file by file.
 
         Refuses a `dest` that exists. Downloads into a temporary sibling, checks every file
         against the registered hashes (DatasetChanged if any differs, and `dest` is not
         created), then renames it into place.
+
+        With `opener` (a tenant's data, stored sealed): after the check every sealed file is
+        replaced by its plain form (`sealed_files.decrypt_folder`), so `dest` holds the plain
+        dataset; if one cannot be opened (`KeyUnavailable`, `SealedDataError`) `dest` is not created.
         """
         version_info = self.find(dataset, version)
         manifest = dvc_store.manifest(version_info, self.remote_url)
@@ -117,6 +123,8 @@ class DataRegistry:
         try:
             dvc_store.download(self._mirror.path, version_info, partial, self.remote_url)
             dvc_store.verify(version_info, manifest, partial)
+            if opener is not None:
+                decrypt_folder(partial, opener)
             if dest_is_local:
                 if target.exists():
                     raise RegistryError(f"{target} appeared while downloading: nothing was overwritten; the download was discarded.")
@@ -298,6 +306,10 @@ tagged `<dataset>/<version>`. The bytes live in the DVC remote {remote}.
 Get one back without Sinewgrid:
 
     dvc get <this repository> cell/omics/VERSION --rev cell/omics/VERSION -o VERSION
+
+A tenant's data is stored sealed with the tenant's key (files starting `SGSEAL1`); whoever
+holds the key opens them in place with `sinewgrid data decrypt VERSION --tenant NAME`, or
+gets them plain at once with `sinewgrid data get DATASET VERSION DEST --tenant NAME`.
 
 Do not edit or move files here by hand: register a new version instead.
 """
