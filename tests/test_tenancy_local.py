@@ -1,0 +1,104 @@
+"""Tenancy on the embedded default: the tenants catalog, local keys, sealing, and the key-revoked drill."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from shared_resources.catalog.tenants import TenantCatalogError, UnknownTenant, load_tenants
+from shared_resources.tenancy import access
+from shared_resources.tenancy.envelope import Opener, SealedDataError, Sealer, is_sealed, open_bytes, seal_bytes
+from shared_resources.tenancy.keys import KeyUnavailable, LocalKeyring, key_uses, set_local_key_enabled
+
+
+@pytest.fixture
+def keys(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    folder = tmp_path / "keys"
+    monkeypatch.setenv("SINEWGRID_KEYS_DIR", str(folder))
+    access.forget_all()
+    yield folder
+    access.forget_all()
+
+
+def test_sealed_bytes_open_only_with_their_tenants_key_and_only_whole(keys: Path):
+    a, b = LocalKeyring("lab-a", keys / "lab-a.key", create=True), LocalKeyring("lab-b", keys / "lab-b.key", create=True)
+    plain = b"well A01 effect 0.8731" * 100
+    sealed = seal_bytes(plain, a)
+    assert is_sealed(sealed) and plain not in sealed and b"0.8731" not in sealed
+    assert open_bytes(sealed, a) == plain
+    with pytest.raises(KeyUnavailable, match="wrapped by another key"):
+        open_bytes(sealed, b)
+    tampered = bytearray(sealed)
+    tampered[-5] ^= 1
+    with pytest.raises(SealedDataError, match="integrity"):
+        open_bytes(bytes(tampered), a)
+    # One data key for many objects: the tenant's key is asked once to make it and once to open them all.
+    since = len(key_uses())
+    sealer = Sealer(a)
+    objects = [sealer.seal(f"chunk {i}".encode()) for i in range(20)]
+    opener = Opener(lambda tenant, key_id: a)
+    assert [opener.open(o) for o in objects] == [f"chunk {i}".encode() for i in range(20)]
+    assert [u.op for u in key_uses(since)] == ["generate", "unwrap"]
+    assert all(u.key_id.startswith("local:lab-a:") for u in key_uses(since))
+
+
+def test_a_disabled_local_key_refuses_naming_itself_and_its_tenant(keys: Path):
+    a = LocalKeyring("lab-a", keys / "lab-a.key", create=True)
+    sealed = seal_bytes(b"weights", a)
+    set_local_key_enabled(keys / "lab-a.key", False)
+    with pytest.raises(KeyUnavailable) as refused:
+        open_bytes(sealed, a)
+    assert "lab-a" in str(refused.value) and a.key_id in str(refused.value) and "sinewgrid tenants key enable lab-a" in str(refused.value)
+    set_local_key_enabled(keys / "lab-a.key", True)
+    assert open_bytes(sealed, a) == b"weights"
+    # A workload never makes a key: a missing key file is an error, not a new key.
+    with pytest.raises(KeyUnavailable, match="no key file"):
+        LocalKeyring("lab-b", keys / "lab-b.key").new_data_key()
+
+
+def test_the_tenants_catalog_refuses_what_would_mix_tenants(tmp_path: Path):
+    bad = tmp_path / "tenants.yaml"
+    bad.write_text("tenants:\n  lab-a: {lane: cell, storage: data/a}\n  lab-b: {lane: cell, storage: data/a/b}\n  Lab_C: {lane: cell}\n  lab-d: {lane: cell, key: {kind: vault}}\n")
+    with pytest.raises(TenantCatalogError) as refused:
+        load_tenants(bad)
+    said = str(refused.value)
+    assert "`lab-a` and `lab-b` have nesting storage" in said
+    assert "tenant name `Lab_C`" in said
+    assert "tenant `lab-d`, field `key.kind`" in said
+    with pytest.raises(UnknownTenant, match="lab-z` is not in the tenants catalog"):
+        load_tenants().get_tenant("lab-z")
+
+
+def test_sinewgrid_tenants_key_commands(keys: Path, home: Path):
+    from sinewgrid.cli import app
+
+    runner = CliRunner()
+    assert runner.invoke(app, ["tenants", "key", "disable", "lab-a"]).exit_code == 2  # no key yet
+    created = runner.invoke(app, ["tenants", "key", "create", "lab-a"])
+    assert created.exit_code == 0 and (keys / "lab-a.key").exists()
+    assert oct((keys / "lab-a.key").stat().st_mode & 0o777) == "0o600"
+    assert runner.invoke(app, ["tenants", "key", "create", "lab-a"]).exit_code == 2  # never replaced
+    assert runner.invoke(app, ["tenants", "key", "disable", "lab-a"]).exit_code == 0
+    assert json.loads((keys / "lab-a.key").read_text())["enabled"] is False
+    listed = runner.invoke(app, ["tenants", "list"], env={"COLUMNS": "250"})
+    assert listed.exit_code == 0 and "disabled" in listed.output and "lab-b" in listed.output
+    assert runner.invoke(app, ["tenants", "key", "enable", "lab-a"]).exit_code == 0
+
+
+@pytest.mark.e2e
+def test_the_key_revoked_drill_refuses_the_tenant_at_once_and_leaves_the_other_running(home: Path, instance, tmp_path: Path):
+    from drills.key_revoked import run_key_revoked
+
+    said: list[str] = []
+    report = run_key_revoked(instance, str(home), tmp_path / "report", say=said.append)
+    assert report["passed"], report
+    refused = [p for p in report["phases"] if p["phase"] == "key disabled" and p["tenant"] == "drill-a"][0]
+    assert not refused["succeeded"] and refused["attempts"] == 1 and "disabled" in refused["said"]
+    assert (tmp_path / "report" / "key-revoked.md").read_text().count("| key disabled |") == 2
+    # The drill's tenants' data sit under the storage root, sealed; their keys did not.
+    sealed = list((home / "drills" / "key-revoked").rglob("*.safetensors"))
+    assert sealed and all(is_sealed(p.read_bytes()) for p in sealed)
+    assert not list(home.rglob("*.key"))
