@@ -21,6 +21,7 @@ from rich.table import Table
 from sinewgrid.cli_costs import plan, report
 from sinewgrid.cli_data import data_app, lineage
 from sinewgrid.cli_models import checkpoints_app, runs_app
+from sinewgrid.cli_tenants import tenants_app
 from shared_resources.settings import quiet_dagster, settings, storage_root
 from sinewgrid.instance import ensure_instance_home, get_instance
 
@@ -28,6 +29,7 @@ app = typer.Typer(help="Sinewgrid: the control plane for ML work on rented GPUs.
 lab_app = typer.Typer(help="The lab stand-in (LabStandIn) used by the demo.", no_args_is_help=True)
 app.add_typer(lab_app, name="lab")
 app.add_typer(data_app, name="data")
+app.add_typer(tenants_app, name="tenants")
 app.add_typer(checkpoints_app, name="checkpoints", help="Checkpoints by model, run, step and dataset; retention.")
 app.add_typer(runs_app, name="runs", help="Training runs: metrics, loss curves, and comparing two runs.")
 app.command("lineage")(lineage)
@@ -51,6 +53,29 @@ def _storage():
     return Storage.at(storage_root())
 
 
+def _tag(tenant: str) -> str:
+    """A line's prefix naming its tenant, `[lab-a]` (escaped: rich would read it as markup)."""
+    return escape(f"[{tenant}]")
+
+
+def _labs() -> list:
+    """One lab stand-in per Cell tenant (tenants catalog), each on its own root, each with its own seed."""
+    from cell_lane.standins.lab import LabStandIn
+    from shared_resources.catalog.tenants import load_tenants
+
+    root = _storage().root
+    return [LabStandIn.of_tenant(root, t.name, seed=7 + i) for i, t in enumerate(load_tenants().of_lane("cell"))]
+
+
+def _cell_tenant_storages() -> dict:
+    """Each Cell tenant's storage, its key held in this process (to open its sealed predictions)."""
+    from shared_resources.catalog.tenants import load_tenants
+    from shared_resources.resources import StorageResource
+
+    resource = StorageResource(root=_storage().root)
+    return {t.name: resource.for_tenant(t.name) for t in load_tenants().of_lane("cell")}
+
+
 @app.command("init-instance")
 def init_instance() -> None:
     """Create the Dagster instance folder (DAGSTER_HOME) with its dagster.yaml."""
@@ -63,14 +88,13 @@ def seed(
     plates: int = typer.Option(2, help="How many good first-round plates to drop."),
     bad: bool = typer.Option(True, help="Also drop one deliberately bad export, to see quarantine at work."),
 ) -> None:
-    """Put sample lab drops (first-round plates) into the landing zone."""
-    from cell_lane.standins.lab import LabStandIn
-
-    storage = _storage()
+    """Put sample lab drops (first-round plates) into each Cell lab's landing zone."""
     with console.status("writing sample drops…"):
-        drops = LabStandIn(storage).seed_drops(plates=plates, include_bad=bad)
-    for drop in drops:
-        console.print(f"  dropped [cyan]{storage.landing('assays', drop)}[/]")
+        labs = _labs()
+        dropped = {lab.tenant: lab.seed_drops(plates=plates, include_bad=bad) for lab in labs}
+    for lab in labs:
+        for drop in dropped[lab.tenant]:
+            console.print(f"  {_tag(lab.tenant)} dropped [cyan]{lab.storage.landing('assays', drop)}[/]")
 
 
 def _print_ticks(ticks, all_rows: bool = False) -> bool:
@@ -120,12 +144,11 @@ def tick() -> None:
 
 @lab_app.command("answer")
 def lab_answer() -> None:
-    """Let the lab stand-in run every worklist in the outbox; results land as new drops."""
-    from cell_lane.standins.lab import LabStandIn
-
-    with console.status("the lab stand-in is running plates…"):
-        drops = LabStandIn(_storage()).answer_outbox()
-    console.print(f"new drops: {', '.join(drops) or 'none (no unanswered worklists)'}")
+    """Let each lab's stand-in run every worklist in its outbox; results land as new drops."""
+    for lab in _labs():
+        with console.status(f"the stand-in of {lab.tenant} is running plates…"):
+            drops = lab.answer_outbox()
+        console.print(f"  {_tag(lab.tenant)} new drops: {', '.join(drops) or 'none (no unanswered worklists)'}")
 
 
 @app.command()
@@ -140,7 +163,7 @@ app.command("plan")(plan)
 
 
 def _print_summary(truth=None, robotics_rows: bool = True) -> None:
-    from sinewgrid.summary import ledger_by_step, quarantined, training_rounds, truth_rmse
+    from sinewgrid.summary import ledger_by_step, ledger_by_tenant, quarantined, training_rounds, truth_rmse
 
     storage = _storage()
     instance = get_instance()
@@ -160,14 +183,27 @@ def _print_summary(truth=None, robotics_rows: bool = True) -> None:
                       f"{steps['gpu_hours'].sum():.4f}", f"${steps['cost_usd'].sum():.4f}", style="bold")
     console.print(table)
 
+    tenants = ledger_by_tenant(storage)
+    if len(tenants):
+        table = Table(title="Per tenant: what its GPU steps cost and their goodput")
+        for column in ("tenant", "steps", "attempts", "wall s", "productive s", "goodput", "GPU-h", "cost"):
+            table.add_column(column, justify="right" if column != "tenant" else "left")
+        for row in tenants.itertuples():
+            table.add_row(
+                escape(row.tenant), str(row.steps), str(row.attempts), f"{row.wall_seconds:.1f}", f"{row.productive_seconds:.1f}",
+                f"{row.goodput:.0%}" if row.goodput == row.goodput else "—", f"{row.gpu_hours:.4f}", f"${row.cost_usd:.4f}",
+            )
+        console.print(table)
+
+    labs = _cell_tenant_storages()  # holds each lab's key here: its predictions are sealed
     rounds = training_rounds(instance)
-    table = Table(title="The model, round by round (held-out error: lower is better)")
-    for column in ("round", "assayed genes", "held-out RMSE", "baseline RMSE", "Spearman", "pool", "cost"):
-        table.add_column(column, justify="right")
+    table = Table(title="The model of each lab, round by round (held-out error: lower is better)")
+    for column in ("tenant", "round", "assayed genes", "held-out RMSE", "baseline RMSE", "Spearman", "pool", "cost"):
+        table.add_column(column, justify="right" if column != "tenant" else "left")
     if truth is not None:
         table.add_column("RMSE vs lab truth*", justify="right")
     for r in rounds:
-        cells = [str(r.round), str(r.assayed_genes), f"{r.held_out_rmse:.3f}", f"{r.baseline_rmse:.3f}", f"{r.spearman:.2f}", r.pool, f"${r.cost_usd:.4f}"]
+        cells = [escape(r.tenant), str(r.round), str(r.assayed_genes), f"{r.held_out_rmse:.3f}", f"{r.baseline_rmse:.3f}", f"{r.spearman:.2f}", r.pool, f"${r.cost_usd:.4f}"]
         if truth is not None:
             cells.append(f"{truth_rmse(r.predictions_uri, truth):.3f}")
         table.add_row(*cells)
@@ -175,11 +211,13 @@ def _print_summary(truth=None, robotics_rows: bool = True) -> None:
     if truth is not None:
         console.print("  * on genes never assayed, against the lab stand-in's hidden truth (only the stand-in can know it)")
 
-    bad = quarantined(storage)
+    bad = [("", report) for report in quarantined(storage)]
+    bad += [(tenant, report) for tenant, store in labs.items() for report in quarantined(store)]
     if bad:
         console.print(f"[yellow]Quarantined drops ({len(bad)}):[/]")
-        for report in bad:
-            console.print(f"  [bold]{report['kind']}/{report['drop_id']}[/] at the {report['stage']} stage — {len(report['issues'])} issue(s):")
+        for tenant, report in bad:
+            prefix = f"{_tag(tenant)} " if tenant else ""
+            console.print(f"  {prefix}[bold]{report['kind']}/{report['drop_id']}[/] at the {report['stage']} stage — {len(report['issues'])} issue(s):")
             for issue in report["issues"][:4]:
                 console.print(f"    - {escape(issue.get('file') or 'drop')} ({issue['rule']}): {escape(issue['message'])}")
     if robotics_rows:
@@ -217,7 +255,8 @@ def drill(
     ),
     scenario: list[str] = typer.Option(
         [], "--scenario", "-s",
-        help="preempt-notice, preempt-no-notice, torn-checkpoint, pool-loss, straggler, unhealthy-node; for a gang: node-loss, slow-rank, node-unqualified (default: all).",
+        help="preempt-notice, preempt-no-notice, torn-checkpoint, pool-loss, straggler, unhealthy-node; for a gang: node-loss, slow-rank, node-unqualified; "
+        "key-revoked (a tenant's key is disabled: its next run is refused, the other tenant runs on; local only) (default: all but key-revoked).",
     ),
     workload: list[str] = typer.Option([], "--workload", "-w", help="pretrain (Cell), rollouts, policy (Robotics), pretrain-gang (Cell, 2 nodes) (default: all)."),
     size: str = typer.Option("small", help="small (seconds per run) or full (the figures in docs/drills.md)."),
@@ -243,6 +282,11 @@ def drill(
     ensure_instance_home()
     out = out or Path(storage.root.removeprefix("file://")) / "reports" / "drills"
     command = "sinewgrid drill " + " ".join(sys.argv[2:])
+    if "key-revoked" in scenario:
+        _key_revoked_drill(storage.root, out)
+        scenario = [s for s in scenario if s != "key-revoked"]
+        if not scenario:
+            return
     with get_instance() as instance:
         try:
             assets = DrillAssets(failure_drill, preemption_trace, drill_root(StorageResource(root=storage.root)))
@@ -309,9 +353,7 @@ def demo(
     console.rule("[bold]Sinewgrid demo: " + {"cell": "the Cell loop", "robotics": "the Robotics loop", "all": "the Cell and Robotics loops"}[lane] + " on this machine")
     console.print(f"storage root {storage.root}")
     if cell:
-        from cell_lane.standins.lab import LabStandIn
-
-        lab = LabStandIn(storage)
+        labs = _labs()  # one stand-in per Cell lab, each on its own root: the labs' loops run side by side
     if robotics:
         from robotics_lane.standins.robot_cell import RobotCellStandIn
         from robotics_lane.standins.teleop_operator import TeleopOperatorStandIn
@@ -320,7 +362,8 @@ def demo(
 
     console.print("\n[bold]Round 1[/]: first data arrives")
     if cell:
-        console.print(f"  lab plates (one a bad export): {', '.join(lab.seed_drops())}")
+        for lab in labs:
+            console.print(f"  {_tag(lab.tenant)} lab plates (one a bad export): {', '.join(lab.seed_drops())}")
     if robotics:
         with console.status("the teleop stand-in is recording sessions…"):
             console.print(f"  teleop sessions (one with a recorder glitch): {', '.join(operator.record_sessions())}")
@@ -328,8 +371,9 @@ def demo(
     for round_number in range(2, rounds + 2):
         console.print(f"\n[bold]Round {round_number}[/]: answers come back")
         if cell:
-            with console.status("the lab stand-in is running plates…"):
-                console.print(f"  lab results for the proposed plate: {', '.join(lab.answer_outbox()) or 'none'}")
+            for lab in labs:
+                with console.status(f"the stand-in of {lab.tenant} is running plates…"):
+                    console.print(f"  {_tag(lab.tenant)} lab results for the proposed plate: {', '.join(lab.answer_outbox()) or 'none'}")
         if robotics:
             with console.status("the robot-cell stand-in is running trials…"):
                 console.print(f"  robot-cell results: {', '.join(robot_cell.answer_requests()) or 'none'}")
@@ -341,7 +385,7 @@ def demo(
                 console.print(f"  corrective demonstrations for failed real-robot trials: {', '.join(relabelled)}")
                 ok &= _print_ticks(_tick())
     console.rule("[bold]Summary")
-    _print_summary(truth=lab.truth if cell else None, robotics_rows=robotics)
+    _print_summary(truth=labs[0].truth if cell and labs else None, robotics_rows=robotics)
     _print_traceability(storage)
     console.print(f"demo finished in {time.monotonic() - started:.0f}s")
     if not ok:
@@ -349,18 +393,31 @@ def demo(
         raise typer.Exit(1)
 
 
+def _key_revoked_drill(root: str, out: Path) -> None:
+    """`sinewgrid drill -s key-revoked` (drills/key_revoked.py)."""
+    from drills.key_revoked import run_key_revoked
+
+    with get_instance() as instance:
+        report = run_key_revoked(instance, root, out, say=lambda line: console.print(escape(line)))
+    console.print(f"report: [bold]{out / 'key-revoked.md'}[/]")
+    if not report["passed"]:
+        console.print("[red]The key-revoked drill did not pass: see the report.[/]")
+        raise typer.Exit(1)
+
+
 def _print_traceability(storage) -> None:
-    """Where to look next: the newest results' lineage, the dataset versions, the runs."""
+    """Where to look next: the newest results' lineage (each lab's under its own root), the dataset versions, the runs."""
     from shared_resources.data.lineage import LineageStore
 
-    lineage = LineageStore(storage.root)
-    records = [lineage.get(i) for i in lineage.ids() if i.startswith(("cell/next_plate_proposal/", "robotics/real_robot_evaluation/"))]
-    newest = {}
-    for record in sorted(records, key=lambda r: r.created_at):
-        newest[record.id.split("/")[0]] = record.id
     console.print("\n[bold]Every result can be traced[/] to its data and code:")
-    for node_id in newest.values():
-        console.print(f"  sinewgrid lineage {escape(node_id)}")
+    roots = [("", storage.root, "robotics/real_robot_evaluation/")]
+    roots += [(tenant, store.root, "cell/next_plate_proposal/") for tenant, store in _cell_tenant_storages().items()]
+    for tenant, root, prefix in roots:
+        lineage = LineageStore(root)
+        records = sorted((lineage.get(i) for i in lineage.ids() if i.startswith(prefix)), key=lambda r: r.created_at)
+        if records:
+            where = f" --root {escape(root)}" if tenant else ""
+            console.print(f"  {_tag(tenant) + ' ' if tenant else ''}sinewgrid lineage{where} {escape(records[-1].id)}")
     console.print("  sinewgrid data list        the registered dataset versions (DVC), each retrievable with `sinewgrid data get`")
     console.print("  sinewgrid runs list        the training runs, their figures and loss curves; `sinewgrid runs compare A B`")
 

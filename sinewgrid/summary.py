@@ -24,6 +24,7 @@ def _value(metadata: dict, key: str):
 
 @dataclass
 class RoundRow:
+    tenant: str
     round: int
     run_id: str
     assayed_genes: int
@@ -36,13 +37,18 @@ class RoundRow:
 
 
 def training_rounds(instance: dg.DagsterInstance) -> list[RoundRow]:
+    """Each fine-tune, numbered per tenant (the partition of its materialization), oldest first."""
     records = instance.fetch_materializations(dg.AssetRecordsFilter(asset_key=FINETUNED), limit=1000, ascending=True).records
     rows = []
-    for i, record in enumerate(records, start=1):
+    counts: dict[str, int] = {}
+    for record in records:
         md = record.asset_materialization.metadata
+        tenant = record.partition_key or ""
+        counts[tenant] = counts.get(tenant, 0) + 1
         rows.append(
             RoundRow(
-                round=i,
+                tenant=tenant,
+                round=counts[tenant],
                 run_id=record.run_id,
                 assayed_genes=int(_value(md, "n_assayed_genes") or 0),
                 held_out_rmse=float(_value(md, "held_out_rmse") or np.nan),
@@ -65,6 +71,29 @@ def ledger_by_step(storage: Storage) -> pd.DataFrame:
         .agg(
             attempts=("attempt", "size"),
             preempted=("outcome", lambda s: int((s == "preempted").sum())),
+            wall_seconds=("wall_seconds", "sum"),
+            productive_seconds=("productive_seconds", "sum"),
+            gpu_hours=("gpu_hours", "sum"),
+            cost_usd=("cost_usd", "sum"),
+        )
+        .assign(goodput=lambda f: f["productive_seconds"] / f["wall_seconds"].where(f["wall_seconds"] > 0))
+    )
+
+
+def ledger_by_tenant(storage: Storage) -> pd.DataFrame:
+    """Cost and goodput per tenant: the ledger's `tenant` column where it has one, else its `lane`
+    (which holds the step's tenant in ledgers written before the column)."""
+    ledger = read_ledger(storage.ledger())
+    if ledger.empty:
+        return ledger
+    lane = ledger["lane"].fillna("").astype(str)
+    tenant = ledger["tenant"].fillna("").astype(str) if "tenant" in ledger.columns else lane
+    return (
+        ledger.assign(tenant=tenant.where(tenant != "", lane))
+        .groupby("tenant", as_index=False)
+        .agg(
+            steps=("step", "nunique"),
+            attempts=("attempt", "size"),
             wall_seconds=("wall_seconds", "sum"),
             productive_seconds=("productive_seconds", "sum"),
             gpu_hours=("gpu_hours", "sum"),

@@ -212,6 +212,18 @@ def _worker_group(item) -> str:
 
 
 @pytest.fixture(autouse=True)
+def _no_tenant_keys_held():
+    """Start every test holding no tenant's key: the keyrings a process holds are process-wide,
+    and one an earlier test registered for its own root (another key file) would be offered for
+    a tenant of the same name here."""
+    from shared_resources.tenancy.access import forget_all
+
+    forget_all()
+    yield
+    forget_all()
+
+
+@pytest.fixture(autouse=True)
 def _fresh_dagster_context():
     """Start every test with no Dagster instance in context.
 

@@ -1,8 +1,12 @@
-"""Bad input gets a specific reason in quarantine, nothing a lab sent is lost, good drops flow."""
+"""Bad input gets a specific reason in quarantine, nothing a lab sent is lost, good drops flow.
+
+Ingest is per lab (tenant): these drops are lab-a's, under `tenants/lab-a/`, and what ingest
+copies there is sealed with its key (opened here with `read_bytes`: this process holds the key)."""
 
 from __future__ import annotations
 
 import hashlib
+import io
 import json
 from pathlib import Path
 
@@ -11,18 +15,31 @@ import pandas as pd
 import pytest
 
 from cell_lane.defs.assets.ingest import raw_assay, validated_assay
-from tests.helpers import drop_plate, good_plate
+from shared_resources.runtime.storage import read_bytes
+from shared_resources.tenancy.envelope import is_sealed
+from tests.helpers import LAB, drop_plate, good_plate, ingest_drop, lab_storage
 
 ASSETS = [raw_assay, validated_assay]
 
 
+@pytest.fixture
+def storage(root: str):
+    """lab-a's own storage root (its key held in this process)."""
+    return lab_storage(root)
+
+
+@pytest.fixture
+def lab(home: Path, storage) -> Path:
+    return home / "tenants" / LAB
+
+
 def _ingest(instance, resources, drop_id: str) -> dg.ExecuteInProcessResult:
-    instance.add_dynamic_partitions("assay_drops", [drop_id])
-    return dg.materialize(ASSETS, instance=instance, resources=resources, partition_key=drop_id, raise_on_error=False)
+    return ingest_drop(instance, resources, drop_id, assets=ASSETS)
 
 
 def _snapshot(folder: Path) -> dict[str, str]:
-    return {str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(folder.rglob("*")) if p.is_file()}
+    """Each file's sha256, of its bytes as the lab sent them (sealed copies opened)."""
+    return {str(p.relative_to(folder)): hashlib.sha256(read_bytes(str(p))).hexdigest() for p in sorted(folder.rglob("*")) if p.is_file()}
 
 
 def _quarantine(home: Path, drop_id: str) -> dict:
@@ -34,21 +51,21 @@ def _check(result, name: str) -> bool:
     return next(e.passed for e in evaluations if e.check_name == name)
 
 
-def test_good_drop_is_copied_byte_for_byte_and_validated(instance, resources, home, storage):
+def test_good_drop_is_copied_byte_for_byte_and_validated(instance, resources, lab, storage):
     drop_plate(storage, "good")
     result = _ingest(instance, resources, "good")
     assert result.success
-    landing = home / "landing" / "assays" / "good" / "plates" / "plate.csv"
-    raw = home / "raw" / "assays" / "good" / "plates" / "plate.csv"
-    assert raw.read_bytes() == landing.read_bytes()
-    effects = pd.read_parquet(home / "curated" / "assays" / "good" / "effects.parquet")
+    landing = lab / "landing" / "assays" / "good" / "plates" / "plate.csv"
+    raw = lab / "raw" / "assays" / "good" / "plates" / "plate.csv"
+    assert is_sealed(raw.read_bytes()) and read_bytes(str(raw)) == landing.read_bytes()
+    effects = pd.read_parquet(io.BytesIO(read_bytes(str(lab / "curated" / "assays" / "good" / "effects.parquet"))))
     assert set(effects["perturbation"]) == set(good_plate()["perturbation"][lambda s: s != ""])
     assert _check(result, "plate_schema") and _check(result, "plate_layout_and_controls") and _check(result, "z_prime_at_least_0_5")
-    assert not (home / "quarantine" / "assays" / "good").exists()
+    assert not (lab / "quarantine" / "assays" / "good").exists()
 
 
-def _write(home: Path, drop_id: str, files: dict[str, bytes], manifest: dict | str | None) -> Path:
-    folder = home / "landing" / "assays" / drop_id
+def _write(lab: Path, drop_id: str, files: dict[str, bytes], manifest: dict | str | None) -> Path:
+    folder = lab / "landing" / "assays" / drop_id
     folder.mkdir(parents=True, exist_ok=True)
     for name, data in files.items():
         (folder / name).parent.mkdir(parents=True, exist_ok=True)
@@ -112,23 +129,23 @@ def _case_wrong_drop_id(home):
         (_case_wrong_drop_id, "manifest_drop_id"),
     ],
 )
-def test_bad_drop_is_quarantined_at_raw_with_its_reason(instance, resources, home, case, rule):
-    files, manifest = case(home)
+def test_bad_drop_is_quarantined_at_raw_with_its_reason(instance, resources, lab, case, rule):
+    files, manifest = case(lab)
     if isinstance(manifest, dict) and manifest["drop_id"] == "x":
         manifest["drop_id"] = "bad"
-    folder = _write(home, "bad", files, manifest)
+    folder = _write(lab, "bad", files, manifest)
     before = _snapshot(folder)
     result = _ingest(instance, resources, "bad")
     assert not result.success  # the blocking check stops the drop here
     assert not _check(result, "drop_manifest_and_checksums")
-    report = _quarantine(home, "bad")
+    report = _quarantine(lab, "bad")
     assert report["stage"] == "raw"
     assert rule in {i["rule"] for i in report["issues"]}
     assert _snapshot(folder) == before, "landing must not change"
-    assert _snapshot(home / "quarantine" / "assays" / "bad" / "original") == before, "quarantine keeps the originals"
-    assert not (home / "raw" / "assays" / "bad").exists()
-    assert not (home / "curated" / "assays" / "bad").exists()
-    assert (home / "quarantine" / "assays" / "bad" / "QUARANTINE.md").read_text().startswith("# Drop `bad`")
+    assert _snapshot(lab / "quarantine" / "assays" / "bad" / "original") == before, "quarantine keeps the originals"
+    assert not (lab / "raw" / "assays" / "bad").exists()
+    assert not (lab / "curated" / "assays" / "bad").exists()
+    assert (lab / "quarantine" / "assays" / "bad" / "QUARANTINE.md").read_text().startswith("# Drop `bad`")
 
 
 def _plate_bytes(mutate) -> bytes:
@@ -149,21 +166,21 @@ def _plate_bytes(mutate) -> bytes:
         (lambda t: t.to_csv(index=False).encode() + b"P001,H99,sample\n", "malformed_csv"),
     ],
 )
-def test_bad_plate_is_quarantined_at_validation_with_its_reason(instance, resources, home, storage, make, rule):
+def test_bad_plate_is_quarantined_at_validation_with_its_reason(instance, resources, lab, storage, make, rule):
     data = make(good_plate())
-    folder = _write(home, "badplate", {"plates/p.csv": data}, _manifest("badplate", {"plates/p.csv": data}))
+    folder = _write(lab, "badplate", {"plates/p.csv": data}, _manifest("badplate", {"plates/p.csv": data}))
     before = _snapshot(folder)
     result = _ingest(instance, resources, "badplate")
     assert not result.success
-    report = _quarantine(home, "badplate")
+    report = _quarantine(lab, "badplate")
     assert report["stage"] == "validation"
     assert rule in {i["rule"] for i in report["issues"]}, report["issues"]
     assert all(i["file"] == "plates/p.csv" for i in report["issues"])
     assert _snapshot(folder) == before
-    assert not (home / "curated" / "assays" / "badplate").exists()
+    assert not (lab / "curated" / "assays" / "badplate").exists()
 
 
-def test_good_drops_still_flow_next_to_a_bad_one(instance, resources, home, storage):
+def test_good_drops_still_flow_next_to_a_bad_one(instance, resources, lab, storage):
     drop_plate(storage, "good-1")
     bad = good_plate()
     bad = bad[bad["sample_type"] != "neg_ctrl"]
@@ -171,10 +188,10 @@ def test_good_drops_still_flow_next_to_a_bad_one(instance, resources, home, stor
     drop_plate(storage, "good-2", good_plate(seed=3))
     outcomes = {d: _ingest(instance, resources, d).success for d in ("good-1", "bad-1", "good-2")}
     assert outcomes == {"good-1": True, "bad-1": False, "good-2": True}
-    assert sorted(p.name for p in (home / "curated" / "assays").iterdir()) == ["good-1", "good-2"]
+    assert sorted(p.name for p in (lab / "curated" / "assays").iterdir()) == ["good-1", "good-2"]
 
 
-def test_low_z_prime_is_flagged_not_rejected(instance, resources, home, storage):
+def test_low_z_prime_is_flagged_not_rejected(instance, resources, lab, storage):
     table = good_plate()
     noisy = table["sample_type"] == "neg_ctrl"
     table.loc[noisy, "readout"] = [1000, 500, 1400, 700, 1300, 600, 1200, 900]
@@ -182,13 +199,23 @@ def test_low_z_prime_is_flagged_not_rejected(instance, resources, home, storage)
     result = _ingest(instance, resources, "noisy")
     assert result.success
     assert not _check(result, "z_prime_at_least_0_5")
-    assert (home / "curated" / "assays" / "noisy" / "effects.parquet").exists()
+    assert (lab / "curated" / "assays" / "noisy" / "effects.parquet").exists()
 
 
-def test_raw_zone_is_immutable(instance, resources, home, storage):
+def test_raw_zone_is_immutable(instance, resources, lab, storage):
     drop_plate(storage, "once")
     assert _ingest(instance, resources, "once").success
-    raw = home / "raw" / "assays" / "once" / "plates" / "plate.csv"
+    raw = lab / "raw" / "assays" / "once" / "plates" / "plate.csv"
     written = raw.stat().st_mtime_ns
     assert _ingest(instance, resources, "once").success  # re-materializing leaves raw alone
     assert raw.stat().st_mtime_ns == written
+
+
+def test_quarantined_copies_are_sealed_and_the_reason_is_plain(instance, resources, lab, storage):
+    bad = good_plate()
+    drop_plate(storage, "bad", bad[bad["sample_type"] != "pos_ctrl"])
+    assert not _ingest(instance, resources, "bad").success
+    where = lab / "quarantine" / "assays" / "bad"
+    assert is_sealed((where / "original" / "plates" / "plate.csv").read_bytes())
+    assert not is_sealed((where / "original" / "manifest.json").read_bytes())  # the drop's manifest stays plain
+    assert (where / "QUARANTINE.md").read_text().startswith("# Drop `bad`")

@@ -5,6 +5,11 @@ lab system would, with readouts drawn from a hidden ground truth plus noise. The
 comes from the genes' own co-expression programme in the PBMC matrix (their loadings
 on its leading principal components), so a model that learns good gene embeddings
 can learn it. Nothing in the platform reads the truth; only this module knows it.
+
+A stand-in is one lab, a tenant of the platform: it works on that tenant's own storage root
+(`tenants/<lab>/` under the platform's, `LabStandIn.of_tenant`), drops its plates in that
+root's landing zone and answers that root's outbox. Like a real lab it holds no key of ours:
+what it writes and reads there is plain.
 """
 
 from __future__ import annotations
@@ -19,6 +24,7 @@ import pandas as pd
 
 from cell_lane.omics import load_reference_expression
 from cell_lane.plate_layout import GENES_PER_PLATE, plate_layout
+from shared_resources.catalog.tenants import load_tenants
 from shared_resources.intake.landing import MANIFEST_NAME, write_drop
 from shared_resources.runtime.storage import Storage, exists, fs_for, read_json, sha256_bytes, write_json_atomic
 
@@ -29,9 +35,16 @@ POS_CONTROL_MEAN, POS_CONTROL_SD = 250.0, 30.0
 
 @dataclass
 class LabStandIn:
-    storage: Storage
+    storage: Storage  # the lab's (tenant's) own storage root
     seed: int = 7
     noise_sd: float = 0.08  # per well, in effect units (1 = a full positive-control effect)
+    tenant: str = ""  # the lab's name, for what it prints
+
+    @classmethod
+    def of_tenant(cls, platform_root: str, tenant: str, seed: int = 7) -> "LabStandIn":
+        """The stand-in of one lab of the tenants catalog, on its root under `platform_root`."""
+        root = load_tenants().get_tenant(tenant).root(Storage.at(platform_root).root)
+        return cls(Storage.at(root), seed=seed, tenant=tenant)
 
     @cached_property
     def truth(self) -> pd.Series:

@@ -15,12 +15,20 @@ from shared_resources.data.provenance import drop_id as drop_lineage_id
 from shared_resources.data.provenance import lineage_metadata, publish_version, record_drop
 from shared_resources.intake.quarantine import quarantined
 from shared_resources.resources import StorageResource
-from shared_resources.runtime.storage import read_bytes, read_json, write_bytes_atomic
+from shared_resources.runtime.storage import exists, read_bytes, read_json, write_bytes_atomic
 
 KIND = "assays"
 RAW_ASSAY = dg.AssetKey(["cell", "raw_assay"])
 VALIDATED_ASSAY = dg.AssetKey(["cell", "validated_assay"])
 MANIFEST_FIELDS = ("assay", "instrument", "project")
+
+
+def _write_sealed_once(uri: str, data: bytes) -> None:
+    """Seal and write a table of the lab's, unless the same table is there already: sealing is not
+    deterministic (each object has its own data key), and the registered version must not change."""
+    if exists(uri) and read_bytes(uri) == data:
+        return
+    write_bytes_atomic(uri, data, seal=True)
 
 
 def _as_issue(v: Violation) -> DropIssue:
@@ -133,7 +141,7 @@ def validated_assay(context: dg.AssetExecutionContext, storage: StorageResource)
     for name, frame in (("plates.parquet", table), ("effects.parquet", effects)):
         buffer = io.BytesIO()
         frame.to_parquet(buffer, index=False)
-        write_bytes_atomic(posixpath.join(curated, name), buffer.getvalue(), seal=True)
+        _write_sealed_once(posixpath.join(curated, name), buffer.getvalue())
     counts = table["sample_type"].value_counts().to_dict()
     _, version = publish_version(
         store, "cell/assays", drop_id, curated, title="validated plate tables of one drop (Parquet)",
