@@ -282,6 +282,11 @@ class TenantLimits(BaseModel):
 
     providers: list[str] | None = None
     regions: list[str] | None = None
+    reason: str = Field(
+        "",
+        description="Where these limits come from, in words, when not from a catalog or a job file "
+        "(e.g. 'the data agreement of lab-b (cell/omics@v3: eu-west-1)'); placement's evidence names it.",
+    )
 
 
 @dataclass

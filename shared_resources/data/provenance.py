@@ -1,9 +1,13 @@
 """What the lanes' assets call to make a result traceable: one function per kind of record.
 
 - `publish_version`: a curated dataset becomes a DVC version in the data registry and a
-  lineage record pointing at what it was made from; returns the asset metadata.
+  lineage record pointing at what it was made from, with its tenant and that tenant's data
+  agreement (docs/tenancy.md); returns the asset metadata.
 - `record_drop`: a raw drop or session, exactly as it was handed in (the root of every chain).
-- `record_result`: a training run, an evaluation or a proposal, pointing at its inputs.
+- `record_result`: a training run, an evaluation or a proposal, pointing at its inputs; a
+  model's record names the agreements of the data it rests on.
+- `agreements_of`: the tenants and agreements of registered dataset versions (for the
+  shared-training check and placement limits, `shared_resources/tenancy/agreements.py`).
 - `track_run` / `track_evaluation`: a run's curves and figures in the experiment record
   (`checkpoints/<run>/run.json` + `metrics.parquet`), with its loss curve beside the previous run's.
 
@@ -21,9 +25,11 @@ from shared_resources.data.registry.names import parse_ref
 from shared_resources.data.registry.registry import DataRegistry
 from shared_resources.data.experiments import RunNotFound, list_runs, numeric_figures, record_evaluation, record_run
 from shared_resources.data.run_comparison import compare, curve_png, image_markdown
-from shared_resources.data.lineage import LineageStore, Node
+from shared_resources.data.lineage import LineageNotFound, LineageStore, Node
 from shared_resources.settings import code_version
 from shared_resources.catalog.step_spec import DatasetRef
+from shared_resources.catalog.tenants import Agreement, load_tenants
+from shared_resources.tenancy.agreements import RESTS_ON_SEPARATOR, AgreedData, agreed_data, describe, rests_on, version_meta
 from shared_resources.runtime.storage import Storage, exists, read_json
 
 
@@ -56,19 +62,40 @@ def record_drop(store: Storage, kind: str, drop: str, raw_uri: str, fields: dict
 
 
 def publish_version(
-    store: Storage, dataset: str, version: str, uri: str, *, title: str, inputs: list[str], facts: dict[str, Any] | None = None
+    store: Storage,
+    dataset: str,
+    version: str,
+    uri: str,
+    *,
+    title: str,
+    inputs: list[str],
+    facts: dict[str, Any] | None = None,
+    tenant: str | None = None,
+    agreement: Agreement | None = None,
 ) -> tuple[DatasetVersion, dict[str, Any]]:
-    """Register `uri` as `dataset@version` in the data registry and record its lineage."""
-    registered = DataRegistry.for_root(store.root).register(dataset, version, uri, meta={"inputs": inputs, **(facts or {})})
+    """Register `uri` as `dataset@version` in the data registry and record its lineage.
+
+    A tenant's data carries its tenant and agreement into the registry meta and the lineage
+    record (`agreement`: default, the tenant's in the tenants catalog now). The platform's own
+    data (`tenant=None`) carries none.
+    """
+    if tenant and agreement is None:
+        agreement = load_tenants().get_tenant(tenant).agreement
+    carried = version_meta(tenant, agreement)
+    registered = DataRegistry.for_root(store.root).register(dataset, version, uri, meta={"inputs": inputs, **(facts or {}), **carried})
+    said = {"tenant": tenant, "agreement": describe(agreement)} if tenant and agreement is not None else {}
     LineageStore(store.root).record(
         registered.ref,
         "dataset",
         title,
         inputs=inputs,
         uri=uri,
-        facts={**(facts or {}), "dvc_md5": registered.md5, "registry_rev": registered.rev[:12], "region": _where(registered)},
+        facts={**(facts or {}), **said, "dvc_md5": registered.md5, "registry_rev": registered.rev[:12], "region": _where(registered)},
     )
-    return registered, {"dataset_ref": registered.ref, **registered.metadata(), **lineage_metadata(store, registered.ref)}
+    metadata = {"dataset_ref": registered.ref, **registered.metadata(), **lineage_metadata(store, registered.ref)}
+    if said:
+        metadata.update(said)
+    return registered, metadata
 
 
 def _where(registered: DatasetVersion) -> str:
@@ -86,12 +113,49 @@ def find_version(store: Storage, ref: str) -> DatasetVersion:
     return DataRegistry.for_root(store.root).find(*parse_ref(ref))
 
 
+def agreements_of(store: Storage, dataset_refs: list[str]) -> list[AgreedData]:
+    """The tenant and agreement each registered dataset version carries (from the registry)."""
+    return agreed_data(find_version(store, ref) for ref in dict.fromkeys(dataset_refs))
+
+
 def record_result(
-    store: Storage, node_id: str, kind: str, title: str, *, inputs: list[str], uri: str = "", facts: dict[str, Any] | None = None
+    store: Storage,
+    node_id: str,
+    kind: str,
+    title: str,
+    *,
+    inputs: list[str],
+    uri: str = "",
+    facts: dict[str, Any] | None = None,
+    agreements: list[AgreedData] | None = None,
 ) -> dict[str, Any]:
-    """A training run, evaluation or proposal and what it was made from; returns its metadata."""
+    """A training run, evaluation or proposal and what it was made from; returns its metadata.
+
+    A model's record says which agreements it rests on (`rests_on`): those given, else those its
+    input datasets recorded in their lineage (and those its input models rest on).
+    """
+    facts = dict(facts or {})
+    if kind == "model":
+        parts = [d.describe() for d in agreements if d.tenant] if agreements is not None else _agreements_in_lineage(store, inputs)
+        if said := rests_on(parts):
+            facts["rests_on"] = said
     LineageStore(store.root).record(node_id, kind, title, inputs=inputs, uri=uri, facts=facts)
     return lineage_metadata(store, node_id)
+
+
+def _agreements_in_lineage(store: Storage, inputs: list[str]) -> list[str]:
+    """What the inputs' lineage records say: each tenant dataset's agreement, and what each input model rests on."""
+    lineage, found = LineageStore(store.root), []
+    for node_id in inputs:
+        try:
+            node = lineage.get(node_id)
+        except (LineageNotFound, ValueError):
+            continue
+        if node.kind == "dataset" and node.facts.get("tenant"):
+            found.append(f"{node.facts['tenant']} ({node.facts.get('agreement') or 'no agreement recorded'})")
+        elif node.kind == "model" and node.facts.get("rests_on"):
+            found += str(node.facts["rests_on"]).split(RESTS_ON_SEPARATOR)
+    return found
 
 
 def trained_on(checkpoint_uri: str) -> list[str]:

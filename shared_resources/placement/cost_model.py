@@ -16,8 +16,9 @@ from functools import cached_property
 
 import numpy as np
 
-from shared_resources.catalog.pools import EgressTable, Pool, Purchasing, TenantLimits
+from shared_resources.catalog.pools import Catalog, EgressTable, Pool, Purchasing, TenantLimits
 from shared_resources.catalog.step_spec import StepSpec
+from shared_resources.catalog.tenants import Tenant, load_tenants
 
 # The rules, in the order their refusals are listed. Each key names a constraint a person can
 # relax; `plan_job` reports an infeasible step by the constraints no pool meets.
@@ -53,15 +54,72 @@ def expected_waste(checkpoint_hours: float, mtbi_hours: float, interval_hours: f
 @dataclass
 class PlanContext:
     """What placement needs beyond steps and pools: egress prices, tenant limits, the clock,
-    and how much of each commitment is left (GPU-hours; pools without one are absent)."""
+    and how much of each commitment is left (GPU-hours; pools without one are absent).
+
+    `tenant_limits` are the pool catalog's `tenants:` (by tenant or lane name); `tenants` is the
+    tenants catalog (docs/tenancy.md): each tenant's lane, its own providers and regions, and its
+    agreement's regions. All of them bind.
+    """
 
     epoch: dt.datetime
     egress: EgressTable = field(default_factory=EgressTable)
     tenant_limits: dict[str, TenantLimits] = field(default_factory=dict)
     committed_left: dict[str, float] | None = None
+    tenants: dict[str, Tenant] = field(default_factory=dict)
 
     def hours(self, moment: dt.datetime | None) -> float:
         return 0.0 if moment is None else (moment - self.epoch).total_seconds() / 3600.0
+
+    def lane_of(self, tenant: str) -> str | None:
+        entry = self.tenants.get(tenant)
+        return entry.lane if entry is not None else None
+
+
+def plan_context(epoch: dt.datetime, catalog: Catalog | None = None) -> PlanContext:
+    """The context of a plan: the pool catalog's egress prices and tenant limits, and the tenants catalog."""
+    if catalog is None:
+        return PlanContext(epoch=epoch, tenants=dict(load_tenants()))
+    return PlanContext(epoch=epoch, egress=catalog.egress, tenant_limits=catalog.tenants, tenants=dict(load_tenants()))
+
+
+@dataclass(frozen=True)
+class Limit:
+    """One limit on where a step may run, and whose it is (for the evidence).
+
+    `kind`: `catalog` (the pool catalog's `tenants:` entry `whose`, a tenant or its lane),
+    `tenant` (the tenant's own providers and regions in the tenants catalog), `agreement`
+    (its agreement's regions in the tenants catalog), `step` (the step's own: its job's
+    `limits:`, or its input data's agreements, `limits.reason`).
+    """
+
+    kind: str
+    whose: str
+    limits: TenantLimits
+
+    def allows(self, pool: Pool) -> bool:
+        return _limits_allow(self.limits, pool)
+
+
+def limits_of(context: PlanContext, step: StepSpec) -> list[Limit]:
+    """Every limit that binds `step`: a pool must meet all of them."""
+    found = []
+    for name in dict.fromkeys(n for n in (step.tenant, context.lane_of(step.tenant)) if n):
+        if (catalog_limits := context.tenant_limits.get(name)) is not None:
+            found.append(Limit("catalog", name, catalog_limits))
+    entry = context.tenants.get(step.tenant)
+    if entry is not None:
+        if entry.providers is not None or entry.regions is not None:
+            found.append(Limit("tenant", entry.name, TenantLimits(providers=entry.providers, regions=entry.regions)))
+        if entry.agreement.regions is not None:
+            found.append(Limit("agreement", entry.name, TenantLimits(regions=entry.agreement.regions)))
+    if step.limits is not None:
+        found.append(Limit("step", step.tenant, step.limits))
+    return found
+
+
+def tenant_allowed(context: PlanContext, tenant: str, pool: Pool) -> bool:
+    """A pool that lists tenants takes a step whose tenant, or whose tenant's lane, it lists."""
+    return pool.tenants is None or tenant in pool.tenants or context.lane_of(tenant) in pool.tenants
 
 
 @dataclass
@@ -187,9 +245,10 @@ def assess(steps: list[StepSpec], pools: list[Pool], context: PlanContext) -> As
     gpn = _col(pools, lambda p: p.gpus_per_node)
 
     refused: dict[str, np.ndarray] = {}
-    refused["tenant"] = _mask_by_key([s.tenant for s in steps], pools, lambda t, p: p.tenants is not None and t not in p.tenants)
-    # The tenant's limits (catalog `tenants:`) and the step's own (its job's `limits:`) both bind.
-    refused["tenant_limits"] = _limits_mask(steps, pools, context.tenant_limits)
+    refused["tenant"] = _mask_by_key([s.tenant for s in steps], pools, lambda t, p: not tenant_allowed(context, t, p))
+    # The tenant's limits (pool catalog `tenants:`, tenants catalog, its agreement) and the step's own
+    # (its job's `limits:` or its data's agreements) all bind.
+    refused["tenant_limits"] = _limits_mask(steps, pools, context)
     refused["capacity"] = _mask_by_key([s.capacity for s in steps], pools, lambda c, p: not p.capacity.runs(c))
     refused["accelerator"] = _mask_by_key(
         [tuple(s.accelerators or ()) for s in steps], pools, lambda a, p: bool(a) and p.accelerator not in a
@@ -288,10 +347,11 @@ def assess(steps: list[StepSpec], pools: list[Pool], context: PlanContext) -> As
     )
 
 
-def _limits_mask(steps: list[StepSpec], pools: list[Pool], tenant_limits: dict[str, TenantLimits]) -> np.ndarray:
-    """bool[S, P]: True where the tenant's limits or the step's own (its job's) refuse the pool."""
-    by_key = {_limits_key(s): s for s in steps}
-    return _mask_by_key(
-        [_limits_key(s) for s in steps], pools,
-        lambda k, p: not (_limits_allow(tenant_limits.get(k[0]), p) and _limits_allow(by_key[k].limits, p)),
-    )
+def _limits_mask(steps: list[StepSpec], pools: list[Pool], context: PlanContext) -> np.ndarray:
+    """bool[S, P]: True where any limit of the step (`limits_of`) refuses the pool."""
+    by_key: dict[tuple, list[Limit]] = {}
+    for s in steps:
+        key = _limits_key(s)
+        if key not in by_key:
+            by_key[key] = limits_of(context, s)
+    return _mask_by_key([_limits_key(s) for s in steps], pools, lambda k, p: not all(lim.allows(p) for lim in by_key[k]))

@@ -32,7 +32,7 @@ from shared_resources.catalog.step_spec import StepSpec
 from shared_resources.placement.cost_model import (
     RULES,
     Assessment,
-    PlanContext,
+    plan_context,
     assess,
     spare_share,
     young_daly_interval_hours,
@@ -253,7 +253,7 @@ def plan_job(
         starts = [s.start for s in steps if s.start is not None]
         epoch = min(starts) if starts else dt.datetime.now(dt.UTC).replace(microsecond=0)
     steps = [s if s.start is not None else s.model_copy(update={"start": epoch}) for s in steps]
-    context = PlanContext(epoch=epoch, egress=catalog.egress, tenant_limits=catalog.tenants)
+    context = plan_context(epoch, catalog)
     a = assess(steps, list(catalog.pools.values()), context)
     first = greedy(a)
     left = lambda: max(time_budget_s - (time.perf_counter() - started), 0.0)  # noqa: E731

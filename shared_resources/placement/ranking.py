@@ -15,8 +15,10 @@ from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
-from shared_resources.placement.cost_model import Assessment, PlanContext, assess, expected_waste, young_daly_interval_hours
-from shared_resources.catalog.pools import Catalog, Pool, PoolCapacity, Purchasing, TenantLimits
+from shared_resources.placement.cost_model import (
+    Assessment, Limit, PlanContext, assess, expected_waste, limits_of, plan_context, young_daly_interval_hours,
+)
+from shared_resources.catalog.pools import Catalog, Pool, PoolCapacity, Purchasing
 from shared_resources.catalog.step_spec import StepSpec
 
 
@@ -126,8 +128,8 @@ def refusal_reasons(a: Assessment, i: int, j: int) -> list[str]:
     step, pool, ctx = a.steps[i], a.pools[j], a.context
     kind = pool.purchasing.value
     words = {
-        "tenant": lambda: f"tenant `{step.tenant}` not allowed (allowed: {', '.join(pool.tenants or [])})",
-        "tenant_limits": lambda: _limits_refusal(step, pool, ctx.tenant_limits.get(step.tenant)),
+        "tenant": lambda: _tenant_refusal(step, pool, ctx),
+        "tenant_limits": lambda: _limits_refusal(pool, limits_of(ctx, step)),
         "capacity": lambda: (
             f"offers no particular kind of capacity (`capacity: unspecified`), step needs {step.capacity.value}"
             if pool.capacity is PoolCapacity.unspecified
@@ -169,22 +171,37 @@ def refusal_reasons(a: Assessment, i: int, j: int) -> list[str]:
     return [words[rule]() for rule, mask in a.refused.items() if mask[i, j]]
 
 
-def _limits_refusal(step: StepSpec, pool: Pool, tenant: TenantLimits | None) -> str:
-    """Which limit refuses the pool: the tenant's (catalog `tenants:`), the step's own (its job's), or both."""
+def _tenant_refusal(step: StepSpec, pool: Pool, ctx: PlanContext) -> str:
+    lane = ctx.lane_of(step.tenant)
+    who = f"tenant `{step.tenant}`" + (f" (lane `{lane}`)" if lane and lane != step.tenant else "")
+    return f"{who} not allowed (allowed: {', '.join(pool.tenants or [])})"
 
-    def allows(limit: TenantLimits | None) -> bool:
-        return limit is None or (
-            (limit.providers is None or pool.provider in limit.providers) and (limit.regions is None or pool.region in limit.regions)
-        )
 
-    def allowed(limit: TenantLimits) -> str:
-        return f"allowed providers: {', '.join(limit.providers or ['any'])}; regions: {', '.join(limit.regions or ['any'])}"
+def _listed(names: list[str] | None) -> str:
+    return "any" if names is None else ", ".join(names) or "none"
 
+
+def _limits_refusal(pool: Pool, limits: list[Limit]) -> str:
+    """Which limits refuse the pool, each named by where it comes from: the pool catalog's `tenants:`,
+    the tenants catalog (the tenant's own regions, its agreement's), the job's `limits:`, or the
+    agreements of the step's input data (`limits.reason`)."""
+    where = f"{pool.provider} {pool.region}"
     said = []
-    if not allows(tenant):
-        said.append(f"tenant `{step.tenant}` may not use {pool.provider} {pool.region} ({allowed(tenant)})")
-    if not allows(step.limits):
-        said.append(f"the job's `limits:` do not allow {pool.provider} {pool.region} ({allowed(step.limits)})")
+    for lim in (x for x in limits if not x.allows(pool)):
+        allowed = f"allowed providers: {_listed(lim.limits.providers)}; regions: {_listed(lim.limits.regions)}"
+        if lim.kind == "catalog":
+            said.append(f"tenant `{lim.whose}` may not use {where} ({allowed})")
+        elif lim.kind == "tenant":
+            said.append(f"tenant `{lim.whose}` may not use {where} (tenants catalog: {allowed})")
+        elif lim.kind == "agreement":
+            said.append(
+                f"the data agreement of tenant `{lim.whose}` keeps its data in {_listed(lim.limits.regions)}, not {where} "
+                "(tenants catalog `agreement.regions`)"
+            )
+        elif lim.limits.reason:
+            said.append(f"{lim.limits.reason} does not allow {where} ({allowed})")
+        else:
+            said.append(f"the job's `limits:` do not allow {where} ({allowed})")
     return "; ".join(said)
 
 
@@ -301,15 +318,16 @@ def plan_placement(
 ) -> PlacementPlan:
     """Rank the pools that can run `step` by expected cost (cheapest first), with the evidence.
 
-    `pools` may be a `Catalog` (then its egress prices and tenant limits apply). The step
+    `pools` may be a `Catalog` (then its egress prices and tenant limits apply); the tenants
+    catalog (`load_tenants`: lanes, regions, agreements) applies either way. The step
     starts at `step.start`, else `at`, else now; that places it against block windows and
     its deadline.
     """
     if isinstance(pools, Catalog):
         catalog = pools
-        context = context or PlanContext(epoch=_now(at), egress=catalog.egress, tenant_limits=catalog.tenants)
+        context = context or plan_context(_now(at), catalog)
         pools = catalog.pools
-    context = context or PlanContext(epoch=_now(at))
+    context = context or plan_context(_now(at))
     if step.start is None:
         step = step.model_copy(update={"start": context.epoch})
     return step_plan(assess([step], list(pools.values()), context), 0)
