@@ -9,8 +9,9 @@ This module holds the shared timing helpers; the figures live in
 ``benchmarks.rollouts`` (MuJoCo rollout harness overhead),
 ``benchmarks.isaaclab_overhead`` (Isaac Lab rollout harness overhead, measured in the
 Isaac Lab runtime's Python 3.12, so this module imports nothing beyond the standard library) and
-``benchmarks.episode_ingest`` (episode ingest throughput) and
-``benchmarks.registry`` (data registry register/get against a plain copy).
+``benchmarks.episode_ingest`` (episode ingest throughput),
+``benchmarks.registry`` (data registry register/get against a plain copy) and
+``benchmarks.sealing`` (checkpoint save and omics write sealed with a tenant's key against plain).
 """
 
 from __future__ import annotations

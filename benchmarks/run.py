@@ -71,7 +71,7 @@ def machine_facts() -> dict[str, Any]:
 
 FIGURES = {
     "1": "validation", "2": "omics", "3a": "rollouts", "3b": "isaaclab", "4": "ingest", "5": "dispatch",
-    "6": "planner", "7": "registry", "8": "gang",
+    "6": "planner", "7": "registry", "8": "gang", "9": "sealing",
 }
 """Figure number -> name; `--only` takes either (and '3' for both 3a and 3b)."""
 
@@ -147,7 +147,7 @@ def main(argv: list[str] | None = None) -> int:
     facts = machine_facts()
     console.print(machine_table(facts))
 
-    from benchmarks import dispatch, episode_ingest, gang, isaaclab_overhead, omics_write, planner, registry, rollouts, validation
+    from benchmarks import dispatch, episode_ingest, gang, isaaclab_overhead, omics_write, planner, registry, rollouts, sealing, validation
 
     figures: dict[str, Any] = {}
     method: dict[str, Any] = {}
@@ -229,6 +229,13 @@ def main(argv: list[str] | None = None) -> int:
             console.print(table)
         figures["gang"] = {"launch_s": [r.to_dict() for r in gang_results["launch"]], "resume_after_node_loss_s": gang_results["resume"]}
         method["gang"] = "launch: min(repeats, 3) gangs each way, alternating, after one warm-up; resume: one node loss per backend"
+
+    if "9" in chosen:
+        with console.status("Measuring sealing (checkpoint save and omics write, sealed vs plain, about a minute)…"):
+            sealing_results = sealing.run(repeats=args.repeats)
+        console.print(sealing.table(sealing_results, args.repeats))
+        figures["sealing_cost"] = [r.to_dict() for r in sealing_results]
+        method["sealing"] = "one write per repeat, sealed and plain alternating, each into fresh folders (the sealed one with a local key registered)"
 
     total_s = time.perf_counter() - started
     created = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")

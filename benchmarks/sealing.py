@@ -1,0 +1,265 @@
+"""Figure 9: what sealing a tenant's weights and data with its key costs (issue 17: at most 10 % slower).
+
+Two writes, each timed sealed against the same write plain, in the same run, in alternation:
+
+* **checkpoint save**: ``CheckpointStore(folder, framework="numpy").save(step, {"model": state})``
+  of a ~256 MB float32 state (16 arrays of 4M values, fixed seed) into a local folder: plain where
+  no key is registered for the folder; sealed where a ``LocalKeyring`` is registered for it
+  (``access.register(folder, LocalKeyring(tenant, keyfile, create=True))``), so ``save`` seals the
+  safetensors bytes with the checkpoint's data key before writing them. If ``save`` does not seal
+  (checked on the first write: the stored file must start ``SGSEAL1``), the row times
+  ``write_bytes_atomic(uri, safetensors_bytes, seal=True)`` against ``seal=False`` instead, and
+  says so in its label.
+* **omics write**: ``cell_lane.omics.write_dataset(adata, path)`` of a figure-2 style generated
+  sparse matrix (``omics_write.sparse_expression``, 20,000 cells × 20,000 genes at 5 %: 20M
+  non-zeros, 160 MB as CSR; cell and gene names as obs and var), plain (an unregistered folder:
+  zarr's own store, shards) against sealed (a registered folder: every object sealed through
+  ``cell_lane.omics.sealing.SealedStore``, one data key for the dataset, one object per chunk).
+
+Each repeat writes into fresh folders (made and removed outside the timed region; the sealed and
+plain roots are separate folders so only the sealed one has a key). Before timing, both forms are
+written once and read back equal (the sealed ones through the readers, which open them). Writes
+land in the OS page cache (no ``fsync``), for both.
+
+**Ratio** = sealed median ÷ plain median (1.10 = 10 % slower: the issue's limit).
+"""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+import time
+import warnings
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+import anndata as ad
+import numpy as np
+import pandas as pd
+import scipy.sparse as sp
+from rich.table import Table
+
+from benchmarks import REPEATS, Timing, time_pair
+
+MB = 1_000_000
+SEED = 20261217
+CHECKPOINT_ARRAYS, CHECKPOINT_VALUES = 16, 4 << 20  # 16 × 4M float32 = 268 MB
+OMICS_CELLS, OMICS_GENES, OMICS_DENSITY = 20_000, 20_000, 0.05
+TENANT = "bench-tenant"
+
+
+@dataclass
+class SealingResult:
+    name: str
+    subject: str  # the function timed
+    label: str  # what the row is, said plainly in the table
+    bytes: int  # bytes the write handles (the safetensors file; X's CSR arrays)
+    sealed: Timing
+    plain: Timing
+    facts: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def ratio(self) -> float:
+        """Sealed time as a multiple of plain time (1.0 = sealing costs nothing)."""
+        return self.sealed.median / self.plain.median
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "case": self.name,
+            "label": self.label,
+            "function": self.subject,
+            "bytes": self.bytes,
+            "sealed": {"mb_per_s": self.bytes / MB / self.sealed.median, **self.sealed.to_dict()},
+            "plain": {"mb_per_s": self.bytes / MB / self.plain.median, **self.plain.to_dict()},
+            "ratio_sealed_over_plain": self.ratio,
+            **self.facts,
+        }
+
+
+class _Roots:
+    """A sealed root (its key registered) and a plain root; fresh subfolders per repeat."""
+
+    def __init__(self, work: Path) -> None:
+        from shared_resources.runtime import tenant_access as access
+        from shared_resources.runtime.keys import LocalKeyring
+
+        self.sealed_root, self.plain_root = work / "sealed", work / "plain"
+        self.sealed_root.mkdir()
+        self.plain_root.mkdir()
+        keyring = LocalKeyring(TENANT, work / "keys" / f"{TENANT}.key", create=True)
+        access.register(str(self.sealed_root), keyring)
+        self.current = ""
+
+    def make(self) -> None:
+        self.current = f"run-{time.perf_counter_ns()}"
+
+    def clean(self) -> None:
+        for root in (self.sealed_root, self.plain_root):
+            for child in root.iterdir():
+                shutil.rmtree(child, ignore_errors=True)
+
+    def sealed(self, name: str) -> str:
+        return str(self.sealed_root / self.current / name)
+
+    def plain(self, name: str) -> str:
+        return str(self.plain_root / self.current / name)
+
+
+def _quiet(fn: Callable[[], Any]) -> Callable[[], Any]:
+    def call() -> Any:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # zarr's note on consolidated metadata
+            return fn()
+
+    return call
+
+
+# (a) Checkpoint save ----------------------------------------------------------------------------
+def checkpoint_state() -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(SEED)
+    return {f"layer{i:02d}.weight": rng.standard_normal(CHECKPOINT_VALUES, dtype=np.float32) for i in range(CHECKPOINT_ARRAYS)}
+
+
+def measure_checkpoint(roots: _Roots, repeats: int) -> SealingResult:
+    from shared_resources.runtime.checkpoints import CheckpointStore, from_safetensors, to_safetensors
+    from shared_resources.runtime.storage import read_bytes, write_bytes_atomic
+    from shared_resources.runtime.envelope import is_sealed
+
+    state = checkpoint_state()
+    size = len(to_safetensors(state))
+
+    # Before timing: does save seal, and do both read back equal?
+    roots.make()
+    sealed_store, plain_store = CheckpointStore(roots.sealed("ckpt"), framework="numpy"), CheckpointStore(roots.plain("ckpt"), framework="numpy")
+    sealed_store.save(1, {"model": state})
+    plain_store.save(1, {"model": state})
+    stored = next(Path(roots.sealed("ckpt")).rglob("model.safetensors")).read_bytes()
+    save_seals = is_sealed(stored)
+    if save_seals:
+        back = sealed_store.latest_valid()
+        if back is None or any(not np.array_equal(back.tensors["model"][k], v) for k, v in state.items()):
+            raise RuntimeError("the sealed checkpoint does not read back equal to the state saved")
+    if is_sealed(next(Path(roots.plain("ckpt")).rglob("model.safetensors")).read_bytes()):
+        raise RuntimeError("the plain checkpoint was sealed: its folder has a key registered")
+    roots.clean()
+
+    if save_seals:
+        subject = 'CheckpointStore(folder, framework="numpy").save(step, {"model": state})'
+        label = "checkpoint save, 16 × 4M float32 (CheckpointStore.save)"
+        steps = iter(range(2, 1_000_000))
+
+        def sealed() -> None:
+            CheckpointStore(roots.sealed("ckpt"), framework="numpy").save(next(steps), {"model": state})
+
+        def plain() -> None:
+            CheckpointStore(roots.plain("ckpt"), framework="numpy").save(next(steps), {"model": state})
+    else:
+        subject = "write_bytes_atomic(uri, to_safetensors(state), seal=True | False)"
+        label = "checkpoint bytes, 16 × 4M float32 (write_bytes_atomic seal=True vs False: CheckpointStore.save does not seal yet)"
+        data = to_safetensors(state)
+        write_bytes_atomic(roots.sealed("check.safetensors"), data, seal=True)
+        if from_safetensors(read_bytes(roots.sealed("check.safetensors")), "numpy").keys() != state.keys():
+            raise RuntimeError("the sealed safetensors bytes do not read back")
+        roots.clean()
+
+        def sealed() -> None:
+            write_bytes_atomic(roots.sealed("model.safetensors"), data, seal=True)
+
+        def plain() -> None:
+            write_bytes_atomic(roots.plain("model.safetensors"), data, seal=False)
+
+    sealed_t, plain_t = time_pair(sealed, plain, repeats=repeats, before_each=roots.make, after_each=roots.clean)
+    return SealingResult("checkpoint", subject, label, size, sealed_t, plain_t, {"save_seals": save_seals, "safetensors_bytes": size})
+
+
+# (b) Omics write --------------------------------------------------------------------------------
+def omics_adata() -> ad.AnnData:
+    from benchmarks.omics_write import sparse_expression
+
+    matrix = sparse_expression(OMICS_CELLS, OMICS_GENES, OMICS_DENSITY, SEED)
+    return ad.AnnData(
+        X=matrix,
+        obs=pd.DataFrame(index=pd.Index([f"cell-{i}" for i in range(OMICS_CELLS)])),
+        var=pd.DataFrame(index=pd.Index([f"gene-{j}" for j in range(OMICS_GENES)])),
+    )
+
+
+def _stored(folder: Path) -> dict[str, int]:
+    files = [p for p in folder.rglob("*") if p.is_file()]
+    return {"files": len(files), "bytes": sum(p.stat().st_size for p in files)}
+
+
+def measure_omics(roots: _Roots, repeats: int) -> SealingResult:
+    from cell_lane.omics import is_sealed_dataset, read_dataset, write_dataset
+
+    adata = omics_adata()
+    matrix: sp.csr_matrix = adata.X
+    size = int(matrix.data.nbytes + matrix.indices.nbytes + matrix.indptr.nbytes)
+
+    roots.make()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        write_dataset(adata, roots.sealed("dataset.zarr"))
+        write_dataset(adata, roots.plain("dataset.zarr"))
+        if not is_sealed_dataset(roots.sealed("dataset.zarr")) or is_sealed_dataset(roots.plain("dataset.zarr")):
+            raise RuntimeError("the sealed dataset is not sealed, or the plain one is")
+        for uri in (roots.sealed("dataset.zarr"), roots.plain("dataset.zarr")):
+            if (read_dataset(uri).X != matrix).nnz:
+                raise RuntimeError(f"{uri}: X does not read back equal")
+    facts = {"sealed_stored": _stored(Path(roots.sealed("dataset.zarr"))), "plain_stored": _stored(Path(roots.plain("dataset.zarr"))),
+             "shape": list(matrix.shape), "nnz": int(matrix.nnz)}
+    roots.clean()
+
+    sealed_t, plain_t = time_pair(
+        _quiet(lambda: write_dataset(adata, roots.sealed("dataset.zarr"))),
+        _quiet(lambda: write_dataset(adata, roots.plain("dataset.zarr"))),
+        repeats=repeats, before_each=roots.make, after_each=roots.clean,
+    )
+    label = f"omics write, {OMICS_CELLS:,} × {OMICS_GENES:,} at {OMICS_DENSITY:.0%} (write_dataset; sealed: one object per chunk)"
+    return SealingResult("omics", "cell_lane.omics.write_dataset(adata, path)", label, size, sealed_t, plain_t, facts)
+
+
+def run(repeats: int = REPEATS) -> list[SealingResult]:
+    from shared_resources.runtime import tenant_access as access
+
+    work = Path(tempfile.mkdtemp(prefix="sinewgrid-bench-sealing-"))
+    try:
+        roots = _Roots(work)
+        return [measure_checkpoint(roots, repeats), measure_omics(roots, repeats)]
+    finally:
+        access.register(str(work / "sealed"), None)
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def table(results: list[SealingResult], repeats: int) -> Table:
+    out = Table(
+        title="9. Sealing with the tenant's key: the same write sealed (AES-256-GCM, one data key) vs plain",
+        caption=(
+            f"Median of {repeats} repeats, sealed and plain alternating, one write each into fresh folders "
+            "(time.perf_counter); the sealed folder has a local key registered, the plain one none. "
+            "MB/s = bytes handled (the safetensors file; X's CSR arrays) ÷ seconds. Ratio = sealed ÷ plain "
+            "(issue 17: at most 1.10). Both read back equal before timing."
+        ),
+        title_justify="left",
+        caption_justify="left",
+    )
+    for column, justify in (("Write", "left"), ("MB", "right"), ("Sealed ms", "right"), ("Sealed MB/s", "right"),
+                            ("Plain ms", "right"), ("Plain MB/s", "right"), ("Ratio", "right")):
+        out.add_column(column, justify=justify, style="bold" if column == "Ratio" else None)
+    for r in results:
+        out.add_row(
+            r.label, f"{r.bytes / MB:,.0f}", f"{r.sealed.median * 1e3:,.0f}", f"{r.bytes / MB / r.sealed.median:,.0f}",
+            f"{r.plain.median * 1e3:,.0f}", f"{r.bytes / MB / r.plain.median:,.0f}", f"{r.ratio:.2f}×",
+        )
+    return out
+
+
+def main(repeats: int = REPEATS) -> None:
+    from rich.console import Console
+
+    Console(width=160).print(table(run(repeats), repeats))
+
+
+if __name__ == "__main__":
+    main()
