@@ -28,10 +28,10 @@ from cell_lane.omics import (
 )
 from cell_lane.omics.sealing import SealedStore
 from shared_resources.data.registry.registry import DataRegistry
-from shared_resources.tenancy import access
+from shared_resources.runtime import tenant_access as access
 from shared_resources.tenancy.control import tenant_storage
-from shared_resources.tenancy.envelope import MAGIC, SealedDataError, open_bytes
-from shared_resources.tenancy.keys import KeyUnavailable, key_uses, set_local_key_enabled
+from shared_resources.runtime.envelope import MAGIC, SealedDataError, open_bytes
+from shared_resources.runtime.keys import KeyUnavailable, key_uses, set_local_key_enabled
 from sinewgrid.cli import app
 
 TENANT = "lab-a"  # in the packaged tenants catalog, with a local key
@@ -250,3 +250,17 @@ def test_open_bytes_matches_the_documented_header(platform):
     blob = Path(zarr_uri, "zarr.json").read_bytes()
     keyring = access.keyring_for(zarr_uri)
     assert json.loads(open_bytes(blob, keyring))["zarr_format"] == 3
+
+
+def test_sealed_dataset_on_an_object_store_root(platform, s3_root):
+    """On S3 the sealed objects are uploaded as written, and read back through zarr's fsspec store."""
+    import s3fs
+
+    storage = tenant_storage(s3_root, TENANT)
+    zarr_uri, adata, _ = _publish(storage.curated("omics"))
+    fs = s3fs.S3FileSystem()
+    stored = [fs.cat_file(p) for p in fs.find(zarr_uri.removeprefix("s3://"))]
+    assert stored and all(blob.startswith(MAGIC) for blob in stored)
+    assert is_sealed_dataset(zarr_uri) and isinstance(dataset_store(zarr_uri), SealedStore)
+    assert (read_dataset(zarr_uri).X != adata.X).nnz == 0
+    np.testing.assert_array_equal(read_dataset(zarr_uri, lazy_x=True).X[50:120].toarray(), adata.X[50:120].toarray())
