@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
+import json
 import re
 import shlex
 import tomllib
@@ -300,3 +301,128 @@ def test_pool_runtimes_name_the_images_and_interpreters_deploy_builds():
                     assert isinstance(interpreter, str) and interpreter.startswith("/") and interpreter.endswith("/bin/python"), (
                         f"{where}: runtime `{runtime}` must be an absolute interpreter path on the shared filesystem"
                     )
+
+
+# --- one deployment per customer account (deploy/tenancy, deploy/helm/values-lab-a.yaml) ----
+
+TENANCY = DEPLOY / "tenancy"
+
+
+def _policy(name: str) -> dict[str, Any]:
+    doc = json.loads((TENANCY / name).read_text())
+    assert doc["Version"] == "2012-10-17" and doc["Statement"], f"{name}: not an IAM policy document"
+    return doc
+
+
+def _lab_a():
+    from shared_resources.catalog.tenants import load_tenants
+
+    return load_tenants(TENANCY / "tenants-lab-a.yaml").get_tenant("lab-a")
+
+
+def _as_list(value: Any) -> list:
+    return value if isinstance(value, list) else [value]
+
+
+def test_the_customer_s_tenants_catalog_names_its_bucket_key_and_credentials():
+    lab = _lab_a()
+    assert lab.storage.startswith("s3://") and lab.key.kind == "aws-kms" and lab.key.key_id.startswith("arn:aws:kms:")
+    assert lab.credentials.env == "LAB_A"
+    assert lab.agreement.regions and set(lab.limits.regions) <= set(lab.agreement.regions)
+
+
+def test_the_tenant_storage_policy_names_only_its_prefix_and_its_key():
+    lab = _lab_a()
+    bucket, prefix = lab.storage.removeprefix("s3://").split("/", 1)
+    statements = _policy("iam-tenant-storage-policy.json")["Statement"]
+    assert all(s["Effect"] == "Allow" for s in statements)
+    actions = {a for s in statements for a in _as_list(s["Action"])}
+    assert actions == {"s3:GetObject", "s3:PutObject", "s3:DeleteObject", "s3:ListBucket", "kms:GenerateDataKey", "kms:Decrypt", "kms:DescribeKey"}
+    for s in statements:
+        resources = _as_list(s["Resource"])
+        if any(a.startswith("kms:") for a in _as_list(s["Action"])):
+            assert resources == [lab.key.key_id]
+        elif s["Action"] == "s3:ListBucket":
+            assert resources == [f"arn:aws:s3:::{bucket}"]
+            assert s["Condition"] == {"StringLike": {"s3:prefix": [f"{prefix}/*"]}}
+        else:
+            assert resources == [f"arn:aws:s3:::{bucket}/{prefix}/*"]
+
+
+def test_the_key_policy_lets_sinewgrid_only_wrap_and_unwrap_for_its_tenant():
+    statements = _policy("kms-key-policy.json")["Statement"]
+    admins = [s for s in statements if "kms:ScheduleKeyDeletion" in _as_list(s["Action"])]
+    assert len(admins) == 1 and "administrators" in admins[0]["Principal"]["AWS"], "the customer's admins manage the key"
+    sinewgrid = [s for s in statements if s not in admins]
+    for s in sinewgrid:
+        principals = _as_list(s["Principal"]["AWS"])
+        assert any("sinewgrid-control-plane" in p for p in principals) and any("workload" in p for p in principals)
+        actions = set(_as_list(s["Action"]))
+        assert actions <= {"kms:GenerateDataKey", "kms:Decrypt", "kms:DescribeKey"}
+        if actions & {"kms:GenerateDataKey", "kms:Decrypt"}:
+            assert s["Condition"] == {"StringEquals": {"kms:EncryptionContext:tenant": "lab-a"}}
+    assert {a for s in sinewgrid for a in _as_list(s["Action"])} == {"kms:GenerateDataKey", "kms:Decrypt", "kms:DescribeKey"}
+
+
+def test_the_control_plane_role_is_limited_to_this_account_s_bucket_and_key():
+    lab = _lab_a()
+    bucket = lab.storage.removeprefix("s3://").split("/", 1)[0]
+    statements = _policy("iam-control-plane-policy.json")["Statement"]
+    for s in statements:
+        assert s["Effect"] == "Allow"
+        actions = _as_list(s["Action"])
+        assert not any(a.endswith("*") or a.startswith(("iam:", "sts:")) for a in actions), f"{s['Sid']}: no wildcard or IAM actions"
+        assert set(actions) <= {"s3:GetObject", "s3:PutObject", "s3:DeleteObject", "s3:ListBucket", "kms:GenerateDataKey", "kms:Decrypt", "kms:DescribeKey"}
+        for resource in _as_list(s["Resource"]):
+            assert resource == lab.key.key_id or resource.startswith(f"arn:aws:s3:::{bucket}"), f"{s['Sid']}: {resource}"
+            assert resource != "*"
+        if {"kms:GenerateDataKey", "kms:Decrypt"} & set(actions):
+            assert s["Condition"] == {"StringEquals": {"kms:EncryptionContext:tenant": "lab-a"}}
+
+
+def _strings(node: object) -> list[str]:
+    if isinstance(node, dict):
+        return [s for v in node.values() for s in _strings(v)]
+    if isinstance(node, list):
+        return [s for v in node for s in _strings(v)]
+    return [node] if isinstance(node, str) else []
+
+
+def test_the_customer_s_helm_values_mount_its_catalog_and_hold_no_secret():
+    text = (DEPLOY / "helm" / "values-lab-a.yaml").read_text()
+    values = yaml.safe_load(text)
+    assert values["serviceAccount"]["annotations"]["eks.amazonaws.com/role-arn"].startswith("arn:aws:iam::111122223333:role/")
+    by_name = {d["name"]: d for d in values["dagster-user-deployments"]["deployments"]}
+    workspace = _workspace_locations()
+    assert set(by_name) <= set(workspace) and "cell" in by_name
+    cell = by_name["cell"]
+    assert cell["env"]["SINEWGRID_HOME"].startswith("s3://")
+    mount = next(m for m in cell["volumeMounts"] if cell["env"]["SINEWGRID_TENANTS"].startswith(m["mountPath"] + "/"))
+    volume = next(v for v in cell["volumes"] if v["name"] == mount["name"])
+    assert volume["configMap"]["name"] == "sinewgrid-tenants" and mount["readOnly"] is True
+    assert {"name": "sinewgrid-tenant-lab-a"} in cell["envSecrets"]
+    for deployment in by_name.values():
+        # As Kubernetes reads them (camelCase, as the chart passes them on): unknown fields are dropped, so compare back.
+        client = kubernetes.client.ApiClient()
+        for model, part in (("V1Volume", "volumes"), ("V1VolumeMount", "volumeMounts")):
+            for item in deployment.get(part, []):
+                read = client._ApiClient__deserialize(item, model)
+                assert client.sanitize_for_serialization(read) == item, f"{deployment['name']}: {part} {item} is not a valid {model}"
+        assert deployment["includeConfigInLaunchedRuns"]["enabled"] is True
+        assert not any(name.endswith(("SECRET_ACCESS_KEY", "ACCESS_KEY_ID", "SESSION_TOKEN", "PASSWORD")) for name in deployment["env"])
+    secret_looking = re.compile(r"AKIA[0-9A-Z]{16}|://[^/@\s]+:[^/@\s]+@|^[A-Za-z0-9/+]{40}$")  # an access key id, a URL with a password, a secret key
+    assert not [v for v in _strings(values) if secret_looking.search(v)], "no secret value in Helm values: use a Secret"
+    # The platform's views read the ledger, not the lab's data.
+    assert by_name["platform"]["envSecrets"] == [{"name": "sinewgrid-ledger"}]
+
+
+def test_a_step_of_the_customer_s_tenant_is_placed_only_in_its_agreed_regions(monkeypatch: pytest.MonkeyPatch):
+    from shared_resources.placement.ranking import plan_placement
+    from shared_resources.catalog.step_spec import StepSpec
+
+    monkeypatch.setenv("SINEWGRID_TENANTS", str(TENANCY / "tenants-lab-a.yaml"))
+    pools = load_pools(DEPLOY / "pools" / "aws.yaml") | load_pools(DEPLOY / "pools" / "gcp.yaml")
+    plan = plan_placement(StepSpec(name="cell.finetune", entry_point="x", tenant="lab-a", capacity="burst"), pools)
+    assert plan.ranked and {(p.provider, p.region) for p in plan.ranked} == {("aws", "us-east-1")}
+    gcp = [v for v in plan.verdicts if v.pool.startswith("gcp")]
+    assert gcp and all("tenant_limits" in v.refused_by for v in gcp)
