@@ -140,11 +140,11 @@ def make_landing_sensor(
     return _sensor
 
 
-def _already_requested(context: dg.SensorEvaluationContext, job_name: str, partitions_def: dg.DynamicPartitionsDefinition, key: dg.MultiPartitionKey, drop_id: str) -> bool:
-    """A run of this tenant's drop exists already (requested by a sensor, or launched by hand)."""
+def _already_requested(context: dg.SensorEvaluationContext, partitions_def: dg.DynamicPartitionsDefinition, key: dg.MultiPartitionKey, drop_id: str) -> bool:
+    """A run of this tenant's drop exists already (requested by a sensor, or materialized by hand)."""
     if not context.instance.has_dynamic_partition(partitions_def.name, drop_id):
         return False
-    return bool(context.instance.get_runs(filters=dg.RunsFilter(job_name=job_name, tags={"dagster/partition": str(key)}), limit=1))
+    return bool(context.instance.get_runs(filters=dg.RunsFilter(tags={"dagster/partition": str(key)}), limit=1))
 
 
 def _tenant_landing_sensor(
@@ -184,7 +184,7 @@ def _tenant_landing_sensor(
                     context.log.error(f"{tenant}: {drop.drop_id!r} quarantined at {where}: {issue.message}")
                     continue
                 key = dg.MultiPartitionKey({tenant_dimension: tenant, drop_dimension: drop.drop_id})
-                if _already_requested(context, job_name, partitions_def, key, drop.drop_id):
+                if _already_requested(context, partitions_def, key, drop.drop_id):
                     already.append(f"{tenant}/{drop.drop_id}")
                     continue
                 if drop.drop_id not in new_drop_ids and not context.instance.has_dynamic_partition(partitions_def.name, drop.drop_id):

@@ -113,7 +113,7 @@ def _per_tenant_rounds(
             if tenant not in newest or record.storage_id > newest[tenant].storage_id:
                 newest[tenant] = record
     if not newest:
-        return dg.SensorResult(skip_reason=dg.SkipReason(f"no tenant has new {accepted_status} {watched} since its last training set"))
+        return dg.SensorResult(skip_reason=dg.SkipReason(f"no new {accepted_status} {watched} of any tenant since its last training set"))
     return dg.SensorResult(
         run_requests=[
             dg.RunRequest(

@@ -216,7 +216,7 @@ def _no_tenant_keys_held():
     """Start every test holding no tenant's key: the keyrings a process holds are process-wide,
     and one an earlier test registered for its own root (another key file) would be offered for
     a tenant of the same name here."""
-    from shared_resources.tenancy.access import forget_all
+    from shared_resources.runtime.tenant_access import forget_all
 
     forget_all()
     yield

@@ -54,6 +54,7 @@ def drop_plate(storage: Storage, drop_id: str, table: pd.DataFrame | None = None
     )
 
 
+SEALED = b"SGSEAL1\n"  # how every object sealed with a tenant's key starts (the envelope's magic line)
 LAB = "lab-a"  # the tenant (a Cell lab of the packaged tenants catalog) that ingest tests use
 
 
@@ -77,7 +78,7 @@ def ingest_drop(instance, resources, drop_id: str, tenant: str = LAB, assets: li
     )
 
 
-__all__ = ["GENES", "GENES_PER_PLATE", "LAB", "drop_plate", "good_plate", "ingest_drop", "lab_drop", "lab_storage"]
+__all__ = ["GENES", "GENES_PER_PLATE", "LAB", "SEALED", "drop_plate", "good_plate", "ingest_drop", "lab_drop", "lab_storage"]
 
 
 def sensor_ingest(sensor, assets: list, defs, instance, resources, root: str, cursor: str | None) -> tuple[list[str], dict[str, bool], str | None]:

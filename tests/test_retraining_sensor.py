@@ -1,14 +1,19 @@
-"""The training-round sensor: waits for ingest, fires once per batch of new valid plates."""
+"""The training-round sensor: waits for ingest, fires once per batch of new valid plates, per lab."""
 
 from __future__ import annotations
 
 import dagster as dg
+import pytest
 
 from cell_lane.defs.assets.dataset import omics_dataset
-from cell_lane.defs.assets.ingest import raw_assay, validated_assay
 from cell_lane.definitions import defs
 from cell_lane.defs.sensors import training_round_sensor
-from tests.helpers import drop_plate, good_plate
+from tests.helpers import LAB, drop_plate, good_plate, ingest_drop, lab_drop, lab_storage
+
+
+@pytest.fixture
+def storage(root: str):
+    return lab_storage(root)
 
 
 def _evaluate(instance):
@@ -16,9 +21,8 @@ def _evaluate(instance):
         return training_round_sensor.evaluate_tick(context)
 
 
-def _ingest(instance, resources, drop_id):
-    instance.add_dynamic_partitions("assay_drops", [drop_id])
-    return dg.materialize([raw_assay, validated_assay], instance=instance, resources=resources, partition_key=drop_id, raise_on_error=False)
+def _ingest(instance, resources, drop_id, tenant=LAB):
+    return ingest_drop(instance, resources, drop_id, tenant)
 
 
 def test_nothing_to_train_on_an_empty_instance(instance):
@@ -34,8 +38,9 @@ def test_new_valid_plates_start_one_round_and_only_one(instance, resources, stor
     first = _evaluate(instance)
     assert len(first.run_requests) == 1
     assert first.run_requests[0].job_name in (None, "cell_training_round")
+    assert first.run_requests[0].partition_key == LAB
     # once the training set has been rebuilt, the same plates do not start another round
-    dg.materialize([omics_dataset], instance=instance, resources=resources)
+    dg.materialize([omics_dataset], instance=instance, resources=resources, partition_key=LAB)
     assert _evaluate(instance).run_requests == []
 
 
@@ -50,6 +55,6 @@ def test_waits_while_ingest_runs_are_in_flight(instance, resources, storage):
     drop_plate(storage, "a")
     _ingest(instance, resources, "a")
     job = defs.resolve_job_def("assay_ingest")
-    instance.create_run_for_job(job_def=job, status=dg.DagsterRunStatus.STARTED, tags={"dagster/partition": "a"})
+    instance.create_run_for_job(job_def=job, status=dg.DagsterRunStatus.STARTED, tags={"dagster/partition": lab_drop("a")})
     result = _evaluate(instance)
     assert result.run_requests == [] and "waiting for 1 ingest run" in result.skip_message
