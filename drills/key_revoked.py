@@ -18,7 +18,6 @@ disable`.
 
 import datetime as dt
 import json
-import os
 import tempfile
 import time
 from collections.abc import Callable
@@ -34,8 +33,9 @@ from shared_resources.accounting.ledger import read_ledger
 from shared_resources.catalog.tenants import load_tenants
 from shared_resources.compute.resource import ComputeResource
 from shared_resources.runtime.storage import Storage
+from shared_resources.settings import environment
 from shared_resources.tenancy.control import tenant_storage
-from shared_resources.tenancy.keys import set_local_key_enabled
+from shared_resources.runtime.keys import set_local_key_enabled
 
 TENANTS = ("drill-a", "drill-b")
 POOLS = {"pools": {"drill-local": {
@@ -60,16 +60,8 @@ def _drill_tenants(work: Path, run_id: str):
     catalog = {"tenants": {t: {"title": f"drill tenant {t}", "lane": "drills", "storage": f"drills/key-revoked/{run_id}/{t}"} for t in TENANTS}}
     (work / "tenants.yaml").write_text(yaml.safe_dump(catalog))
     (work / "pools.yaml").write_text(yaml.safe_dump(POOLS))
-    saved = {k: os.environ.get(k) for k in ("SINEWGRID_TENANTS", "SINEWGRID_KEYS_DIR")}
-    os.environ["SINEWGRID_TENANTS"], os.environ["SINEWGRID_KEYS_DIR"] = str(work / "tenants.yaml"), str(work / "keys")
-    try:
+    with environment({"SINEWGRID_TENANTS": str(work / "tenants.yaml"), "SINEWGRID_KEYS_DIR": str(work / "keys")}):
         yield work / "pools.yaml"
-    finally:
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
 
 
 def _run(instance: dg.DagsterInstance, storage_root: str, pools: Path, tenant: str, omics: str) -> tuple[bool, int, str]:

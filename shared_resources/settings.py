@@ -17,16 +17,20 @@ not read this module: what they need travels in their Pipes extras
 | `SINEWGRID_LOG_LEVEL` | `log_level` | `ERROR` for runs started from the command line |
 | `SINEWGRID_SLOTS_DIR` | `slots_dir` | `sinewgrid-slots/` in the temporary folder |
 | `SINEWGRID_DRILL_DIR` | `drill_dir` | `drills/` under a local storage root |
+| `SINEWGRID_TENANTS` | `tenants` | the packaged tenants catalog (`shared_resources/catalog/tenants.yaml`) |
+| `SINEWGRID_KEYS_DIR` | `keys_dir` | `~/.config/sinewgrid/keys`: the embedded default's tenant key files |
+| `<PREFIX>_AWS_ACCESS_KEY_ID` … | `tenant_credentials(prefix)` | a tenant's storage credentials (its catalog entry names the prefix) |
 | `SINEWGRID_WARM_START` | `warm_start` | on: local pools fork workloads from a warm interpreter |
 """
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 import subprocess
 import tempfile
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 
 from pydantic import AliasChoices, Field
@@ -51,6 +55,8 @@ class PlatformSettings(BaseSettings):
     log_level: str = Field("", description="Dagster log level for runs started from the command line.")
     slots_dir: str = Field("", description="Where local pools keep their slot locks.")
     drill_dir: str = Field("", description="A local folder for the failure drills' files.")
+    tenants: str = Field("", description="The tenants catalog (YAML); default: the packaged one.")
+    keys_dir: str = Field("", description="Where local tenant keys live; default ~/.config/sinewgrid/keys (never under the storage root).")
     warm_start: bool = Field(True, description="Local pools fork each workload from an interpreter that has imported its libraries (`0`: start each cold).")
     dagster_home: str = Field("", validation_alias="DAGSTER_HOME")
     aws_region: str = Field("", validation_alias=AliasChoices("AWS_DEFAULT_REGION", "AWS_REGION"))
@@ -86,6 +92,30 @@ def settings() -> PlatformSettings:
 def storage_root() -> str:
     """The storage root: `$SINEWGRID_HOME`, else `.sinewgrid/` in the checkout."""
     return settings().storage_root
+
+
+def tenant_credentials(prefix: str) -> dict[str, str]:
+    """A tenant's storage credentials from `<prefix>_AWS_ACCESS_KEY_ID`, `_SECRET_ACCESS_KEY`, `_SESSION_TOKEN`."""
+    return {
+        "access_key_id": os.environ.get(f"{prefix}_AWS_ACCESS_KEY_ID", ""),
+        "secret_access_key": os.environ.get(f"{prefix}_AWS_SECRET_ACCESS_KEY", ""),
+        "session_token": os.environ.get(f"{prefix}_AWS_SESSION_TOKEN", ""),
+    }
+
+
+@contextlib.contextmanager
+def environment(overrides: Mapping[str, str]) -> Iterator[None]:
+    """Set variables for the duration of a block (a drill's own tenants), then put them back."""
+    saved = {k: os.environ.get(k) for k in overrides}
+    os.environ.update(overrides)
+    try:
+        yield
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
 
 
 def child_env(extra: Mapping[str, str] | None = None) -> dict[str, str]:

@@ -37,9 +37,9 @@ TENANT = typer.Option(
 def _tenant_root(root: str | None, tenant: str) -> str:
     """The tenant's storage root, with its key registered in this process (never created here)."""
     from shared_resources.catalog.tenants import TenantCatalogError, UnknownTenant
-    from shared_resources.tenancy.access import register
+    from shared_resources.runtime.tenant_access import register
     from shared_resources.tenancy.control import tenant_access
-    from shared_resources.tenancy.keys import KeyUnavailable
+    from shared_resources.runtime.keys import KeyUnavailable
 
     try:
         access = tenant_access(_root(root), tenant)
@@ -106,9 +106,9 @@ def data_get(
     """
     from shared_resources.data.registry.names import RegistryError
     from shared_resources.data.registry.registry import DataRegistry
-    from shared_resources.tenancy.access import opener
-    from shared_resources.tenancy.envelope import SealedDataError
-    from shared_resources.tenancy.keys import KeyUnavailable
+    from shared_resources.runtime.tenant_access import opener
+    from shared_resources.runtime.envelope import SealedDataError
+    from shared_resources.runtime.keys import KeyUnavailable
 
     registry_root = _tenant_root(root, tenant) if tenant else _root(root)
     try:
@@ -141,9 +141,9 @@ def data_decrypt(
     from pathlib import Path
 
     from shared_resources.data.registry.sealed_files import decrypt_folder
-    from shared_resources.tenancy.access import opener
-    from shared_resources.tenancy.envelope import SealedDataError
-    from shared_resources.tenancy.keys import KeyUnavailable
+    from shared_resources.runtime.tenant_access import opener
+    from shared_resources.runtime.envelope import SealedDataError
+    from shared_resources.runtime.keys import KeyUnavailable
 
     _tenant_root(root, tenant)
     try:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import typer
 from rich.console import Console
 from rich.markup import escape
@@ -9,7 +11,7 @@ from rich.table import Table
 
 from shared_resources.catalog.tenants import TenantCatalogError, UnknownTenant, load_tenants
 from shared_resources.settings import storage_root
-from shared_resources.tenancy.keys import KeyUnavailable, LocalKeyring, create_local_key, set_local_key_enabled
+from shared_resources.runtime.keys import KeyUnavailable, LocalKeyring, create_local_key, set_local_key_enabled
 
 console = Console()
 tenants_app = typer.Typer(help="The platform's tenants (docs/tenancy.md): who owns which data, under which key.", no_args_is_help=True)
@@ -95,3 +97,16 @@ def key_enable(tenant: str = typer.Argument(..., help="The tenant (tenants catal
     path = _existing_key_file(tenant)
     doc = set_local_key_enabled(path, True)
     console.print(f"enabled {doc['key_id']} of tenant {tenant}.")
+
+
+def key_revoked_drill(root: str, out: Path) -> None:
+    """`sinewgrid drill -s key-revoked` (drills/key_revoked.py)."""
+    from drills.key_revoked import run_key_revoked
+    from sinewgrid.instance import get_instance
+
+    with get_instance() as instance:
+        report = run_key_revoked(instance, root, out, say=lambda line: console.print(escape(line)))
+    console.print(f"report: [bold]{out / 'key-revoked.md'}[/]")
+    if not report["passed"]:
+        console.print("[red]The key-revoked drill did not pass: see the report.[/]")
+        raise typer.Exit(1)

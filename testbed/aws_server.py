@@ -49,7 +49,6 @@ from __future__ import annotations
 import contextlib
 import functools
 import json
-import os
 import subprocess
 import sys
 import tempfile
@@ -162,9 +161,9 @@ def aws_server(timeout_s: float = START_TIMEOUT_S) -> Iterator[AwsServer]:
     with tempfile.TemporaryDirectory(prefix=PREFIX) as folder:
         leftovers.claim(Path(folder))
         log_path = Path(folder) / "moto.log"
-        pythonpath = os.pathsep.join(filter(None, [str(REPO_ROOT), os.environ.get("PYTHONPATH")]))
-        # Auth starts off (moto's default, made explicit) so the admin user can be created.
-        env = child_env({FOLDER_ENV: folder, "INITIAL_NO_AUTH_ACTION_COUNT": "inf", "PYTHONPATH": pythonpath})
+        # Auth starts off (moto's default, made explicit) so the admin user can be created. `-m` from
+        # the checkout (cwd) finds `testbed` without PYTHONPATH.
+        env = child_env({FOLDER_ENV: folder, "INITIAL_NO_AUTH_ACTION_COUNT": "inf"})
         with log_path.open("wb") as log:
             server = subprocess.Popen(
                 [sys.executable, "-m", "testbed.aws_server", "--serve"],

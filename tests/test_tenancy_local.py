@@ -9,9 +9,9 @@ import pytest
 from typer.testing import CliRunner
 
 from shared_resources.catalog.tenants import TenantCatalogError, UnknownTenant, load_tenants
-from shared_resources.tenancy import access
-from shared_resources.tenancy.envelope import Opener, SealedDataError, Sealer, is_sealed, open_bytes, seal_bytes
-from shared_resources.tenancy.keys import KeyUnavailable, LocalKeyring, key_uses, set_local_key_enabled
+from shared_resources.runtime import tenant_access as access
+from shared_resources.runtime.envelope import Opener, SealedDataError, Sealer, is_sealed, open_bytes, seal_bytes
+from shared_resources.runtime.keys import KeyUnavailable, LocalKeyring, key_uses, set_local_key_enabled
 
 
 @pytest.fixture

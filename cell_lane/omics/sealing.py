@@ -31,9 +31,9 @@ from zarr.abc.store import ByteRequest, OffsetByteRequest, RangeByteRequest, Sto
 from zarr.core.buffer import Buffer, BufferPrototype
 from zarr.storage import WrapperStore
 
-from shared_resources.tenancy.access import resolve
-from shared_resources.tenancy.envelope import Opener, SealedDataError, Sealer, is_sealed
-from shared_resources.tenancy.keys import Keyring
+from shared_resources.runtime.tenant_access import resolve
+from shared_resources.runtime.envelope import Opener, SealedDataError, Sealer, is_sealed
+from shared_resources.runtime.keys import Keyring
 
 ROOT_METADATA = "zarr.json"
 

@@ -11,16 +11,15 @@ See docs/tenancy.md.
 
 from __future__ import annotations
 
-import os
 import posixpath
 import re
 from pathlib import Path
-from typing import Literal
-
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from shared_resources.catalog.pools import TenantLimits
 from shared_resources.catalog.yaml_files import read_yaml_mapping
+from shared_resources.runtime.tenant_access import KeySpec
+from shared_resources.settings import settings
 
 DEFAULT_TENANTS = Path(__file__).with_name("tenants.yaml")
 TENANTS_HOLDS = (
@@ -37,24 +36,6 @@ class TenantCatalogError(ValueError):
 class UnknownTenant(KeyError):
     def __str__(self) -> str:
         return str(self.args[0])
-
-
-class KeySpec(BaseModel):
-    """The tenant's key: the key that wraps every data key of its weights and data.
-
-    `local`: a key file outside the storage root (default `<keys dir>/<tenant>.key`; the keys
-    folder is `SINEWGRID_KEYS_DIR`, else `~/.config/sinewgrid/keys`). `aws-kms`: a key in the
-    customer's own KMS (`key_id`: its id, ARN or alias; `endpoint`: only for a KMS API that is
-    not AWS's, as in the tests).
-    """
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    kind: Literal["local", "aws-kms"] = "local"
-    file: str = Field("", description="local: the key file (default: <keys dir>/<tenant>.key).")
-    key_id: str = Field("", description="aws-kms: the key's id, ARN or alias.")
-    region: str = Field("", description="aws-kms: the KMS region (default: AWS_DEFAULT_REGION).")
-    endpoint: str = Field("", description="aws-kms: a KMS endpoint other than AWS's (tests).")
 
 
 class CredentialsSpec(BaseModel):
@@ -122,7 +103,7 @@ class Tenant(BaseModel):
 
 def keys_dir() -> Path:
     """Where local key files live: `SINEWGRID_KEYS_DIR`, else `~/.config/sinewgrid/keys` (never under the storage root)."""
-    configured = os.environ.get("SINEWGRID_KEYS_DIR", "")
+    configured = settings().keys_dir
     return Path(configured).expanduser() if configured else Path.home() / ".config" / "sinewgrid" / "keys"
 
 
@@ -144,7 +125,7 @@ class Tenants(dict[str, Tenant]):
 
 
 def tenants_file() -> Path:
-    configured = os.environ.get("SINEWGRID_TENANTS", "")
+    configured = settings().tenants
     return Path(configured) if configured else DEFAULT_TENANTS
 
 

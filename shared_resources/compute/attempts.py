@@ -22,7 +22,7 @@ from shared_resources.placement.ranking import PlacementPlan
 from shared_resources.runtime.inputs import LineageStamp, WorkloadInputs
 from shared_resources.runtime.messages import Qualified, of_kind
 from shared_resources.runtime.storage import Storage
-from shared_resources.tenancy.access import TenantAccess
+from shared_resources.runtime.tenant_access import TenantAccess
 from shared_resources.tenancy.control import lane_of
 
 

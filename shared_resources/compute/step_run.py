@@ -14,7 +14,7 @@ from shared_resources.compute.backends.base import AttemptOutcome, AttemptResult
 from shared_resources.compute.causes import Cause
 from shared_resources.placement.ranking import PlacementPlan
 from shared_resources.runtime.messages import CheckpointSaved, Progress, Resumed, Telemetry, of_kind
-from shared_resources.tenancy.access import TenantAccess
+from shared_resources.runtime.tenant_access import TenantAccess
 
 
 class StepFailedError(dg.Failure):

@@ -39,8 +39,8 @@ import numpy as np
 from shared_resources.runtime.inputs import Failpoint
 from shared_resources.runtime.node_cache import NodeCache
 from shared_resources.runtime.storage import fs_for, read_bytes, read_stored_bytes, sha256_bytes, write_bytes_atomic, write_json_atomic
-from shared_resources.tenancy.access import keyring_for, opener
-from shared_resources.tenancy.envelope import Sealer, is_sealed
+from shared_resources.runtime.tenant_access import keyring_for, opener
+from shared_resources.runtime.envelope import Sealer, is_sealed
 
 Framework = Literal["torch", "numpy"]
 MANIFEST = "manifest.json"

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
-from shared_resources.tenancy.keys import Keyring
+from shared_resources.runtime.keys import Keyring
 
 MAGIC = b"SGSEAL1\n"
 ALG = "AES-256-GCM"
@@ -83,8 +83,13 @@ class Sealer:
         self._prefix = MAGIC + _LEN.pack(len(header)) + header
 
     def seal(self, data: bytes | memoryview) -> bytes:
+        """The sealed object, encrypted straight into its one buffer (no copy of a large object)."""
         nonce = os.urandom(12)
-        return b"".join((self._prefix, nonce, self._aes.encrypt(nonce, bytes(data) if isinstance(data, memoryview) else data, self._prefix)))
+        head = len(self._prefix) + len(nonce)
+        out = bytearray(head + len(data) + 16)
+        out[: len(self._prefix)], out[len(self._prefix) : head] = self._prefix, nonce
+        self._aes.encrypt_into(nonce, data, self._prefix, memoryview(out)[head:])
+        return out  # a bytearray: every writer takes it as bytes
 
 
 class Opener:

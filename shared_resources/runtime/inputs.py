@@ -12,7 +12,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from shared_resources.tenancy.access import TenantAccess
+from shared_resources.runtime.tenant_access import TenantAccess
 
 DEFAULT_CHECKPOINT_EVERY_STEPS = 50
 DEFAULT_TELEMETRY_SECONDS = 1.0

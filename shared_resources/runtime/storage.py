@@ -34,8 +34,8 @@ import fsspec
 from fsspec.core import url_to_fs
 from fsspec.implementations.local import LocalFileSystem
 
-from shared_resources.tenancy.access import keyring_for, opener
-from shared_resources.tenancy.envelope import is_sealed, seal_bytes
+from shared_resources.runtime.tenant_access import keyring_for, opener
+from shared_resources.runtime.envelope import is_sealed, seal_bytes
 
 def _normalise_root(root: str) -> str:
     if "://" in root:

@@ -1,6 +1,6 @@
 """What one tenant's work may touch: its storage root, its storage credentials, its key.
 
-The control plane builds a `TenantAccess` from the tenants catalog (`access_for`) and hands it to
+The control plane builds a `TenantAccess` from the tenants catalog (`tenancy/control.py`) and hands it to
 each attempt of a tenant's step in the workload inputs: the typed seam, never an environment
 the workload inherits. The workload applies it (`apply`) before it touches storage: its
 S3 credentials replace whatever the process inherited, and its keyring is registered for its
@@ -13,14 +13,32 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from shared_resources.catalog.tenants import KeySpec, Tenant
-from shared_resources.tenancy.envelope import Opener
-from shared_resources.tenancy.keys import Keyring, KeyUnavailable, KmsKeyring, LocalKeyring
+from shared_resources.runtime.envelope import Opener
+from shared_resources.runtime.keys import Keyring, KeyUnavailable, KmsKeyring, LocalKeyring
 
 AWS_CREDENTIAL_VARS = ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_PROFILE")
+
+
+class KeySpec(BaseModel):
+    """The tenant's key: the key that wraps every data key of its weights and data.
+
+    `local`: a key file outside the storage root (default `<keys dir>/<tenant>.key`; the keys
+    folder is `SINEWGRID_KEYS_DIR`, else `~/.config/sinewgrid/keys`). `aws-kms`: a key in the
+    customer's own KMS (`key_id`: its id, ARN or alias; `endpoint`: only for a KMS API that is
+    not AWS's, as in the tests).
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    kind: Literal["local", "aws-kms"] = "local"
+    file: str = Field("", description="local: the key file (default: <keys dir>/<tenant>.key).")
+    key_id: str = Field("", description="aws-kms: the key's id, ARN or alias.")
+    region: str = Field("", description="aws-kms: the KMS region (default: AWS_DEFAULT_REGION).")
+    endpoint: str = Field("", description="aws-kms: a KMS endpoint other than AWS's (tests).")
 
 
 class StorageCredentials(BaseModel):
@@ -65,22 +83,6 @@ class TenantAccess(BaseModel):
                 os.environ["AWS_SESSION_TOKEN"] = self.credentials.session_token
             _forget_cached_filesystems()
         register(self.storage_root, self.keyring())
-
-
-def access_for(tenant: Tenant, platform_root: str) -> TenantAccess:
-    """The control plane's view of a tenant: credentials read from `<env>_AWS_*` variables."""
-    credentials = None
-    if tenant.credentials is not None:
-        prefix = tenant.credentials.env
-        key_id, secret = os.environ.get(f"{prefix}_AWS_ACCESS_KEY_ID", ""), os.environ.get(f"{prefix}_AWS_SECRET_ACCESS_KEY", "")
-        if not key_id or not secret:
-            raise KeyUnavailable(
-                tenant.name, "(storage credentials)", f"{prefix}_AWS_ACCESS_KEY_ID and {prefix}_AWS_SECRET_ACCESS_KEY are not set in the control plane's environment",
-                "Set them from the tenant's secret (deploy/tenancy/README.md), or remove `credentials:` on a local root.",
-            )
-        credentials = StorageCredentials(access_key_id=key_id, secret_access_key=secret, session_token=os.environ.get(f"{prefix}_AWS_SESSION_TOKEN", ""))
-    key_file = str(tenant.key_file()) if tenant.key is not None and tenant.key.kind == "local" else ""
-    return TenantAccess(tenant=tenant.name, storage_root=tenant.root(platform_root), key=tenant.key, key_file=key_file, credentials=credentials)
 
 
 def _forget_cached_filesystems() -> None:

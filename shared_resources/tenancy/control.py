@@ -3,8 +3,26 @@
 from __future__ import annotations
 
 from shared_resources.catalog.tenants import Tenant, load_tenants
+from shared_resources.runtime.keys import KeyUnavailable
 from shared_resources.runtime.storage import Storage
-from shared_resources.tenancy.access import TenantAccess, access_for, register
+from shared_resources.runtime.tenant_access import StorageCredentials, TenantAccess, register
+from shared_resources.settings import tenant_credentials
+
+
+def access_for(tenant: Tenant, platform_root: str) -> TenantAccess:
+    """The control plane's view of a tenant: credentials read from its `<env>_AWS_*` variables."""
+    credentials = None
+    if tenant.credentials is not None:
+        prefix = tenant.credentials.env
+        found = tenant_credentials(prefix)
+        if not found.get("access_key_id") or not found.get("secret_access_key"):
+            raise KeyUnavailable(
+                tenant.name, "(storage credentials)", f"{prefix}_AWS_ACCESS_KEY_ID and {prefix}_AWS_SECRET_ACCESS_KEY are not set in the control plane's environment",
+                "Set them from the tenant's secret (deploy/tenancy/README.md), or remove `credentials:` on a local root.",
+            )
+        credentials = StorageCredentials(**found)
+    key_file = str(tenant.key_file()) if tenant.key is not None and tenant.key.kind == "local" else ""
+    return TenantAccess(tenant=tenant.name, storage_root=tenant.root(platform_root), key=tenant.key, key_file=key_file, credentials=credentials)
 
 
 def tenant_access(platform_root: str, tenant: str | Tenant) -> TenantAccess:

@@ -52,7 +52,7 @@ from shared_resources.data.registry.names import (
 from shared_resources.data.registry.sealed_files import decrypt_folder
 from shared_resources.runtime.storage import Storage, fs_for
 from shared_resources.settings import settings
-from shared_resources.tenancy.envelope import Opener
+from shared_resources.runtime.envelope import Opener
 
 _PUBLISH_TRIES = 5
 

@@ -22,7 +22,7 @@ from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
-from shared_resources.tenancy.envelope import MAGIC, Opener, SealedDataError, read_header
+from shared_resources.runtime.envelope import MAGIC, Opener, SealedDataError, read_header
 
 _TEMP_MARK = ".sinewgrid-plain-"
 
