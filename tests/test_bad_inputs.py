@@ -27,15 +27,18 @@ from robotics_lane.episodes import Episode, validate_dataset, write_dataset
 from shared_resources.catalog.pools import PoolCatalogError, load_catalog, load_pools
 from shared_resources.intake.landing import seal_drop
 from shared_resources.placement.job_files import JobFileError, load_job
-from tests.helpers import drop_plate, good_plate, sensor_ingest
+from tests.helpers import drop_plate, good_plate, lab_drop, lab_storage, sensor_ingest
 
 REPO = Path(__file__).resolve().parent.parent
 PLATE = good_plate().to_csv(index=False).encode()
 
 
 def snapshot(folder: Path) -> dict[str, bytes]:
-    """Every file under `folder` with its bytes: what 'nothing lost, nothing changed' compares."""
-    return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
+    """Every file under `folder` with its bytes (a lab's sealed copies opened with its key): what
+    'nothing lost, nothing changed' compares."""
+    from shared_resources.runtime.storage import read_bytes
+
+    return {str(p.relative_to(folder)): read_bytes(str(p)) for p in sorted(folder.rglob("*")) if p.is_file()}
 
 
 def quarantine_report(home: Path, kind: str, drop_id: str) -> dict:
@@ -79,15 +82,21 @@ MANIFEST_CASES = {
 }
 
 
+def _lab(root: str) -> Path:
+    """lab-a's own root (its key held here): a Cell drop is a lab's, and its copies are sealed."""
+    return Path(lab_storage(root).root)
+
+
 @pytest.mark.parametrize("case", sorted(MANIFEST_CASES))
-def test_a_bad_manifest_refuses_the_whole_drop_and_keeps_every_byte(instance, resources, home, case):
+def test_a_bad_manifest_refuses_the_whole_drop_and_keeps_every_byte(instance, resources, root, case):
+    home = _lab(root)
     files, entries, rule, names_entry, fix = MANIFEST_CASES[case]
     drop_id = f"bad-{case}"
     folder = write_assay_drop(home, drop_id, files, entries)
     sent = snapshot(folder)
     instance.add_dynamic_partitions("assay_drops", [drop_id])
 
-    result = dg.materialize([raw_assay, validated_assay], instance=instance, resources=resources, partition_key=drop_id, raise_on_error=False)
+    result = dg.materialize([raw_assay, validated_assay], instance=instance, resources=resources, partition_key=lab_drop(drop_id), raise_on_error=False)
 
     assert not result.success
     report = quarantine_report(home, "assays", drop_id)
@@ -102,21 +111,23 @@ def test_a_bad_manifest_refuses_the_whole_drop_and_keeps_every_byte(instance, re
     assert not (home / "curated" / "assays" / drop_id).exists()
 
 
-def test_a_manifest_with_a_repeated_key_is_refused_not_read_by_its_last_value(instance, resources, home):
+def test_a_manifest_with_a_repeated_key_is_refused_not_read_by_its_last_value(instance, resources, root):
+    home = _lab(root)
     good = json.dumps([entry("p.csv", PLATE)])
     text = f'{{"drop_id": "twice", "assay": "a", "instrument": "i", "project": "p", "files": [], "files": {good}}}'
     folder = write_assay_drop(home, "twice", {"p.csv": PLATE}, manifest_text=text)
     sent = snapshot(folder)
     instance.add_dynamic_partitions("assay_drops", ["twice"])
 
-    assert not dg.materialize([raw_assay], instance=instance, resources=resources, partition_key="twice", raise_on_error=False).success
+    assert not dg.materialize([raw_assay], instance=instance, resources=resources, partition_key=lab_drop("twice"), raise_on_error=False).success
 
     issue = quarantine_report(home, "assays", "twice")["issues"][0]
     assert issue["rule"] == "manifest_json" and "key `files` is written twice in one object" in issue["message"] and "write each key once" in issue["message"]
     assert snapshot(folder) == sent == snapshot(home / "quarantine" / "assays" / "twice" / "original")
 
 
-def test_through_the_sensor_a_drop_with_an_unlisted_file_is_quarantined_and_a_good_one_flows(instance, resources, home, storage, root):
+def test_through_the_sensor_a_drop_with_an_unlisted_file_is_quarantined_and_a_good_one_flows(instance, resources, root):
+    home, storage = _lab(root), lab_storage(root)
     from cell_lane.definitions import defs
     from cell_lane.defs.sensors import assay_drop_sensor
 
@@ -128,8 +139,8 @@ def test_through_the_sensor_a_drop_with_an_unlisted_file_is_quarantined_and_a_go
 
     requested, outcomes, _ = sensor_ingest(assay_drop_sensor, [raw_assay, validated_assay], defs, instance, resources, root, None)
 
-    assert sorted(requested) == ["good-1", "sneaky"]
-    assert outcomes == {"good-1": True, "sneaky": False}
+    assert sorted(requested) == [lab_drop("good-1"), lab_drop("sneaky")]
+    assert outcomes == {lab_drop("good-1"): True, lab_drop("sneaky"): False}
     issues = quarantine_report(home, "assays", "sneaky")["issues"]
     assert [(i["rule"], i["file"]) for i in issues] == [("unlisted_file", "notes.txt")]
     assert snapshot(stray.parent) == sent == snapshot(home / "quarantine" / "assays" / "sneaky" / "original")

@@ -19,7 +19,7 @@ from shared_resources.compute.cooldowns import SLOTS_ENV, Cooldowns, pool_slot
 from shared_resources.resources import platform_resources
 from shared_resources.runtime.checkpoints import CheckpointStore
 from shared_resources.runtime.storage import Storage
-from tests.helpers import Preemptor
+from tests.helpers import LAB, Preemptor
 
 pytestmark = pytest.mark.e2e  # runs workloads end to end, in their own processes
 
@@ -62,14 +62,15 @@ def catalog(tmp_path, monkeypatch) -> Path:
 
 def _prepare(instance, home: Path, catalog: Path) -> dict:
     resources = platform_resources(root=str(home), pools_file=str(catalog))
-    storage = Storage.at(str(home))
-    LabStandIn(storage).seed_drops(plates=1, include_bad=False)
-    dg.materialize([omics_dataset], instance=instance, resources=resources)
+    LabStandIn.of_tenant(str(home), LAB).seed_drops(plates=1, include_bad=False)
+    dg.materialize([omics_dataset], instance=instance, resources=resources, partition_key=LAB)
     return resources
 
 
 def _train(instance, resources, **kw):
-    return dg.materialize([omics_dataset, foundation_model], instance=instance, resources=resources, run_config=CONFIG, selection=[foundation_model], **kw)
+    return dg.materialize(
+        [omics_dataset, foundation_model], instance=instance, resources=resources, run_config=CONFIG, selection=[foundation_model], partition_key=LAB, **kw
+    )
 
 
 def _md(result) -> dict:
@@ -125,7 +126,7 @@ def test_a_preempted_step_resumes_on_the_next_pool_with_the_same_result(instance
         reference = _prepare(reference_instance, other, catalog)
         assert _md(_train(reference_instance, reference))["preemptions"] == 0
     ours = CheckpointStore(str(md["checkpoints"])).latest_valid().tensors["model"]
-    theirs_uri = next(p.parent.parent for p in (other / "checkpoints").rglob("manifest.json"))
+    theirs_uri = next(p.parent.parent for p in (other / "tenants" / LAB / "checkpoints").rglob("manifest.json"))
     theirs = CheckpointStore(str(theirs_uri)).latest_valid().tensors["model"]
     for name in ours:
         assert torch.equal(ours[name], theirs[name]), name

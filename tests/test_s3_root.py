@@ -16,12 +16,12 @@ from cell_lane.omics import join_labels, publish_dataset, read_dataset
 from shared_resources.runtime.checkpoints import CheckpointStore
 from shared_resources.intake.landing import list_complete_drops
 from shared_resources.resources import platform_resources
-from shared_resources.runtime.storage import Storage, fs_for
-from tests.helpers import drop_plate, good_plate
+from shared_resources.runtime.storage import fs_for, read_bytes
+from tests.helpers import SEALED, drop_plate, good_plate, lab_drop, lab_storage
 
 
 def test_drops_are_ingested_and_quarantined_on_s3(s3_root, instance):
-    storage = Storage.at(s3_root)
+    storage = lab_storage(s3_root)  # lab-a's root under the S3 root, its key held here
     drop_plate(storage, "good")
     bad = good_plate()
     drop_plate(storage, "bad", bad[bad["sample_type"] != "neg_ctrl"])
@@ -29,13 +29,14 @@ def test_drops_are_ingested_and_quarantined_on_s3(s3_root, instance):
 
     resources = platform_resources(root=s3_root, pools_file="")
     instance.add_dynamic_partitions("assay_drops", ["good", "bad"])
-    ok = dg.materialize([raw_assay, validated_assay], instance=instance, resources=resources, partition_key="good")
+    ok = dg.materialize([raw_assay, validated_assay], instance=instance, resources=resources, partition_key=lab_drop("good"))
     assert ok.success
-    failed = dg.materialize([raw_assay, validated_assay], instance=instance, resources=resources, partition_key="bad", raise_on_error=False)
+    failed = dg.materialize([raw_assay, validated_assay], instance=instance, resources=resources, partition_key=lab_drop("bad"), raise_on_error=False)
     assert not failed.success
 
     fs, _ = fs_for(s3_root)
-    assert fs.cat_file(storage.raw("assays", "good") + "/plates/plate.csv") == fs.cat_file(storage.landing("assays", "good") + "/plates/plate.csv")
+    assert fs.cat_file(storage.raw("assays", "good") + "/plates/plate.csv").startswith(SEALED)
+    assert read_bytes(storage.raw("assays", "good") + "/plates/plate.csv") == fs.cat_file(storage.landing("assays", "good") + "/plates/plate.csv")
     assert fs.exists(storage.curated("assays", "good", "effects.parquet"))
     assert fs.exists(storage.quarantine("assays", "bad") + "/QUARANTINE.json")
     assert fs.exists(storage.quarantine("assays", "bad") + "/original/plates/plate.csv")
