@@ -36,7 +36,7 @@ from shared_resources.runtime.storage import glob_uris, read_bytes, write_bytes_
 from shared_resources.settings import code_version
 from sinewgrid.cli import app
 from tests.conftest import ROOT_KINDS
-from tests.helpers import Preemptor, sensor_ingest
+from tests.helpers import LAB, Preemptor, lab_drop, lab_storage, sensor_ingest
 
 pytestmark = pytest.mark.e2e  # runs workloads end to end, in their own processes
 
@@ -49,9 +49,23 @@ FAST = {
 }
 
 
+@pytest.fixture
+def storage(root: str):
+    """lab-a's own root: the Cell loop runs for a lab, its data sealed with the lab's key (held here)."""
+    return lab_storage(root)
+
+
+def _ledger(root: str):
+    """The platform's attempt ledger (every tenant's steps)."""
+    return read_ledger(StorageResource(root=root).get().ledger())
+
+
 def _ingest_all(instance, resources, drops):
     instance.add_dynamic_partitions("assay_drops", drops)
-    return {d: dg.materialize([raw_assay, validated_assay], instance=instance, resources=resources, partition_key=d, raise_on_error=False).success for d in drops}
+    return {
+        d: dg.materialize([raw_assay, validated_assay], instance=instance, resources=resources, partition_key=lab_drop(d), raise_on_error=False).success
+        for d in drops
+    }
 
 
 def _sensor_ingest(instance, resources, root: str, cursor: str | None) -> tuple[list[str], dict[str, bool], str | None]:
@@ -71,12 +85,12 @@ def test_cell_loop_end_to_end(instance, resources, root, storage, tmp_path):
     # A drop still being written (no manifest yet) is not complete: the sensor leaves it be.
     write_bytes_atomic(posixpath.join(storage.landing("assays", "half-written"), "plates", "P9.csv"), b"plate_barcode,well\n")
     requested, ingested, cursor = _sensor_ingest(instance, resources, root, cursor=None)
-    assert sorted(requested) == sorted(drops)
-    assert ingested == {"seed-plate-001": True, "seed-plate-002": True, "seed-plate-bad-export": False}
+    assert sorted(requested) == sorted(lab_drop(d) for d in drops)
+    assert ingested == {lab_drop("seed-plate-001"): True, lab_drop("seed-plate-002"): True, lab_drop("seed-plate-bad-export"): False}
     assert sorted(instance.get_dynamic_partitions("assay_drops")) == sorted(drops)
     assert _sensor_ingest(instance, resources, root, cursor)[0] == []  # nothing new: nothing requested
 
-    result = dg.materialize(TRAINING, instance=instance, resources=resources, run_config=FAST)
+    result = dg.materialize(TRAINING, instance=instance, resources=resources, run_config=FAST, partition_key=LAB)
     assert result.success
 
     dataset = _md(result, "cell/omics_dataset")
@@ -96,7 +110,7 @@ def test_cell_loop_end_to_end(instance, resources, root, storage, tmp_path):
     assert finetuned["pool"] == "cell-burst" and finetuned["n_assayed_genes"] == 76
     assert 0 < finetuned["held_out_rmse"] < 1 and finetuned["cost_usd"] >= 0
 
-    ledger = read_ledger(storage.ledger())
+    ledger = _ledger(root)
     assert set(ledger["step"]) == {"cell.foundation_model", "cell.finetuned_model"}
     assert (ledger["outcome"] == "succeeded").all() and (ledger["gpu_hours"] > 0).all()
 
@@ -115,8 +129,8 @@ def test_cell_loop_end_to_end(instance, resources, root, storage, tmp_path):
     plates = glob_uris(posixpath.join(storage.landing("assays", new[0]), "plates", "*.csv"))
     assert len(plates) == 1 and check_plate_file(read_bytes(plates[0]), "p.csv").ok
     requested, ingested, _ = _sensor_ingest(instance, resources, root, cursor)
-    assert requested == new and ingested == {new[0]: True}
-    second = dg.materialize(TRAINING, instance=instance, resources=resources, run_config=FAST)
+    assert requested == [lab_drop(new[0])] and ingested == {lab_drop(new[0]): True}
+    second = dg.materialize(TRAINING, instance=instance, resources=resources, run_config=FAST, partition_key=LAB)
     assert _md(second, "cell/omics_dataset")["labelled_genes"] == 76 + 38
     assert _md(second, "cell/foundation_model")["reused_final_checkpoint"] is True  # same matrix: pretraining reused
     # Its final checkpoint was written on this node: from an object store, it is read back from the node cache.
@@ -128,7 +142,8 @@ def test_cell_loop_end_to_end(instance, resources, root, storage, tmp_path):
 
 
 def _check_data_layer(instance, root, storage, tmp_path, first_dataset, first, second, answer_drop):
-    """Dataset versions, lineage, run records and retention after two rounds of the loop."""
+    """Dataset versions, lineage, run records and retention after two rounds of the loop: the lab's own, under its root."""
+    platform_root, root = root, storage.root
     # Every curated dataset is a registered version, with its region, and comes back byte for byte.
     registry = DataRegistry.for_root(root)
     assert {v.ref for v in registry.versions("cell/assays")} == {"cell/assays@seed-plate-001", "cell/assays@seed-plate-002", f"cell/assays@{answer_drop}"}
@@ -136,7 +151,7 @@ def _check_data_layer(instance, root, storage, tmp_path, first_dataset, first, s
     assert omics == [first_dataset["version"], _md(second, "cell/omics_dataset")["version"]]
     assert first_dataset["dataset_ref"] == f"cell/omics@{omics[0]}" and first_dataset["registry_rev"]
     assert first_dataset["region"] == ("us-east-1" if root.startswith("s3://") else "local")
-    out = CliRunner().invoke(app, ["data", "get", "cell/omics", omics[0], str(tmp_path / "omics-v1"), "--root", root])
+    out = CliRunner().invoke(app, ["data", "get", "cell/omics", omics[0], str(tmp_path / "omics-v1"), "--root", platform_root, "--tenant", LAB])
     assert out.exit_code == 0, out.output
     back = ad.read_zarr(tmp_path / "omics-v1" / "dataset.zarr")
     assert back.uns["sinewgrid"]["version"] == omics[0] and int((back.var["assay_n"] > 0).sum()) == 76
@@ -174,15 +189,17 @@ def _check_data_layer(instance, root, storage, tmp_path, first_dataset, first, s
 def test_compute_resource_resumes_a_preempted_step(instance, resources, home, storage, tmp_path, monkeypatch):
     lab = LabStandIn(storage)
     _ingest_all(instance, resources, lab.seed_drops(plates=2, include_bad=False))
-    dg.materialize([omics_dataset], instance=instance, resources=resources)
+    dg.materialize([omics_dataset], instance=instance, resources=resources, partition_key=LAB)
 
     config = {"ops": {"cell__foundation_model": {"config": {"steps": 300, "checkpoint_every_steps": 50}}}}
     with Preemptor(monkeypatch, tmp_path / "held", at_step=100) as preemptor:  # SIGTERM once it has done step 100
-        result = dg.materialize([omics_dataset, foundation_model], instance=instance, resources=resources, run_config=config, selection=[foundation_model])
+        result = dg.materialize(
+            [omics_dataset, foundation_model], instance=instance, resources=resources, run_config=config, selection=[foundation_model], partition_key=LAB
+        )
     assert result.success and preemptor.preempted
     md = _md(result, "cell/foundation_model")
     assert md["attempts"] == 2 and md["preemptions"] == 1
-    ledger = read_ledger(storage.ledger())
+    ledger = _ledger(str(home))
     assert list(ledger["outcome"]) == ["preempted", "succeeded"]
     assert ledger.loc[0, "exit_code"] == 75
     assert ledger.loc[0, "productive_seconds"] > 0  # its checkpointed work was kept
@@ -192,13 +209,13 @@ def test_compute_resource_resumes_a_preempted_step(instance, resources, home, st
 
 def test_failing_workload_is_a_clear_failure(instance, resources, home, storage):
     """Fine-tuning with no assay results fails with a message that says what to do."""
-    dg.materialize([omics_dataset], instance=instance, resources=resources)
+    dg.materialize([omics_dataset], instance=instance, resources=resources, partition_key=LAB)
     result = dg.materialize(
         [omics_dataset, foundation_model, finetuned_model], instance=instance, resources=resources,
-        run_config=FAST, selection=[foundation_model, finetuned_model], raise_on_error=False,
+        run_config=FAST, selection=[foundation_model, finetuned_model], raise_on_error=False, partition_key=LAB,
     )
     assert not result.success
     failure = next(e for e in result.all_events if e.is_step_failure)
     assert "failed on pool cell-burst" in failure.step_failure_data.error.message
-    ledger = read_ledger(storage.ledger())
+    ledger = _ledger(str(home))
     assert ledger.iloc[-1]["outcome"] == "failed"
