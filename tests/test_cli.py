@@ -16,14 +16,16 @@ def test_demo_runs_both_loops_to_the_summary(demo_run: DemoRun):
     out = demo_run.stdout
     assert "GPU steps: where they ran and what they cost" in out
     assert "cell.foundation_model" in out and "cell-steady" in out and "cell-burst" in out
-    assert "The model, round by round" in out
+    assert "The model of each lab, round by round" in out and "Per tenant: what its GPU steps cost" in out
     assert "seed-plate-bad-export" in out and "duplicate_well" in out
+    assert "[lab-a] lab plates" in out and "[lab-b] lab plates" in out  # both labs' loops, side by side
 
     with dg.DagsterInstance.from_config(str(home / "dagster")) as instance:
         rounds = instance.fetch_materializations(dg.AssetKey(["cell", "finetuned_model"]), limit=10).records
-        assert len(rounds) == 2  # the seed round and one lab round
-        assayed = sorted(int(r.asset_materialization.metadata["n_assayed_genes"].value) for r in rounds)
-        assert assayed == [76, 114]
+        assert sorted(r.partition_key for r in rounds) == ["lab-a", "lab-a", "lab-b", "lab-b"]  # per lab: the seed round and one lab round
+        for lab in ("lab-a", "lab-b"):
+            assayed = sorted(int(r.asset_materialization.metadata["n_assayed_genes"].value) for r in rounds if r.partition_key == lab)
+            assert assayed == [76, 114], lab
         assert set(instance.get_dynamic_partitions("assay_drops")) >= {"seed-plate-001", "seed-plate-002", "seed-plate-bad-export"}
 
     # Robotics: a real Isaac Lab sweep and a MuJoCo sweep ran on the spot pool, a policy was
@@ -37,9 +39,10 @@ def test_demo_runs_both_loops_to_the_summary(demo_run: DemoRun):
         assert real and all(r.asset_materialization.metadata["status"].value == "valid" for r in real)
     assert (home / "quarantine" / "teleop" / "teleop-session-glitch" / "QUARANTINE.json").exists()
 
-    quarantine = json.loads((home / "quarantine" / "assays" / "seed-plate-bad-export" / "QUARANTINE.json").read_text())
-    assert {i["rule"] for i in quarantine["issues"]} == {"duplicate_well", "non_numeric_readout"}
-    assert len(list((home / "outbox" / "plates").iterdir())) == 2
+    for lab in ("lab-a", "lab-b"):
+        quarantine = json.loads((home / "tenants" / lab / "quarantine" / "assays" / "seed-plate-bad-export" / "QUARANTINE.json").read_text())
+        assert {i["rule"] for i in quarantine["issues"]} == {"duplicate_well", "non_numeric_readout"}
+        assert len(list((home / "tenants" / lab / "outbox" / "plates").iterdir())) == 2
 
     # A second tick finds nothing new: every sensor is idempotent against the same instance.
     again = demo_run.sinewgrid("tick")
@@ -49,10 +52,12 @@ def test_demo_runs_both_loops_to_the_summary(demo_run: DemoRun):
     assert "nightly_sweep_schedule" in again.stdout and "already run" in again.stdout
 
     # Every result can be traced: the demo names the newest ones, and their lineage reaches the drops.
-    assert "sinewgrid lineage cell/next_plate_proposal/" in out and "sinewgrid lineage robotics/real_robot_evaluation/" in out
-    proposal = next(line.split()[-1] for line in out.splitlines() if "sinewgrid lineage cell/next_plate_proposal/" in line)
-    traced = demo_run.sinewgrid("lineage", proposal)
+    assert "cell/next_plate_proposal/" in out and "sinewgrid lineage robotics/real_robot_evaluation/" in out
+    proposal_line = next(line for line in out.splitlines() if "sinewgrid lineage --root" in line and "cell/next_plate_proposal/" in line)
+    traced = demo_run.sinewgrid(*proposal_line.split("sinewgrid ", 1)[1].split())  # the lab's lineage, under its root
     assert traced.returncode == 0, traced.stderr[-2000:]
     assert "drop/assays/seed-plate-001" in traced.stdout and "cell/omics@" in traced.stdout and "cell/foundation_model/" in traced.stdout
     listed = demo_run.sinewgrid("data", "list")
-    assert listed.returncode == 0 and all(d in listed.stdout for d in ("cell/assays", "cell/omics", "robotics/teleop", "robotics/rollouts"))
+    assert listed.returncode == 0 and all(d in listed.stdout for d in ("robotics/teleop", "robotics/rollouts"))
+    lab_listed = demo_run.sinewgrid("data", "list", "--root", str(home / "tenants" / "lab-a"))  # a lab's data: in its own registry
+    assert lab_listed.returncode == 0 and all(d in lab_listed.stdout for d in ("cell/assays", "cell/omics"))

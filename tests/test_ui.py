@@ -35,6 +35,7 @@ CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-b
 # Generous: the UI loads three code locations' data over GraphQL on a busy two-core machine.
 UI_TIMEOUT_MS = 90_000
 BAD_DROP = "seed-plate-bad-export"  # the demo's deliberately broken assay export
+BAD_PARTITION = f"{BAD_DROP}%7Clab-a"  # lab-a's drop: the multi-partition key `<drop>|<tenant>`, URL-encoded
 RUN_LINK = re.compile(r"^run [0-9a-f]{8}$")  # a run in the Runs list: its icon and short id
 
 
@@ -179,7 +180,7 @@ def test_bad_drop_fails_its_plate_checks_in_red(page, check: str, rule: str):
 
 
 def test_bad_drop_shows_its_quarantine_table(page):
-    page.goto(f"/assets/cell/validated_assay?view=partitions&partition={BAD_DROP}")
+    page.goto(f"/assets/cell/validated_assay?view=partitions&partition={BAD_PARTITION}")
     with screenshot(page, "quarantine-table"):
         expect(page.get_by_text("quarantined", exact=True).first).to_be_visible()
         expect(page.get_by_text(f"quarantine/assays/{BAD_DROP}").first).to_be_visible()
@@ -188,7 +189,7 @@ def test_bad_drop_shows_its_quarantine_table(page):
         for rule, well in (("duplicate_well", "A05"), ("non_numeric_readout", "B09")):
             expect(page.get_by_role("row").filter(has_text=rule).filter(has_text=well).filter(has_text="SEED-BAD.csv").last).to_be_visible()
     # The one run that ingested it failed: its blocking checks stopped it.
-    page.goto(f"/runs?q%5B0%5D=tag%3Adagster%2Fpartition%3D{BAD_DROP}")
+    page.goto(f"/runs?q%5B0%5D=tag%3Adagster%2Fpartition%3D{BAD_PARTITION}")
     with screenshot(page, "quarantine-run"):
         expect(page.get_by_role("link", name=RUN_LINK)).to_have_count(1)
         expect(page.get_by_role("link", name="assay_ingest", exact=True)).to_be_visible()
