@@ -31,8 +31,11 @@ def test_cell_checks_and_which_ones_block():
         ("cell/validated_assay", "plate_schema"),
         ("cell/validated_assay", "plate_layout_and_controls"),
         ("cell/validated_assay", "z_prime_at_least_0_5"),
+        ("cell/foundation_model", "inputs_agree_to_shared_training"),
+        ("cell/finetuned_model", "inputs_agree_to_shared_training"),
     }
     specs = {s.name: s for a in defs.assets for s in getattr(a, "check_specs", [])}
+    assert specs["inputs_agree_to_shared_training"].blocking  # a model of several tenants' data needs every agreement
     assert specs["plate_schema"].blocking and specs["plate_layout_and_controls"].blocking
     assert specs["drop_manifest_and_checksums"].blocking
     assert not specs["z_prime_at_least_0_5"].blocking  # low Z' is flagged, not rejected

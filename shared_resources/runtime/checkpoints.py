@@ -30,7 +30,7 @@ import posixpath
 import re
 import signal
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -38,9 +38,9 @@ import numpy as np
 
 from shared_resources.runtime.inputs import Failpoint
 from shared_resources.runtime.node_cache import NodeCache
-from shared_resources.runtime.storage import fs_for, read_bytes, read_stored_bytes, sha256_bytes, write_bytes_atomic, write_json_atomic
+from shared_resources.runtime.storage import fs_for, read_bytes, read_stored_bytes, sha256_bytes, write_chunks_atomic, write_json_atomic
 from shared_resources.runtime.tenant_access import keyring_for, opener
-from shared_resources.runtime.envelope import Sealer, is_sealed
+from shared_resources.runtime.envelope import CHUNK_BYTES, Sealer, is_sealed
 
 Framework = Literal["torch", "numpy"]
 MANIFEST = "manifest.json"
@@ -60,6 +60,11 @@ def _failpoint_torn(failpoint: Failpoint | None, step: int) -> None:
     os.write(fd, json.dumps({"step": step, "at": time.time(), "pid": os.getpid()}).encode())
     os.close(fd)
     os.kill(os.getpid(), signal.SIGKILL)
+
+
+def _slices(data: bytes, size: int = CHUNK_BYTES) -> Iterator[memoryview]:
+    view = memoryview(data)
+    return (view[i : i + size] for i in range(0, len(view), size))
 
 
 def to_safetensors(tensors: Mapping[str, Any]) -> bytes:
@@ -168,13 +173,15 @@ class CheckpointStore:
         keyring = keyring_for(self.uri)
         sealer = Sealer(keyring) if keyring is not None else None
         entries = {}
+        keep = self.cache is not None and self.cache.caches(where)
         for stem, tensors in files.items():
             data = to_safetensors(tensors)
-            if sealer is not None:
-                data = sealer.seal(data)
-            write_bytes_atomic(posixpath.join(where, f"{stem}.safetensors"), data)
-            entries[f"{stem}.safetensors"] = {"sha256": sha256_bytes(data), "bytes": len(data)}
-            self.keep_on_node(data, entries[f"{stem}.safetensors"]["sha256"], where)
+            # Sealed or plain, the same writer: chunks written and hashed while the next is made.
+            chunks = sealer.seal_chunks(data) if sealer is not None else _slices(data)
+            sha256, size, stored = write_chunks_atomic(posixpath.join(where, f"{stem}.safetensors"), chunks, keep=keep)
+            entries[f"{stem}.safetensors"] = {"sha256": sha256, "bytes": size}
+            if stored is not None:
+                self.keep_on_node(stored, sha256, where)
         sealed = {"tenant": sealer.tenant, "key_id": sealer.key_id} if sealer is not None else None
         return self.publish(step, entries, meta=meta, lineage=lineage, final=final, sealed_with=sealed)
 

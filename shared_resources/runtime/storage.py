@@ -25,7 +25,10 @@ import hashlib
 import json
 import os
 import posixpath
+import queue
 import uuid
+from collections.abc import Iterable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -144,6 +147,48 @@ def write_bytes_atomic(uri: str, data: bytes, *, seal: bool = False) -> None:
         os.replace(tmp, path)
     else:
         fs.pipe_file(path, data)
+
+
+def write_chunks_atomic(uri: str, chunks: Iterable[bytes | memoryview], keep: bool = False) -> tuple[str, int, bytes | None]:
+    """Write one object from `chunks` as they are made, atomically as `write_bytes_atomic` does;
+    a second thread writes and hashes each chunk while this one makes the next (file writes and
+    sha256 let go of the GIL). Returns the sha256 and size of what was stored, and (`keep`) its bytes."""
+    fs, path = fs_for(uri)
+    local = isinstance(fs, LocalFileSystem)
+    if local and (parent := posixpath.dirname(path)):
+        fs.makedirs(parent, exist_ok=True)
+    target = f"{path}.tmp-{uuid.uuid4().hex[:8]}" if local else path
+    pending: queue.Queue = queue.Queue(maxsize=4)
+    digest, kept, size = hashlib.sha256(), [], 0
+
+    def write() -> None:
+        nonlocal size
+        with fs.open(target, "wb") as fh:
+            while (chunk := pending.get()) is not None:
+                fh.write(chunk)
+                digest.update(chunk)
+                size += len(chunk)
+                if keep:
+                    kept.append(bytes(chunk))
+
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        writer = pool.submit(write)
+        try:
+            for chunk in chunks:
+                while True:  # hand it over, unless the writer died (then say why)
+                    try:
+                        pending.put(chunk, timeout=0.5)
+                        break
+                    except queue.Full:
+                        if writer.done():
+                            writer.result()
+        finally:
+            if not writer.done():
+                pending.put(None)
+        writer.result()
+    if local:
+        os.replace(target, path)
+    return digest.hexdigest(), size, b"".join(kept) if keep else None
 
 
 def write_json_atomic(uri: str, payload: Any) -> None:

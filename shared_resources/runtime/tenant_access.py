@@ -126,10 +126,14 @@ def keyring_for(uri: str) -> Keyring | None:
 
 
 def resolve(tenant: str, key_id: str) -> Keyring:
-    """The keyring of `tenant` held by this process (for opening what it sealed)."""
-    for keyring in _KEYRINGS.values():
-        if keyring.tenant == tenant:
+    """The keyring of `tenant` held by this process that holds key `key_id` (for opening what it
+    sealed); another of the tenant's keyrings when none names that key (a local key not read yet)."""
+    held = [k for k in _KEYRINGS.values() if k.tenant == tenant]
+    for keyring in held:
+        if keyring.key_id == key_id:
             return keyring
+    if held:
+        return held[0]
     raise KeyUnavailable(
         tenant, key_id, "this process holds no key of that tenant",
         "A workload holds only its own tenant's key: data of another tenant is not readable here, by design.",

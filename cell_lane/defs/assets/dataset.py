@@ -56,6 +56,7 @@ def omics_dataset(context: dg.AssetExecutionContext, storage: StorageResource) -
         title="PBMC expression joined with assay labels (AnnData on zarr)",
         inputs=[f"cell/assays@{d}" for d in drops],
         facts={"cells": int(dataset.adata.n_obs), "genes": int(dataset.adata.n_vars), "matrix_version": dataset.matrix_version},
+        tenant=context.partition_key,
     )
     write_json_atomic(
         posixpath.join(store.curated("omics"), "latest.json"),

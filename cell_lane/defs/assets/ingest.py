@@ -145,7 +145,7 @@ def validated_assay(context: dg.AssetExecutionContext, storage: StorageResource)
     counts = table["sample_type"].value_counts().to_dict()
     _, version = publish_version(
         store, "cell/assays", drop_id, curated, title="validated plate tables of one drop (Parquet)",
-        inputs=[drop_lineage_id(KIND, drop_id)], facts={"plates": int(table["plate_barcode"].nunique()), "wells": len(table)},
+        inputs=[drop_lineage_id(KIND, drop_id)], facts={"plates": int(table["plate_barcode"].nunique()), "wells": len(table)}, tenant=tenant,
     )
     if low_z:
         context.log.warning(f"plates with Z′ below {Z_PRIME_THRESHOLD}: {', '.join(low_z)}; their results are used but flagged")

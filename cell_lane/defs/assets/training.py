@@ -12,6 +12,8 @@ from cell_lane.defs.partitions import cell_tenants
 from cell_lane.workloads.config import FinetuneConfig, FinetuneSettings, PretrainConfig, PretrainSettings
 from shared_resources.compute.resource import ComputeResource
 from shared_resources.catalog.pools import Capacity
+from shared_resources.data.agreement_checks import require_shared_training, shared_training_check_spec
+from shared_resources.tenancy.agreements import check_shared_training, limits_for
 from shared_resources.data.provenance import dataset_ref, find_version, record_result, track_run, trained_on
 from shared_resources.resources import StorageResource
 from shared_resources.catalog.step_spec import TRAINING_IMPORTS, StepSpec
@@ -37,12 +39,22 @@ class FinetuneLaunchpad(dg.Config, FinetuneSettings):
     checkpoint_every_steps: int = Field(100, ge=1, description="Save a checkpoint every this many steps (and on preemption).")
 
 
+def sealed_with(checkpoint_uri: str) -> dict[str, str]:
+    """The key that sealed a checkpoint (its manifest names it, never holding it), for the lineage."""
+    manifest = read_json(f"{checkpoint_uri.rstrip('/')}/manifest.json")
+    sealed = manifest.get("sealed_with") or {}
+    return {"sealed_with_key": sealed["key_id"]} if sealed else {}
+
+
 def pointer_uri(store: Storage, asset: str) -> str:
     """The pointer to an asset's newest result under a lab's root."""
     return store.artifacts("cell", asset, "latest.json")
 
 
-@dg.asset(key=FOUNDATION_MODEL, deps=[OMICS_DATASET], partitions_def=cell_tenants, group_name="cell_training", kinds={"pytorch", "safetensors"})
+@dg.asset(
+    key=FOUNDATION_MODEL, deps=[OMICS_DATASET], partitions_def=cell_tenants, group_name="cell_training", kinds={"pytorch", "safetensors"},
+    check_specs=[shared_training_check_spec(FOUNDATION_MODEL)],
+)
 def foundation_model(
     context: dg.AssetExecutionContext, config: PretrainLaunchpad, storage: StorageResource, compute: ComputeResource
 ) -> dg.MaterializeResult:
@@ -57,6 +69,8 @@ def foundation_model(
     tenant = context.partition_key
     store = storage.for_tenant(tenant)
     dataset = latest_dataset(store.curated("omics"))
+    version = find_version(store, dataset["ref"])
+    agreed = require_shared_training(context, check_shared_training([version]))
     job = PretrainConfig.of(config, dataset_uri=dataset["uri"])
     settings = job.model_dump(include=set(PretrainSettings.model_fields))
     lineage = f"cell/foundation_model/{dataset['matrix_version']}-{_short_hash(settings)}"
@@ -69,7 +83,8 @@ def foundation_model(
         checkpoint_every_steps=config.checkpoint_every_steps,
         expected_hours=0.5,
         imports=[*TRAINING_IMPORTS, "anndata"],
-        datasets=[dataset_ref(find_version(store, dataset["ref"]))],
+        datasets=[dataset_ref(version)],
+        limits=limits_for([version]),  # the regions its data's agreement allows
         config=job,
     )
     step = compute.run(context, spec, lineage=lineage)
@@ -78,14 +93,17 @@ def foundation_model(
     provenance = record_result(
         store, lineage, "model", "pretrained foundation model (safetensors checkpoint)",
         inputs=trained_on(step.final_checkpoint), uri=step.final_checkpoint,
-        facts={"final_loss": final.get("final_loss"), "pool": step.pool.name},
+        facts={"final_loss": final.get("final_loss"), "pool": step.pool.name, **sealed_with(step.final_checkpoint)},
     )
     tracked = track_run(store, lineage, step.final_checkpoint, step.result, config=settings, pool=step.pool.name, cost_usd=step.cost_usd, dagster_run_id=context.run_id)
-    return dg.MaterializeResult(metadata={**final, **provenance, **tracked, "tenant": tenant, "run": lineage, "dataset_version": dataset["version"]})
+    return dg.MaterializeResult(
+        metadata={**final, **provenance, **tracked, "tenant": tenant, "run": lineage, "dataset_version": dataset["version"]}, check_results=[agreed]
+    )
 
 
 @dg.asset(
-    key=FINETUNED_MODEL, deps=[FOUNDATION_MODEL, OMICS_DATASET], partitions_def=cell_tenants, group_name="cell_training", kinds={"pytorch", "parquet"}
+    key=FINETUNED_MODEL, deps=[FOUNDATION_MODEL, OMICS_DATASET], partitions_def=cell_tenants, group_name="cell_training", kinds={"pytorch", "parquet"},
+    check_specs=[shared_training_check_spec(FINETUNED_MODEL)],
 )
 def finetuned_model(
     context: dg.AssetExecutionContext, config: FinetuneLaunchpad, storage: StorageResource, compute: ComputeResource
@@ -102,6 +120,8 @@ def finetuned_model(
     store = storage.for_tenant(tenant)
     dataset = latest_dataset(store.curated("omics"))
     foundation = read_json(pointer_uri(store, "foundation_model"))
+    version = find_version(store, dataset["ref"])
+    agreed = require_shared_training(context, check_shared_training([version]))
     settings = config.model_dump(include=set(FinetuneSettings.model_fields))
     run_id = f"{dataset['version']}-{_short_hash({**settings, 'foundation': foundation['lineage']})}"
     job = FinetuneConfig.of(
@@ -119,7 +139,8 @@ def finetuned_model(
         checkpoint_every_steps=config.checkpoint_every_steps,
         expected_hours=0.1,
         imports=[*TRAINING_IMPORTS, "anndata", "pandas"],
-        datasets=[dataset_ref(find_version(store, dataset["ref"]))],
+        datasets=[dataset_ref(version)],
+        limits=limits_for([version]),  # the regions its data's agreement allows
         config=job,
     )
     run = f"cell/finetuned_model/{run_id}"
@@ -132,7 +153,10 @@ def finetuned_model(
     provenance = record_result(
         store, run, "model", "fine-tuned effect model, evaluated on held-out genes (K-fold)",
         inputs=[foundation["lineage"], *trained_on(step.final_checkpoint)], uri=step.final_checkpoint,
-        facts={"held_out_rmse": final.get("held_out_rmse"), "baseline_rmse": final.get("baseline_rmse"), "pool": step.pool.name},
+        facts={"held_out_rmse": final.get("held_out_rmse"), "baseline_rmse": final.get("baseline_rmse"), "pool": step.pool.name, **sealed_with(step.final_checkpoint)},
     )
     tracked = track_run(store, run, step.final_checkpoint, step.result, config={**settings, "foundation": foundation["lineage"]}, pool=step.pool.name, cost_usd=step.cost_usd, dagster_run_id=context.run_id)
-    return dg.MaterializeResult(metadata={**final, **provenance, **tracked, "tenant": tenant, "run": run, "dataset_version": dataset["version"], "finetune_id": run_id})
+    return dg.MaterializeResult(
+        metadata={**final, **provenance, **tracked, "tenant": tenant, "run": run, "dataset_version": dataset["version"], "finetune_id": run_id},
+        check_results=[agreed],
+    )
