@@ -1,7 +1,7 @@
 """A tenant's omics dataset sealed object by object: a zarr v3 store wrapper that seals on write and opens on read.
 
 A dataset written under a tenant's storage root (one whose keyring this process holds,
-`shared_resources/tenancy/access.py`) is sealed before it leaves the writer: every object zarr
+`shared_resources/runtime/tenant_access.py`) is sealed before it leaves the writer: every object zarr
 writes — chunks, and metadata too (`zarr.json` holds obs and var, the cell and gene names and
 their annotations: assay data as much as the matrix) — goes through `SealedStore.set`, which seals
 it with ONE `Sealer` for the whole dataset version (one data key, wrapped once by the tenant's key;

@@ -17,7 +17,7 @@ A dense `X` is stored dense (what was handed in is what is written), as row bloc
 size: chunks of ⌊2**18 / genes⌋ whole rows, 64 chunks to a shard.
 
 **A tenant's dataset is sealed** (issue 17): when this process holds a keyring for the storage
-root the dataset is written under (`tenancy.access.keyring_for(uri)`), every object of it —
+root the dataset is written under (`runtime.tenant_access.keyring_for(uri)`), every object of it —
 chunks and metadata alike — is sealed with one data key for the version (`sealing.SealedStore`),
 and it is written **without shards**: one object per chunk, because a sealed object can only be
 opened whole, and zarr reads chunks out of a shard by byte range (`sealing.py` says more). Readers

@@ -105,7 +105,7 @@ def exists(uri: str) -> bool:
 
 
 def read_bytes(uri: str) -> bytes:
-    """An object's bytes; a sealed one (a tenant's weights or data, `tenancy/envelope.py`) opened
+    """An object's bytes; a sealed one (a tenant's weights or data, `runtime/envelope.py`) opened
     with the tenant's key this process holds (`KeyUnavailable` when it holds none or the key is disabled)."""
     fs, path = fs_for(uri)
     data = fs.cat_file(path)
@@ -128,7 +128,7 @@ def write_bytes_atomic(uri: str, data: bytes, *, seal: bool = False) -> None:
     """Write so that readers see the old object or the whole new one, never a torn one.
 
     `seal`: the bytes are a tenant's weights or data; under a storage root whose tenant has a
-    key (registered in this process, `tenancy/access.py`) they are sealed with a data key of
+    key (registered in this process, `runtime/tenant_access.py`) they are sealed with a data key of
     their own before they leave the writer.
 
     Object stores publish a PUT atomically (and have no folders to make: asking s3fs to make

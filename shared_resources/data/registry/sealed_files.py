@@ -1,6 +1,6 @@
 """Sealed files in a fetched dataset folder: which tenants sealed them, and opening them in place.
 
-Data registered from a tenant's storage root is stored sealed (`tenancy/envelope.py`), so its DVC
+Data registered from a tenant's storage root is stored sealed (`runtime/envelope.py`), so its DVC
 remote holds only ciphertext and `dvc get` gives sealed files back. `decrypt_folder` turns such a
 folder into the plain dataset for whoever holds the tenant's key (`sinewgrid data get --tenant`,
 `sinewgrid data decrypt`):
