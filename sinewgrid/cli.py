@@ -404,10 +404,11 @@ def _print_traceability(storage) -> None:
         lineage = LineageStore(root)
         records = sorted((lineage.get(i) for i in lineage.ids() if i.startswith(prefix)), key=lambda r: r.created_at)
         if records:
-            where = f" --root {escape(root)}" if tenant else ""
+            where = f" --tenant {escape(tenant)}" if tenant else ""
             console.print(f"  {_tag(tenant) + ' ' if tenant else ''}sinewgrid lineage{where} {escape(records[-1].id)}", soft_wrap=True)  # one line, to copy
-    console.print("  sinewgrid data list        the registered dataset versions (DVC), each retrievable with `sinewgrid data get`")
-    console.print("  sinewgrid runs list        the training runs, their figures and loss curves; `sinewgrid runs compare A B`")
+    console.print("  sinewgrid data list [--tenant lab-a]   the registered dataset versions (DVC), each retrievable with `sinewgrid data get`")
+    console.print("  sinewgrid runs list [--root LAB ROOT]  the training runs, their figures and loss curves; `sinewgrid runs compare A B`")
+    console.print("  sinewgrid tenants list                 each lab's root, key and data agreement")
 
 
 if __name__ == "__main__":

@@ -66,13 +66,14 @@ def _sealed_note(dest: str) -> None:
 
 
 @data_app.command("list")
-def data_list(dataset: str = typer.Argument(None, help="Only this dataset, e.g. cell/omics."), root: str = ROOT) -> None:
-    """Every registered dataset version: its DVC hash, registry revision, size and region."""
+def data_list(dataset: str = typer.Argument(None, help="Only this dataset, e.g. cell/omics."), root: str = ROOT, tenant: str = TENANT) -> None:
+    """Every registered dataset version: its DVC hash, registry revision, size and region (with
+    --tenant: of that tenant's own registry, e.g. a lab's cell/assays and cell/omics)."""
     from shared_resources.data.registry.names import RegistryError
     from shared_resources.data.registry.registry import DataRegistry
 
     try:
-        registry = DataRegistry.for_root(_root(root))
+        registry = DataRegistry.for_root(_tenant_root(root, tenant) if tenant else _root(root))
         versions = registry.versions(dataset)
     except RegistryError as exc:
         _fail(str(exc))
@@ -156,14 +157,16 @@ def data_decrypt(
 def lineage(
     thing: str = typer.Argument(..., help="An evaluation, model run, dataset version (cell/omics@<v>), drop, or a checkpoint URI."),
     root: str = ROOT,
+    tenant: str = TENANT,
 ) -> None:
     """Where a result came from: evaluation → model checkpoint → dataset versions → code → raw drops.
 
     Each record's code version (git revision) is shown where it differs from the one above it.
+    With --tenant: a tenant's lineage (a lab's drops, datasets, models and proposals live under its own root).
     """
     from shared_resources.data.lineage import LineageNotFound, LineageStore, Tree
 
-    store = LineageStore(_root(root))
+    store = LineageStore(_tenant_root(root, tenant) if tenant else _root(root))
     try:
         tree = store.tree(store.resolve(thing).id)
     except (LineageNotFound, ValueError) as exc:

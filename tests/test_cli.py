@@ -53,11 +53,11 @@ def test_demo_runs_both_loops_to_the_summary(demo_run: DemoRun):
 
     # Every result can be traced: the demo names the newest ones, and their lineage reaches the drops.
     assert "cell/next_plate_proposal/" in out and "sinewgrid lineage robotics/real_robot_evaluation/" in out
-    proposal_line = next(line for line in out.splitlines() if "sinewgrid lineage --root" in line and "cell/next_plate_proposal/" in line)
-    traced = demo_run.sinewgrid(*proposal_line.split("sinewgrid ", 1)[1].split())  # the lab's lineage, under its root
+    proposal_line = next(line for line in out.splitlines() if "sinewgrid lineage --tenant" in line and "cell/next_plate_proposal/" in line)
+    traced = demo_run.sinewgrid(*proposal_line.split("sinewgrid ", 1)[1].split())  # the lab's lineage, under its root, opened with its key
     assert traced.returncode == 0, traced.stderr[-2000:]
     assert "drop/assays/seed-plate-001" in traced.stdout and "cell/omics@" in traced.stdout and "cell/foundation_model/" in traced.stdout
     listed = demo_run.sinewgrid("data", "list")
     assert listed.returncode == 0 and all(d in listed.stdout for d in ("robotics/teleop", "robotics/rollouts"))
-    lab_listed = demo_run.sinewgrid("data", "list", "--root", str(home / "tenants" / "lab-a"))  # a lab's data: in its own registry
+    lab_listed = demo_run.sinewgrid("data", "list", "--tenant", "lab-a")  # a lab's data: in its own registry
     assert lab_listed.returncode == 0 and all(d in lab_listed.stdout for d in ("cell/assays", "cell/omics"))
