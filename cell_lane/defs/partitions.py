@@ -2,8 +2,9 @@
 
 The tenants are the Cell labs of the tenants catalog (`shared_resources/catalog/tenants.yaml`,
 or `SINEWGRID_TENANTS`), read when the code location loads: a new lab appears after a reload.
-A drop is named by the drop_id the lab chose, so two labs may use the same one: `lab-a|x` and
-`lab-b|x` are two partitions, each in its own lab's storage root.
+A drop is named by the drop_id the lab chose, so two labs may use the same one: Dagster writes
+the keys `x|lab-a` and `x|lab-b` (dimensions in name order), two partitions, each in its own
+lab's storage root.
 """
 
 import dagster as dg
