@@ -159,6 +159,7 @@ def test_the_ledger_summary_asset_materializes_with_tables_and_plots(home, booke
     assert md["cost_per_completed_task_usd"].value == pytest.approx(TOTAL_COST / 3, abs=1e-4)
     assert "| cell | 4 |" in md["by_lane"].value and "$9.10" in md["by_lane"].value and "$4.55" in md["by_lane"].value
     assert "$2.05" in md["by_provider"].value and "| grasp |" in md["by_project"].value
+    assert "| cell | 4 |" in md["by_tenant"].value  # the platform's own steps: their tenant is their lane
     for name in ("cost_breakdown", "goodput_over_time"):
         embedded = re.fullmatch(r"!\[[^\]]+\]\(data:image/png;base64,([A-Za-z0-9+/=]+)\)", md[name].value)
         assert embedded, md[name].value[:80]

@@ -32,7 +32,7 @@ def ledger_summary(context: dg.AssetExecutionContext, storage: StorageResource) 
     paid for became saved progress. Cost per completed task counts everything spent, failed
     and preempted attempts included, over the steps that finished.
 
-    Shows the totals, tables per lane, provider, project and run, and two plots: the cost
+    Shows the totals, tables per lane, tenant (each lab of the Cell lane), provider, project and run, and two plots: the cost
     breakdown and goodput per day. The plots are also saved under `reports/ledger/` in the
     storage root.
     """
@@ -50,7 +50,7 @@ def ledger_summary(context: dg.AssetExecutionContext, storage: StorageResource) 
     write_bytes_atomic(goodput_uri, goodput_png)
     context.log.info(f"{totals['attempts']} attempts, ${totals['cost_usd']:.2f}; plots in {store.uri('reports', 'ledger')}")
 
-    tables = {by: reports.summary_markdown(reports.summary(frame, by)) for by in ("lane", "provider", "project")}
+    tables = {by: reports.summary_markdown(reports.summary(frame, by)) for by in ("lane", "tenant", "provider", "project")}
     runs = reports.summary(frame, "run").head(RUNS_SHOWN)
     return dg.MaterializeResult(
         metadata={
@@ -64,6 +64,7 @@ def ledger_summary(context: dg.AssetExecutionContext, storage: StorageResource) 
             else dg.MetadataValue.text("no completed tasks yet"),
             **{f"lost_{reason}_gpu_hours": dg.MetadataValue.float(round(totals[f"lost_{reason}_gpu_hours"], 4)) for reason in ("preemption", "failure", "queueing", "rework")},
             "by_lane": dg.MetadataValue.md(tables["lane"]),
+            "by_tenant": dg.MetadataValue.md(tables["tenant"]),
             "by_provider": dg.MetadataValue.md(tables["provider"]),
             "by_project": dg.MetadataValue.md(tables["project"]),
             f"costliest_{RUNS_SHOWN}_runs": dg.MetadataValue.md(reports.summary_markdown(runs)),
