@@ -38,6 +38,7 @@ from shared_resources.tenancy.control import tenant_storage
 from shared_resources.runtime.keys import set_local_key_enabled
 
 TENANTS = ("drill-a", "drill-b")
+STEPS = 200
 POOLS = {"pools": {"drill-local": {
     "provider": "local", "region": "local", "backend": "local", "purchasing": "on_demand", "capacity": "steady",
     "accelerator": "local", "gpus_per_node": 1, "price_per_gpu_hour": 1.0, "max_concurrent_steps": 2,
@@ -67,6 +68,8 @@ def _drill_tenants(work: Path, run_id: str):
 def _run(instance: dg.DagsterInstance, storage_root: str, pools: Path, tenant: str, omics: str) -> tuple[bool, int, str]:
     w = workload("pretrain", "small")
     spec = w.spec("key-revoked", {"omics": omics}, "", tenant=tenant, name=f"drills.key-revoked.{tenant}")
+    # What is drilled is the key, not training: a short run, checkpointed twice.
+    spec = spec.model_copy(update={"config": {**spec.config, "steps": STEPS}, "checkpoint_every_steps": STEPS // 2})
 
     @dg.asset(name=f"key_revoked_{tenant.replace('-', '_')}", key_prefix=["platform", "drills"])
     def drill_step(context: dg.AssetExecutionContext, compute: ComputeResource) -> dg.MaterializeResult:

@@ -168,8 +168,9 @@ def test_bad_drop_fails_its_plate_checks_in_red(page, check: str, rule: str):
     with screenshot(page, f"failed-check-{check}"):
         page.get_by_text(check, exact=True).first.click()
         page.get_by_role("tab", name="Execution history").or_(page.get_by_text("Execution history", exact=True)).first.click()
-        failed = page.get_by_role("row").filter(has=page.get_by_text("Failed", exact=True))
-        expect(failed).to_have_count(1)  # the bad drop; every other drop passed
+        failed_rows = page.get_by_role("row").filter(has=page.get_by_text("Failed", exact=True))
+        expect(failed_rows).to_have_count(2)  # each lab's bad drop (both labs' stand-ins drop one); every other drop passed
+        failed = failed_rows.first
         status = failed.get_by_text("Failed", exact=True)
         assert _is_red(status), f"the failed {check} result is not shown in red: {status.evaluate('e => getComputedStyle(e).color')}"
     with screenshot(page, f"failed-check-{check}-metadata"):
