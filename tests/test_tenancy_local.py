@@ -61,13 +61,14 @@ def test_a_disabled_local_key_refuses_naming_itself_and_its_tenant(keys: Path):
 
 def test_the_tenants_catalog_refuses_what_would_mix_tenants(tmp_path: Path):
     bad = tmp_path / "tenants.yaml"
-    bad.write_text("tenants:\n  lab-a: {lane: cell, storage: data/a}\n  lab-b: {lane: cell, storage: data/a/b}\n  Lab_C: {lane: cell}\n  lab-d: {lane: cell, key: {kind: vault}}\n")
+    bad.write_text("tenants:\n  lab-a: {lane: cell, storage: data/a}\n  lab-b: {lane: cell, storage: data/a/b}\n  Lab_C: {lane: cell}\n  lab-d: {lane: cell, key: {kind: vault}}\n  lab-e: {lane: cell, key: {kind: aws-kms}}\n")
     with pytest.raises(TenantCatalogError) as refused:
         load_tenants(bad)
     said = str(refused.value)
     assert "`lab-a` and `lab-b` have nesting storage" in said
     assert "tenant name `Lab_C`" in said
     assert "tenant `lab-d`, field `key.kind`" in said
+    assert "tenant `lab-e`, field `key`" in said and "needs `key_id`" in said
     with pytest.raises(UnknownTenant, match="lab-z` is not in the tenants catalog"):
         load_tenants().get_tenant("lab-z")
 

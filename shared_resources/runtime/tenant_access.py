@@ -15,7 +15,7 @@ import os
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from shared_resources.runtime.envelope import Opener
 from shared_resources.runtime.keys import Keyring, KeyUnavailable, KmsKeyring, LocalKeyring
@@ -39,6 +39,12 @@ class KeySpec(BaseModel):
     key_id: str = Field("", description="aws-kms: the key's id, ARN or alias.")
     region: str = Field("", description="aws-kms: the KMS region (default: AWS_DEFAULT_REGION).")
     endpoint: str = Field("", description="aws-kms: a KMS endpoint other than AWS's (tests).")
+
+    @model_validator(mode="after")
+    def _names_its_key(self) -> KeySpec:
+        if self.kind == "aws-kms" and not self.key_id:
+            raise ValueError("an aws-kms key needs `key_id`: the key's id, ARN or alias in the tenant's KMS")
+        return self
 
 
 class StorageCredentials(BaseModel):
