@@ -15,6 +15,7 @@ from cell_lane.defs.partitions import cell_tenants, tenant_drops
 from cell_lane.defs.sensors import training_round_sensor
 from shared_resources.catalog.tenants import load_tenants
 from shared_resources.runtime.storage import read_bytes
+from shared_resources.data.lineage import LineageStore
 from tests.helpers import GENES, SEALED, drop_plate, good_plate, ingest_drop, lab_drop, lab_storage
 
 
@@ -66,6 +67,10 @@ def test_the_same_drop_id_from_two_labs_is_ingested_into_each_labs_root_sealed(i
         # opened with the lab's key, the raw copy is what the lab sent, byte for byte
         assert read_bytes(str(lab / "raw" / "assays" / "x" / "plates" / "plate.csv")) == table.to_csv(index=False).encode()
         assert not (lab / "raw" / "assays" / "x" / "manifest.json").read_bytes().startswith(SEALED)  # the manifest stays plain
+        # the lineage names the key that sealed the drop and its curated version (its id, never the key)
+        lineage = LineageStore(str(lab))
+        for node in ("drop/assays/x", "cell/assays@x"):
+            assert lineage.get(node).facts["sealed_with_key"].startswith(f"local:{tenant}:"), node
     assert not (home / "raw").exists() and not (home / "curated").exists()  # nothing went to the platform's own zones
     materialized = instance.get_materialized_partitions(VALIDATED_ASSAY)
     assert materialized == {lab_drop("x", "lab-a"), lab_drop("x", "lab-b")}

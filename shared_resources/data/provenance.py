@@ -31,6 +31,7 @@ from shared_resources.catalog.step_spec import DatasetRef
 from shared_resources.catalog.tenants import Agreement, load_tenants
 from shared_resources.tenancy.agreements import RESTS_ON_SEPARATOR, AgreedData, agreed_data, describe, rests_on, version_meta
 from shared_resources.runtime.storage import Storage, exists, read_json
+from shared_resources.runtime.tenant_access import keyring_for
 
 
 def drop_id(kind: str, drop: str) -> str:
@@ -57,8 +58,14 @@ def record_drop(store: Storage, kind: str, drop: str, raw_uri: str, fields: dict
     answers = fields.get("in_reply_to")
     return LineageStore(store.root).record(
         drop_id(kind, drop), "drop", f"raw {kind} drop, byte for byte as handed in",
-        inputs=[answers] if isinstance(answers, str) and answers else [], uri=raw_uri, facts={**shown, "files": files},
+        inputs=[answers] if isinstance(answers, str) and answers else [], uri=raw_uri, facts={**shown, "files": files, **sealed_with(store)},
     )
+
+
+def sealed_with(store: Storage) -> dict[str, str]:
+    """The key that seals this root's data (its id, never the key), for the lineage; {} for plain data."""
+    keyring = keyring_for(store.root)
+    return {"sealed_with_key": keyring.key_id} if keyring is not None else {}
 
 
 def publish_version(
@@ -90,7 +97,7 @@ def publish_version(
         title,
         inputs=inputs,
         uri=uri,
-        facts={**(facts or {}), **said, "dvc_md5": registered.md5, "registry_rev": registered.rev[:12], "region": _where(registered)},
+        facts={**(facts or {}), **said, **sealed_with(store), "dvc_md5": registered.md5, "registry_rev": registered.rev[:12], "region": _where(registered)},
     )
     metadata = {"dataset_ref": registered.ref, **registered.metadata(), **lineage_metadata(store, registered.ref)}
     if said:

@@ -39,7 +39,7 @@ class FinetuneLaunchpad(dg.Config, FinetuneSettings):
     checkpoint_every_steps: int = Field(100, ge=1, description="Save a checkpoint every this many steps (and on preemption).")
 
 
-def sealed_with(checkpoint_uri: str) -> dict[str, str]:
+def checkpoint_sealed_with(checkpoint_uri: str) -> dict[str, str]:
     """The key that sealed a checkpoint (its manifest names it, never holding it), for the lineage."""
     manifest = read_json(f"{checkpoint_uri.rstrip('/')}/manifest.json")
     sealed = manifest.get("sealed_with") or {}
@@ -93,7 +93,7 @@ def foundation_model(
     provenance = record_result(
         store, lineage, "model", "pretrained foundation model (safetensors checkpoint)",
         inputs=trained_on(step.final_checkpoint), uri=step.final_checkpoint,
-        facts={"final_loss": final.get("final_loss"), "pool": step.pool.name, **sealed_with(step.final_checkpoint)},
+        facts={"final_loss": final.get("final_loss"), "pool": step.pool.name, **checkpoint_sealed_with(step.final_checkpoint)},
     )
     tracked = track_run(store, lineage, step.final_checkpoint, step.result, config=settings, pool=step.pool.name, cost_usd=step.cost_usd, dagster_run_id=context.run_id)
     return dg.MaterializeResult(
@@ -153,7 +153,7 @@ def finetuned_model(
     provenance = record_result(
         store, run, "model", "fine-tuned effect model, evaluated on held-out genes (K-fold)",
         inputs=[foundation["lineage"], *trained_on(step.final_checkpoint)], uri=step.final_checkpoint,
-        facts={"held_out_rmse": final.get("held_out_rmse"), "baseline_rmse": final.get("baseline_rmse"), "pool": step.pool.name, **sealed_with(step.final_checkpoint)},
+        facts={"held_out_rmse": final.get("held_out_rmse"), "baseline_rmse": final.get("baseline_rmse"), "pool": step.pool.name, **checkpoint_sealed_with(step.final_checkpoint)},
     )
     tracked = track_run(store, run, step.final_checkpoint, step.result, config={**settings, "foundation": foundation["lineage"]}, pool=step.pool.name, cost_usd=step.cost_usd, dagster_run_id=context.run_id)
     return dg.MaterializeResult(
