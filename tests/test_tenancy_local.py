@@ -103,3 +103,17 @@ def test_the_key_revoked_drill_refuses_the_tenant_at_once_and_leaves_the_other_r
     sealed = list((home / "drills" / "key-revoked").rglob("*.safetensors"))
     assert sealed and all(is_sealed(p.read_bytes()) for p in sealed)
     assert not list(home.rglob("*.key"))
+
+
+def test_a_chunked_write_abandoned_mid_way_publishes_nothing(tmp_path: Path):
+    from shared_resources.runtime.storage import write_chunks_atomic
+
+    def chunks():
+        yield b"first chunk"
+        raise ValueError("the producer failed")  # e.g. the tenant's key refused mid-way
+
+    with pytest.raises(ValueError, match="producer failed"):
+        write_chunks_atomic(str(tmp_path / "model.safetensors"), chunks())
+    assert list(tmp_path.iterdir()) == []  # neither the object nor a temporary file
+    sha, size, kept = write_chunks_atomic(str(tmp_path / "model.safetensors"), [b"ab", b"cd"], keep=True)
+    assert (size, kept) == (4, b"abcd") and (tmp_path / "model.safetensors").read_bytes() == b"abcd"

@@ -26,6 +26,7 @@ import json
 import os
 import posixpath
 import queue
+import threading
 import uuid
 from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
@@ -160,35 +161,55 @@ def write_chunks_atomic(uri: str, chunks: Iterable[bytes | memoryview], keep: bo
     target = f"{path}.tmp-{uuid.uuid4().hex[:8]}" if local else path
     pending: queue.Queue = queue.Queue(maxsize=4)
     digest, kept, size = hashlib.sha256(), [], 0
+    abandoned = threading.Event()  # the chunks stopped coming: publish nothing
 
     def write() -> None:
         nonlocal size
-        with fs.open(target, "wb") as fh:
+        fh = fs.open(target, "wb")
+        try:
             while (chunk := pending.get()) is not None:
                 fh.write(chunk)
                 digest.update(chunk)
                 size += len(chunk)
                 if keep:
                     kept.append(bytes(chunk))
+        except BaseException:
+            abandoned.set()
+        if abandoned.is_set():
+            getattr(fh, "discard", fh.close)()  # an object store's upload is dropped, not committed half-way
+            raise RuntimeError(f"writing {uri} was abandoned; nothing was published there")
+        fh.close()
 
-    with ThreadPoolExecutor(max_workers=1) as pool:
-        writer = pool.submit(write)
-        try:
-            for chunk in chunks:
-                while True:  # hand it over, unless the writer died (then say why)
-                    try:
-                        pending.put(chunk, timeout=0.5)
-                        break
-                    except queue.Full:
+    try:
+        with ThreadPoolExecutor(max_workers=1) as pool:
+            writer = pool.submit(write)
+            try:
+                for chunk in chunks:
+                    while not _handed(pending, chunk):
                         if writer.done():
-                            writer.result()
-        finally:
-            if not writer.done():
-                pending.put(None)
-        writer.result()
+                            writer.result()  # the writer failed: say why
+            except BaseException:
+                abandoned.set()
+                raise
+            finally:
+                if not writer.done():
+                    pending.put(None)
+            writer.result()
+    except BaseException:
+        if local and fs.exists(target):
+            fs.rm(target)  # no half-written temporary file is left beside the object
+        raise
     if local:
         os.replace(target, path)
     return digest.hexdigest(), size, b"".join(kept) if keep else None
+
+
+def _handed(pending: queue.Queue, chunk: bytes | memoryview) -> bool:
+    try:
+        pending.put(chunk, timeout=0.5)
+    except queue.Full:
+        return False
+    return True
 
 
 def write_json_atomic(uri: str, payload: Any) -> None:
