@@ -153,9 +153,9 @@ def test_job_pids_finds_the_workload_so_a_drill_can_signal_it(slurm, tmp_path):
     pools = _pools(tmp_path, slurm.env)
     backend = SlurmBackend()
     handle = _submit_sleep(backend, pools["slurm-gpu"], tmp_path / "signalled", seconds=300)
-    pids = _wait_for(lambda: slurm.job_pids(handle.job_id), "the sleep job's processes")
-    commands = {pid: Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[:2] for pid in pids}
-    assert [b"sleep", b"300"] in commands.values(), commands  # the batch script exec'd the workload
+    # listpids sees the batch script first; it becomes the workload once the script exec's it.
+    commands = _wait_for(lambda: _sleeping(slurm.job_pids(handle.job_id)), "the job's `sleep 300` process")
+    pids = list(commands)
     assert all(Path(f"/proc/{pid}/comm").read_text().strip() != "slurmstepd" for pid in pids)
     workload = next(pid for pid, command in commands.items() if command == [b"sleep", b"300"])
     os.kill(workload, signal.SIGTERM)  # what a drill does to the workload directly
@@ -179,6 +179,17 @@ def test_parse_nodes_keeps_reasons_with_spaces_and_stamps():
         ("gpu03", "DOWN+NOT_RESPONDING", "Not responding", "slurm@2026-11-30T10:00:00"),
     ]
     assert [sorted(n.problems) for n in nodes] == [["DRAIN"], [], ["DOWN", "NOT_RESPONDING"]]
+
+
+def _sleeping(pids: list[int]) -> dict[int, list[bytes]]:
+    """The command lines of a job's processes, once one of them is the `sleep 300` workload."""
+    commands = {}
+    for pid in pids:
+        try:
+            commands[pid] = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[:2]
+        except OSError:
+            continue  # ended or replaced since listpids
+    return commands if [b"sleep", b"300"] in commands.values() else {}
 
 
 def _wait_for(probe, what: str, timeout: float = 60.0):
