@@ -21,6 +21,10 @@ not read this module: what they need travels in their Pipes extras
 | `SINEWGRID_KEYS_DIR` | `keys_dir` | `~/.config/sinewgrid/keys`: the embedded default's tenant key files |
 | `<PREFIX>_AWS_ACCESS_KEY_ID` … | `tenant_credentials(prefix)` | a tenant's storage credentials (its catalog entry names the prefix) |
 | `SINEWGRID_WARM_START` | `warm_start` | on: local pools fork workloads from a warm interpreter |
+| `SINEWGRID_MODELS` | `models` | the packaged model catalog (`shared_resources/catalog/models.yaml`): providers, models, prices |
+| `SINEWGRID_BUDGETS` | `budgets` | the packaged budgets (`shared_resources/catalog/budgets.yaml`): tokens and GPU hours per project and tenant |
+| `SINEWGRID_ALERT_WEBHOOK` | `alert_webhook` | none: budget warnings show in the UI only |
+| `<PREFIX>_API_KEY` | `provider_api_key(env)` | a model provider's API key (its catalog entry names the variable) |
 """
 
 from __future__ import annotations
@@ -57,6 +61,9 @@ class PlatformSettings(BaseSettings):
     drill_dir: str = Field("", description="A local folder for the failure drills' files.")
     tenants: str = Field("", description="The tenants catalog (YAML); default: the packaged one.")
     keys_dir: str = Field("", description="Where local tenant keys live; default ~/.config/sinewgrid/keys (never under the storage root).")
+    models: str = Field("", description="The model catalog (YAML): providers, models, prices; default: the packaged one.")
+    budgets: str = Field("", description="The budgets (YAML) over tokens and GPU hours; default: the packaged one.")
+    alert_webhook: str = Field("", description="Where budget warnings are POSTed (JSON); empty: the UI only.")
     warm_start: bool = Field(True, description="Local pools fork each workload from an interpreter that has imported its libraries (`0`: start each cold).")
     dagster_home: str = Field("", validation_alias="DAGSTER_HOME")
     aws_region: str = Field("", validation_alias=AliasChoices("AWS_DEFAULT_REGION", "AWS_REGION"))
@@ -101,6 +108,11 @@ def tenant_credentials(prefix: str) -> dict[str, str]:
         "secret_access_key": os.environ.get(f"{prefix}_AWS_SECRET_ACCESS_KEY", ""),
         "session_token": os.environ.get(f"{prefix}_AWS_SESSION_TOKEN", ""),
     }
+
+
+def provider_api_key(variable: str) -> str:
+    """A model provider's API key from the variable its catalog entry names ("" when unset)."""
+    return os.environ.get(variable, "") if variable else ""
 
 
 @contextlib.contextmanager

@@ -98,7 +98,9 @@ class AttemptRecord:
     lost_failure_seconds: float = 0.0
     lost_queueing_seconds: float = 0.0
     lost_rework_seconds: float = 0.0
-    tokens_in: int | None = None  # tokens bought from a model provider (filled by later work)
+    # Tokens bought from a model provider (the model gateway books one row per completed task,
+    # `backend` "model-gateway", no GPUs, no allocated time): input, output, what they cost.
+    tokens_in: int | None = None
     tokens_out: int | None = None
     token_cost_usd: float | None = None
     task_id: str = ""  # the unit of work this attempt serves; several attempts may serve one task
@@ -113,6 +115,9 @@ class AttemptRecord:
     cache_bytes: int = 0
     store_bytes: int = 0
     tenant: str = ""  # whose work it was (tenants catalog: lab-a, ...); the lane's name for the platform's own steps
+    model: str = ""  # the model that answered (model gateway rows), e.g. `standin-openai/swift-1`
+    tokens_cached: int = 0  # input tokens the provider served from its prompt cache (billed at the cached price)
+    cache_hits: int = 0  # calls answered from the gateway's response cache (no tokens bought)
 
     @property
     def wall_seconds(self) -> float:
