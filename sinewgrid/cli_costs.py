@@ -1,7 +1,8 @@
 """`sinewgrid report` and `sinewgrid plan`: what GPU work cost, and what it will cost.
 
-`report` reads the attempt ledger under the storage root and prints goodput and cost per run,
-project, provider, lane or cause; `plan` answers a job file with a capacity plan (where each
+`report` reads the attempt ledger under the storage root and prints goodput, GPU-hours, tokens and
+cost per run, project, provider, lane, tenant, cause, task or model; with `--budgets` each budget's
+spending against its limits, with `--commit` how much token spend to commit to per provider; `plan` answers a job file with a capacity plan (where each
 step runs, its failover order, the cost, and why). Both print a table, or JSON with `--json`.
 Registered on the `sinewgrid` app in `sinewgrid.cli`.
 """
@@ -27,11 +28,30 @@ def _storage():
     return Storage.at(storage_root())
 
 
+def _clean(value):
+    return None if isinstance(value, float) and value != value else value  # NaN is not JSON
+
+
+def _money(value: float) -> str:
+    return "—" if value != value else f"${value:,.2f}"
+
+
+def _count(n: float) -> str:
+    """Tokens, compactly: 950, 12.3k, 4.56M."""
+    return f"{n:,.0f}" if n < 1e4 else f"{n / 1e3:,.1f}k" if n < 1e6 else f"{n / 1e6:,.2f}M"
+
+
 def report(
-    by: str = typer.Option("lane", "--by", help="Group the ledger by run, project, provider, lane, tenant or cause (why attempts ended: notice, lost-node, straggler, unhealthy-node, ...)."),
+    by: str = typer.Option(
+        "lane", "--by",
+        help="Group the ledger by run, project, provider, lane, tenant, cause (why attempts ended: notice, lost-node, ...), "
+        "task (a GPU step, or a model task such as label-failure@v1) or model.",
+    ),
     as_json: bool = typer.Option(False, "--json", help="Print the table and totals as JSON instead."),
+    budgets: bool = typer.Option(False, "--budgets", help="Instead: each budget's spending against its limits, and its status (ok, warn, over)."),
+    commit: bool = typer.Option(False, "--commit", help="Instead: how much pay-as-you-go token spend to commit to per day, per model provider."),
 ) -> None:
-    """Goodput and cost from the attempt ledger, per run, project, provider or lane."""
+    """Goodput, GPU-hours, tokens and cost from the attempt ledger, per run, project, provider, lane, tenant, task or model."""
     import json
 
     from shared_resources.accounting import reports
@@ -40,36 +60,126 @@ def report(
     if by not in reports.GROUPINGS:
         raise typer.BadParameter(f"use --by {', '.join(reports.GROUPINGS)}", param_hint="--by")
     try:
-        frame = Ledger.for_storage(_storage()).frame()
+        ledger = Ledger.for_storage(_storage())
+        frame = ledger.frame()
     except LedgerConfigError as exc:
         console.print(f"[red]{escape(str(exc))}[/]")
         raise typer.Exit(2) from exc
+    if budgets or commit:
+        found = {}
+        if budgets:
+            found["budgets"] = _budgets(ledger, as_json)
+        if commit:
+            found["commit"] = _commit(frame, as_json)
+        if as_json:
+            print(json.dumps(found, indent=2, default=str))
+        return
     table, totals = reports.summary(frame, by), reports.totals(frame)
     if as_json:
-        clean = lambda v: None if isinstance(v, float) and v != v else v  # noqa: E731 - NaN is not JSON
-        rows = [{k: clean(v) for k, v in row.items()} for row in table.to_dict("records")]
-        print(json.dumps({"by": by, "rows": rows, "totals": {k: clean(v) for k, v in totals.items()}}, indent=2, default=str))
+        rows = [{k: _clean(v) for k, v in row.items()} for row in table.to_dict("records")]
+        print(json.dumps({"by": by, "rows": rows, "totals": {k: _clean(v) for k, v in totals.items()}}, indent=2, default=str))
         return
-    money = lambda v: "—" if v != v else f"${v:,.2f}"  # noqa: E731
-    out = Table(title=f"Goodput and cost by {by} (goodput: productive ÷ allocated GPU time)")
-    for column in (by, "attempts", "preempted", "failed", "GPU-h", "goodput", "lost GPU-h (preempt/fail/queue/rework)", "cost", "tasks done", "cost per task"):
-        out.add_column(column, justify="left" if column == by else "right")
+    out = Table(
+        title=f"Goodput, GPU-hours, tokens and cost by {by} (goodput: productive ÷ allocated GPU time)",
+        caption="attempts (preempted/failed); lost GPU-h: preemption/failure/queueing/rework; cached: input tokens from the "
+        "provider's prompt cache / calls answered from the gateway's cache; cost: GPU and tokens (of it tokens)",
+    )
+    columns = (by, "attempts", "GPU-h", "goodput", "lost GPU-h", "tokens in/out", "cached/hits", "cost (tokens)", "tasks done", "per task")
+    for column in columns:
+        out.add_column(column, justify="left" if column == by else "right", no_wrap=True)
+    lost = lambda r: "/".join(f"{r[f'lost_{reason}_gpu_hours']:.2f}" for reason in ("preemption", "failure", "queueing", "rework"))  # noqa: E731
+    goodput = lambda g: "—" if g != g else f"{g:.0%}"  # noqa: E731
     for row in table.itertuples(index=False):
         r = row._asdict()
-        lost = "/".join(f"{r[f'lost_{reason}_gpu_hours']:.2f}" for reason in ("preemption", "failure", "queueing", "rework"))
         out.add_row(
-            escape(str(r[by])), str(r["attempts"]), str(r["preempted"]), str(r["failed"]), f"{r['gpu_hours']:.3f}",
-            "—" if r["goodput"] != r["goodput"] else f"{r['goodput']:.0%}", lost, money(r["cost_usd"]),
-            str(r["completed_tasks"]), money(r["cost_per_completed_task"]),
+            escape(str(r[by])), f"{r['attempts']} ({r['preempted']}/{r['failed']})", f"{r['gpu_hours']:.3f}", goodput(r["goodput"]), lost(r),
+            f"{_count(r['tokens_in'])}/{_count(r['tokens_out'])}", f"{_count(r['tokens_cached'])}/{r['cache_hits']}",
+            f"{_money(r['cost_usd'])} ({_money(r['token_cost_usd'])})", str(r["completed_tasks"]), _money(r["cost_per_completed_task"]),
         )
     if len(table):
-        lost = "/".join(f"{totals[f'lost_{reason}_gpu_hours']:.2f}" for reason in ("preemption", "failure", "queueing", "rework"))
-        out.add_row("total", str(totals["attempts"]), str(int(table["preempted"].sum())), str(int(table["failed"].sum())),
-                    f"{totals['gpu_hours']:.3f}", f"{totals['goodput']:.0%}", lost, money(totals["cost_usd"]),
-                    str(totals["completed_tasks"]), money(totals["cost_per_completed_task"]), style="bold")
+        out.add_row(
+            "total", f"{totals['attempts']} ({int(table['preempted'].sum())}/{int(table['failed'].sum())})", f"{totals['gpu_hours']:.3f}",
+            goodput(totals["goodput"]), lost(totals), f"{_count(totals['tokens_in'])}/{_count(totals['tokens_out'])}",
+            f"{_count(totals['tokens_cached'])}/{totals['cache_hits']}", f"{_money(totals['cost_usd'])} ({_money(totals['token_cost_usd'])})",
+            str(totals["completed_tasks"]), _money(totals["cost_per_completed_task"]), style="bold",
+        )
     console.print(out)
     if not len(table):
-        console.print("No GPU attempts in the ledger yet: run a step (e.g. `sinewgrid demo`) first.")
+        console.print("No attempts in the ledger yet: run a step (e.g. `sinewgrid demo`) first.")
+
+
+def _budgets(ledger, as_json: bool) -> list[dict]:
+    """Each budget's spending against its limits (`report --budgets`)."""
+    from shared_resources.accounting.budgets import check, counts_words
+    from shared_resources.catalog.budgets import BudgetCatalogError, load_budgets
+
+    try:
+        catalog = load_budgets()
+    except BudgetCatalogError as exc:
+        Console(stderr=True, width=console.width).print(f"[red]{escape(str(exc))}[/]")
+        raise typer.Exit(2) from None
+    statuses = check(ledger, catalog)
+    if as_json:
+        return [s.to_dict() for s in statuses]
+    out = Table(title=f"Budgets ({catalog.file})")
+    for column in ("budget", "applies to", "period", "limit", "spent", "of limit", "warn at", "status"):
+        out.add_column(column, justify="right" if column in ("spent", "limit", "of limit", "warn at") else "left")
+    colour = {"ok": "green", "warn": "yellow", "over": "red"}
+    for s in statuses:
+        for kind, limit in s.budget.limits.items():
+            spent = s.spent.of(kind)
+            amount = _money if kind == "usd" else (lambda v: f"{v:,.2f} GPU-h") if kind == "gpu_hours" else (lambda v: f"{_count(v)} tokens")
+            share = f"{spent / limit:.0%}" if limit > 0 else "limit 0"
+            out.add_row(escape(s.budget.id), escape(s.budget.label), s.period_key, amount(limit), amount(spent), share,
+                        f"{s.budget.warn_at:.0%}", f"[{colour[s.status]}]{s.status}[/]")
+    console.print(out)
+    for s in statuses:
+        if s.status != "ok":
+            console.print(f"[{colour[s.status]}]{escape(s.message)}[/]")
+    console.print(f"{len(statuses)} budget(s): {counts_words(statuses)}. Limits live in {escape(catalog.file)} (SINEWGRID_BUDGETS names another file).")
+    return []
+
+
+def _commit_discounts() -> tuple[dict[str, float], str]:
+    """Each provider's `commit_discount` from the model catalog, and where they came from."""
+    import yaml
+
+    from shared_resources.accounting.reports import DEFAULT_COMMIT_DISCOUNT
+    from shared_resources.settings import REPO_ROOT
+
+    path = Path(settings().models or REPO_ROOT / "shared_resources" / "catalog" / "models.yaml")
+    default = f"{DEFAULT_COMMIT_DISCOUNT:.0%} for providers it does not list"
+    try:
+        providers = (yaml.safe_load(path.read_text(encoding="utf-8")) or {}).get("providers") or {}
+        found = {str(name): float(entry["commit_discount"]) for name, entry in providers.items() if isinstance(entry, dict) and "commit_discount" in entry}
+    except (OSError, yaml.YAMLError, AttributeError, TypeError, ValueError) as exc:
+        return {}, f"no model catalog could be read at {path} ({type(exc).__name__}); every provider at the default {DEFAULT_COMMIT_DISCOUNT:.0%}"
+    return found, f"`commit_discount` of each provider in {path}; {default}"
+
+
+def _commit(frame, as_json: bool) -> list[dict]:
+    """How much token spend to commit to per provider (`report --commit`)."""
+    from shared_resources.accounting import reports
+
+    discounts, source = _commit_discounts()
+    table = reports.commit_recommendation(frame, discounts)
+    if as_json:
+        return [{**{k: _clean(v) for k, v in row.items()}, "discounts_from": source} for row in table.to_dict("records")]
+    out = Table(title="Committed token spend per provider (newsvendor: commit at the discount-quantile of daily pay-as-you-go spend)")
+    for column in ("provider", "days", "mean/day", "median/day", "p90/day", "discount", "commit/day", "saving/month", "note"):
+        out.add_column(column, justify="left" if column in ("provider", "note") else "right")
+    for r in table.to_dict("records"):
+        note = f"provisional: {r['days']} day(s) of data, fewer than {reports.FIRM_AFTER_DAYS}" if r["provisional"] else ""
+        out.add_row(escape(r["provider"]), str(r["days"]), _money(r["mean_daily_usd"]), _money(r["p50_daily_usd"]), _money(r["p90_daily_usd"]),
+                    f"{r['discount']:.0%}", _money(r["commit_per_day_usd"]), _money(r["expected_saving_per_month_usd"]), note)
+    console.print(out)
+    if not len(table):
+        console.print("No pay-as-you-go model tasks in the ledger yet: nothing to commit to.")
+    console.print(
+        "A commitment of c a day costs (1 - discount)·c used or not; spend above it is paid as you go. The expected cost is lowest at "
+        "the discount-quantile of daily spend. Discounts: " + escape(source) + "."
+    )
+    return []
 
 
 def plan(

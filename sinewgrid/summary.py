@@ -62,18 +62,30 @@ def training_rounds(instance: dg.DagsterInstance) -> list[RoundRow]:
     return rows
 
 
+def _with_tokens(ledger: pd.DataFrame) -> pd.DataFrame:
+    """The ledger with `tokens` (in plus out) and `token_cost_usd` as numbers, missing as 0: a
+    model task books tokens and no GPU time, a GPU step the reverse."""
+    number = lambda column: pd.to_numeric(ledger[column], errors="coerce").fillna(0)  # noqa: E731
+    return ledger.assign(tokens=(number("tokens_in") + number("tokens_out")).astype("int64"), token_cost_usd=number("token_cost_usd").astype(float))
+
+
 def ledger_by_step(storage: Storage) -> pd.DataFrame:
+    """Per step (a GPU step, or a model task: its pool is the model), pool and purchasing mode:
+    attempts, time, GPU-hours, tokens, and cost (GPU and tokens)."""
     ledger = read_ledger(storage.ledger())
     if ledger.empty:
         return ledger
     return (
-        ledger.groupby(["step", "pool", "purchasing"], as_index=False)
+        _with_tokens(ledger).groupby(["step", "pool", "purchasing"], as_index=False)
         .agg(
             attempts=("attempt", "size"),
             preempted=("outcome", lambda s: int((s == "preempted").sum())),
             wall_seconds=("wall_seconds", "sum"),
             productive_seconds=("productive_seconds", "sum"),
             gpu_hours=("gpu_hours", "sum"),
+            tokens=("tokens", "sum"),
+            gpu_cost_usd=("gpu_cost_usd", "sum"),
+            token_cost_usd=("token_cost_usd", "sum"),
             cost_usd=("cost_usd", "sum"),
         )
         .assign(goodput=lambda f: f["productive_seconds"] / f["wall_seconds"].where(f["wall_seconds"] > 0))
@@ -81,7 +93,7 @@ def ledger_by_step(storage: Storage) -> pd.DataFrame:
 
 
 def ledger_by_tenant(storage: Storage) -> pd.DataFrame:
-    """Cost and goodput per tenant: the ledger's `tenant` column where it has one, else its `lane`
+    """Cost (GPU and tokens), tokens and goodput per tenant: the ledger's `tenant` column where it has one, else its `lane`
     (which holds the step's tenant in ledgers written before the column)."""
     ledger = read_ledger(storage.ledger())
     if ledger.empty:
@@ -89,7 +101,7 @@ def ledger_by_tenant(storage: Storage) -> pd.DataFrame:
     lane = ledger["lane"].fillna("").astype(str)
     tenant = ledger["tenant"].fillna("").astype(str) if "tenant" in ledger.columns else lane
     return (
-        ledger.assign(tenant=tenant.where(tenant != "", lane))
+        _with_tokens(ledger).assign(tenant=tenant.where(tenant != "", lane))
         .groupby("tenant", as_index=False)
         .agg(
             steps=("step", "nunique"),
@@ -97,6 +109,9 @@ def ledger_by_tenant(storage: Storage) -> pd.DataFrame:
             wall_seconds=("wall_seconds", "sum"),
             productive_seconds=("productive_seconds", "sum"),
             gpu_hours=("gpu_hours", "sum"),
+            tokens=("tokens", "sum"),
+            gpu_cost_usd=("gpu_cost_usd", "sum"),
+            token_cost_usd=("token_cost_usd", "sum"),
             cost_usd=("cost_usd", "sum"),
         )
         .assign(goodput=lambda f: f["productive_seconds"] / f["wall_seconds"].where(f["wall_seconds"] > 0))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import dataclasses
 import datetime as dt
 import io
 import json
@@ -14,6 +15,7 @@ from pathlib import Path
 
 import dagster as dg
 import matplotlib.image
+import numpy as np
 import pandas as pd
 import pytest
 
@@ -142,9 +144,11 @@ def test_the_platform_location_loads():
     from platform_location.definitions import defs
 
     assert set(defs.resolve_all_asset_keys()) == {
-        dg.AssetKey(["platform", name]) for name in ("ledger_summary", "capacity_plan", "failure_drill", "preemption_trace", "dataset_catalog", "training_runs", "checkpoint_retention")
+        dg.AssetKey(["platform", name])
+        for name in ("ledger_summary", "budgets", "capacity_plan", "failure_drill", "preemption_trace", "dataset_catalog", "training_runs", "checkpoint_retention")
     }
     assert defs.resolve_job_def("ledger_report_job") is not None
+    assert defs.resolve_sensor_def("budget_alerts").minimum_interval_seconds == 60
     assert defs.resolve_schedule_def("daily_ledger_report").cron_schedule == "0 6 * * *"
 
 
@@ -160,6 +164,8 @@ def test_the_ledger_summary_asset_materializes_with_tables_and_plots(home, booke
     assert "| cell | 4 |" in md["by_lane"].value and "$9.10" in md["by_lane"].value and "$4.55" in md["by_lane"].value
     assert "$2.05" in md["by_provider"].value and "| grasp |" in md["by_project"].value
     assert "| cell | 4 |" in md["by_tenant"].value  # the platform's own steps: their tenant is their lane
+    assert md["gpu_cost_usd"].value == pytest.approx(TOTAL_COST) and md["token_cost_usd"].value == 0.0 and md["tokens_in"].value == 0
+    assert "tokens_in | tokens_out | tokens_cached | cache_hits" in md["by_lane"].value and "| none (GPU steps) |" in md["by_model"].value
     for name in ("cost_breakdown", "goodput_over_time"):
         embedded = re.fullmatch(r"!\[[^\]]+\]\(data:image/png;base64,([A-Za-z0-9+/=]+)\)", md[name].value)
         assert embedded, md[name].value[:80]
@@ -169,8 +175,8 @@ def test_the_ledger_summary_asset_materializes_with_tables_and_plots(home, booke
         _assert_png(path.read_bytes())
 
 
-def _sinewgrid(home: Path, *args: str) -> subprocess.CompletedProcess:
-    env = {**os.environ, "SINEWGRID_HOME": str(home), "DAGSTER_HOME": str(home / "dagster")}
+def _sinewgrid(home: Path, *args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    env = {**os.environ, "SINEWGRID_HOME": str(home), "DAGSTER_HOME": str(home / "dagster"), **(env or {})}
     env.pop(LEDGER_URL_ENV, None)
     return subprocess.run([sys.executable, "-m", "sinewgrid.cli", *args], cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
 
@@ -187,3 +193,96 @@ def test_sinewgrid_report_prints_the_tables_and_json(home, booked):
     assert "robotics" in table.stdout and "$9.10" in table.stdout and "$12.10" in table.stdout
     wrong = _sinewgrid(home, "report", "--by", "colour")
     assert wrong.returncode != 0 and "run, project, provider, lane" in wrong.stdout + wrong.stderr
+
+
+# Tokens beside GPU-hours, and committing to a model provider ---------------------------------
+
+
+def _gateway(start: dt.datetime, cost: float, *, provider: str = "standin-openai", model: str = "swift-1", task: str = "label-failure@v1",
+             tokens: tuple[int, int, int, int] = (0, 0, 0, 0), tenant: str = "robotics", purchasing: str = "pay-as-you-go") -> AttemptRecord:
+    """A row as the model gateway books it: one completed task, no GPUs (tokens: in, out, cached, cache hits)."""
+    record = AttemptRecord.build(
+        run_id=f"g-{start:%m%d%H%M}-{provider}-{cost}", step=task, asset="robotics/labels", partition=None, attempt=1, pool=f"{provider}/{model}",
+        provider=provider, region="", backend="model-gateway", purchasing=purchasing, price_per_gpu_hour=0.0, gpus=0, started=start,
+        ended=start, productive_seconds=0.0, outcome="succeeded", tokens_in=tokens[0], tokens_out=tokens[1], token_cost_usd=cost,
+        lane="robotics", project="grasp", tenant=tenant,
+    )
+    return dataclasses.replace(record, model=f"{provider}/{model}", tokens_cached=tokens[2], cache_hits=tokens[3])
+
+
+def test_tokens_sit_beside_gpu_hours_by_task_model_and_tenant(booked):
+    booked.record(_gateway(DAY2 + dt.timedelta(hours=6), 0.25, tokens=(10_000, 2_000, 4_000, 1)))
+    booked.record(_gateway(DAY2 + dt.timedelta(hours=7), 0.75, model="sage-1", task="summarise-episode@v2", tokens=(20_000, 5_000, 0, 0)))
+    frame = booked.frame()
+    by_task = reports.summary(frame, "task").set_index("task")
+    assert by_task.loc["label-failure@v1", ["tokens_in", "tokens_out", "tokens_cached", "cache_hits"]].tolist() == [10_000, 2_000, 4_000, 1]
+    assert by_task.loc["label-failure@v1", "gpu_hours"] == 0 and by_task.loc["label-failure@v1", "token_cost_usd"] == pytest.approx(0.25)
+    assert by_task.loc["cell.pretrain", "tokens_in"] == 0 and by_task.loc["cell.pretrain", "gpu_hours"] == pytest.approx(4.0)  # 2 h × 2 GPUs
+    by_model = reports.summary(frame, "model").set_index("model")
+    assert by_model.loc["standin-openai/sage-1", "tokens_out"] == 5_000
+    assert by_model.loc["none (GPU steps)", "gpu_hours"] == pytest.approx(EXPECTED_GPU_HOURS) and by_model.loc["none (GPU steps)", "tokens_in"] == 0
+    by_tenant = reports.summary(frame, "tenant").set_index("tenant")
+    assert by_tenant.loc["robotics", "tokens_in"] == 30_000 and by_tenant.loc["robotics", "gpu_hours"] == pytest.approx(6.0)  # 0.5 h + 1 h × 4 GPUs
+    markdown = reports.summary_markdown(reports.summary(frame, "tenant"))
+    assert "| gpu_hours | productive_gpu_hours |" in markdown and "| 30,000 | 7,000 | 4,000 | 1 |" in markdown
+    totals = reports.totals(frame)
+    assert (totals["tokens_in"], totals["tokens_out"], totals["token_cost_usd"]) == (30_000, 7_000, pytest.approx(1.0))
+
+
+def test_commit_recommendation_commits_at_the_discount_quantile_of_daily_spend(booked):
+    # 30 days of demand: $1 … $30, in a shuffled order; a batch task and GPU steps are not pay-as-you-go demand.
+    rng = np.random.default_rng(3)
+    start = dt.datetime(2025, 6, 1, tzinfo=dt.UTC)
+    for day, dollars in enumerate(rng.permutation(np.arange(1, 31))):
+        at = start + dt.timedelta(days=day, hours=9)
+        booked.record(_gateway(at, float(dollars) / 2))
+        booked.record(_gateway(at + dt.timedelta(hours=1), float(dollars) / 2, tokens=(1, 1, 0, 0)))
+    booked.record(_gateway(start + dt.timedelta(days=3), 1000.0, purchasing="batch"))
+    # Another provider, first used three days before the end: a day without tasks spent $0.
+    for day, dollars in ((27, 4.0), (29, 2.0)):
+        booked.record(_gateway(start + dt.timedelta(days=day), dollars, provider="standin-anthropic", model="brisk-2"))
+    table = reports.commit_recommendation(booked.frame(), {"standin-openai": 0.2}, default_discount=0.5).set_index("provider")
+    openai = table.loc["standin-openai"]
+    assert openai["days"] == 30 and openai["mean_daily_usd"] == pytest.approx(15.5) and not openai["provisional"]
+    assert openai["commit_per_day_usd"] == 6.0  # 6 of 30 days (20%) spend $6 or less
+    demand = np.arange(1, 31, dtype=float)
+    cost = lambda c: 0.8 * c + np.maximum(demand - c, 0).mean()  # noqa: E731
+    assert all(cost(6.0) <= cost(c) for c in np.arange(0, 31, 0.25))  # no other commitment is cheaper
+    assert openai["expected_saving_per_month_usd"] == pytest.approx((15.5 - cost(6.0)) * 30)  # $0.70 a day
+    assert openai["p90_daily_usd"] == pytest.approx(np.quantile(demand, 0.9))
+    anthropic = table.loc["standin-anthropic"]
+    assert anthropic["days"] == 3 and anthropic["provisional"] and anthropic["discount"] == 0.5
+    assert anthropic["commit_per_day_usd"] == 2.0 and anthropic["mean_daily_usd"] == pytest.approx(2.0)  # $4, $0, $2
+    assert reports.commit_recommendation(booked.frame().head(0), {}).empty
+
+
+def test_sinewgrid_report_shows_tokens_budgets_and_the_commitment(home, booked, tmp_path):
+    booked.record(_gateway(DAY2 + dt.timedelta(hours=6), 0.25, tokens=(12_000, 3_000, 4_000, 2)))
+    by_model = _sinewgrid(home, "report", "--by", "model")
+    assert by_model.returncode == 0, by_model.stderr[-2000:]
+    assert "tokens in/out" in by_model.stdout and "12.0k/3,000" in by_model.stdout and "4,000/2" in by_model.stdout
+    assert "standin-openai/swift-1" in by_model.stdout and "none (GPU steps)" in by_model.stdout
+    budgets = tmp_path / "budgets.yaml"
+    budgets.write_text("budgets:\n  grasp: {scope: project, period: all, usd: 1, tokens: 1000000}\n")
+    done = _sinewgrid(home, "report", "--budgets", "--commit", "--json", env={"SINEWGRID_BUDGETS": str(budgets)})
+    assert done.returncode == 0, done.stderr[-2000:]
+    payload = json.loads(done.stdout)
+    (grasp,) = payload["budgets"]
+    assert grasp["status"] == "over" and grasp["spent"]["usd"] == pytest.approx(3.25) and grasp["spent"]["tokens"] == 15_000
+    (openai,) = payload["commit"]
+    assert openai["provider"] == "standin-openai" and openai["days"] == 1 and openai["provisional"]
+    shown = _sinewgrid(home, "report", "--budgets", "--commit", env={"SINEWGRID_BUDGETS": str(budgets)})
+    assert shown.returncode == 0, shown.stderr[-2000:]
+    assert "project grasp: $3.25 of $1.00 (325%), 15,000 tokens of 1,000,000 tokens (2%) in all, over its limit" in shown.stdout
+    assert "provisional: 1 day(s)" in shown.stdout and "commit_discount" in shown.stdout
+
+
+def test_the_demo_summary_tables_put_token_cost_beside_gpu_cost(home, booked):
+    from sinewgrid.summary import ledger_by_step, ledger_by_tenant
+
+    booked.record(_gateway(DAY2 + dt.timedelta(hours=6), 0.25, tokens=(12_000, 3_000, 0, 0)))
+    tenants = ledger_by_tenant(Storage.at(str(home))).set_index("tenant")
+    assert tenants.loc["robotics", ["tokens", "gpu_cost_usd", "token_cost_usd", "cost_usd"]].tolist() == pytest.approx([15_000, 3.0, 0.25, 3.25])
+    assert tenants.loc["cell", "tokens"] == 0 and tenants.loc["cell", "token_cost_usd"] == 0.0
+    steps = ledger_by_step(Storage.at(str(home))).set_index("step")
+    assert steps.loc["label-failure@v1", "tokens"] == 15_000 and steps.loc["label-failure@v1", "gpu_hours"] == 0.0

@@ -19,7 +19,18 @@ from matplotlib.figure import Figure
 
 from shared_resources.accounting.records import LOST_REASONS
 
-GROUPINGS = {"run": "run_id", "project": "project", "provider": "provider", "lane": "lane", "tenant": "tenant", "cause": "cause"}
+# `task`: a GPU step's name, or a model task's name and version (`label-failure@v1`); `model`: the
+# model that answered a gateway row (GPU rows have none).
+GROUPINGS = {
+    "run": "run_id", "project": "project", "provider": "provider", "lane": "lane", "tenant": "tenant", "cause": "cause",
+    "task": "step", "model": "model",
+}
+# Tokens bought from model providers, and calls the gateway answered from its own cache.
+TOKEN_COLUMNS = ("tokens_in", "tokens_out", "tokens_cached", "cache_hits")
+# Ledger rows of the model gateway: one per completed model task, no GPUs.
+GATEWAY_BACKEND = "model-gateway"
+# A group without a value: GPU steps have no model, a succeeded attempt no cause.
+_NO_VALUE = {"cause": "none (succeeded)", "model": "none (GPU steps)"}
 _PURCHASING_ORDER = ["reserved", "block", "on_demand", "spot"]
 _OUTCOME_COLOURS = {"succeeded": "tab:green", "preempted": "tab:orange", "refused": "tab:gray", "failed": "tab:red", "orphaned": "tab:purple"}
 
@@ -36,22 +47,30 @@ def _weighted(frame: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame({name: seconds * gpus / 3600.0 for name, seconds in parts.items()}, index=frame.index)
 
 
+def _tokens(frame: pd.DataFrame) -> pd.DataFrame:
+    """The token counts of each row, missing counts as 0 (GPU rows, ledgers older than a column)."""
+    return pd.DataFrame(
+        {c: pd.to_numeric(frame[c], errors="coerce").fillna(0).astype("int64") if c in frame else 0 for c in TOKEN_COLUMNS}, index=frame.index
+    )
+
+
 def summary(frame: pd.DataFrame, by: str = "lane") -> pd.DataFrame:
-    """Goodput, time and cost per `by` (run, project, provider, lane or cause: why attempts
-    ended), costliest first."""
+    """Goodput, time, tokens and cost per `by` (run, project, provider, lane, tenant, cause: why
+    attempts ended, task or model), costliest first. GPU-hours and tokens sit side by side: a
+    model task books tokens and no GPU time, a GPU step the reverse."""
     if by not in GROUPINGS:
         raise ValueError(f"cannot report by {by!r}; choose one of {', '.join(GROUPINGS)}")
     key = GROUPINGS[by]
     columns = [
         by, "attempts", "preempted", "failed", "gpu_hours", "productive_gpu_hours", "checkpoint_gpu_hours",
-        *(f"lost_{r}_gpu_hours" for r in LOST_REASONS), "goodput", "gpu_cost_usd", "token_cost_usd", "cost_usd",
+        *(f"lost_{r}_gpu_hours" for r in LOST_REASONS), "goodput", *TOKEN_COLUMNS, "gpu_cost_usd", "token_cost_usd", "cost_usd",
         "completed_tasks", "cost_per_completed_task",
     ]
     if frame.empty:
         return pd.DataFrame(columns=columns)
-    work = pd.concat([frame[[key, "outcome", "gpu_cost_usd", "cost_usd", "task_id"]], _weighted(frame)], axis=1)
-    if key == "cause":
-        work["cause"] = work["cause"].replace("", "none (succeeded)")
+    work = pd.concat([frame[[key, "outcome", "gpu_cost_usd", "cost_usd", "task_id"]], _weighted(frame), _tokens(frame)], axis=1)
+    if key in _NO_VALUE:
+        work[key] = work[key].fillna("").replace("", _NO_VALUE[key])
     work["token_cost_usd"] = frame["token_cost_usd"].astype(float).fillna(0.0)
     work["completed"] = frame["task_id"].where(frame["completed_task"])
     grouped = work.groupby(key, sort=False)
@@ -60,6 +79,7 @@ def summary(frame: pd.DataFrame, by: str = "lane") -> pd.DataFrame:
         preempted=("outcome", lambda s: int((s == "preempted").sum())),
         failed=("outcome", lambda s: int(s.isin(["failed", "orphaned"]).sum())),
         **{name: (name, "sum") for name in _weighted(frame.head(0)).columns},
+        **{name: (name, "sum") for name in TOKEN_COLUMNS},
         gpu_cost_usd=("gpu_cost_usd", "sum"),
         token_cost_usd=("token_cost_usd", "sum"),
         cost_usd=("cost_usd", "sum"),
@@ -72,8 +92,10 @@ def summary(frame: pd.DataFrame, by: str = "lane") -> pd.DataFrame:
 
 
 def totals(frame: pd.DataFrame) -> dict[str, float]:
-    """The whole ledger in one line: cost, GPU-hours, goodput, tasks completed and cost per task."""
+    """The whole ledger in one line: cost (GPU and tokens), GPU-hours, tokens, goodput, tasks
+    completed and cost per task."""
     weighted = _weighted(frame)
+    tokens = _tokens(frame)
     gpu_hours = float(weighted["gpu_hours"].sum())
     cost = float(frame["cost_usd"].sum())
     tasks = int(frame.loc[frame["completed_task"], "task_id"].nunique()) if len(frame) else 0
@@ -82,6 +104,9 @@ def totals(frame: pd.DataFrame) -> dict[str, float]:
         "gpu_hours": gpu_hours,
         "goodput": float(weighted["productive_gpu_hours"].sum() / gpu_hours) if gpu_hours > 0 else float("nan"),
         "cost_usd": cost,
+        "gpu_cost_usd": float(frame["gpu_cost_usd"].sum()),
+        "token_cost_usd": float(pd.to_numeric(frame["token_cost_usd"], errors="coerce").fillna(0.0).sum()),
+        **{name: int(tokens[name].sum()) for name in TOKEN_COLUMNS},
         "completed_tasks": tasks,
         "cost_per_completed_task": cost / tasks if tasks else float("nan"),
         **{f"lost_{r}_gpu_hours": float(weighted[f"lost_{r}_gpu_hours"].sum()) for r in LOST_REASONS},
@@ -114,6 +139,75 @@ def goodput_over_time(frame: pd.DataFrame, freq: str = "D", by: str = "lane") ->
     work = pd.DataFrame({"period": period, by: frame[GROUPINGS.get(by, by)], **weighted[["gpu_hours", "productive_gpu_hours"]]})
     sums = work.groupby(["period", by]).sum()
     return (sums["productive_gpu_hours"] / sums["gpu_hours"].where(sums["gpu_hours"] > 0)).unstack(by).sort_index()
+
+
+# Committing to a model provider -------------------------------------------------------------
+
+DEFAULT_COMMIT_DISCOUNT = 0.2
+FIRM_AFTER_DAYS = 7  # fewer days of spending than this: the recommendation is provisional
+DAYS_PER_MONTH = 30
+COMMIT_COLUMNS = [
+    "provider", "days", "mean_daily_usd", "p50_daily_usd", "p90_daily_usd", "discount",
+    "commit_per_day_usd", "expected_saving_per_month_usd", "provisional",
+]
+
+
+def daily_token_spend(frame: pd.DataFrame) -> pd.DataFrame:
+    """Pay-as-you-go token spend of the model gateway, USD per provider (columns) per UTC day
+    (rows), from each provider's first day to the ledger's last; a day without spend is 0."""
+    rows = frame[(frame["backend"] == GATEWAY_BACKEND) & (frame["purchasing"] == "pay-as-you-go")] if len(frame) else frame
+    if rows.empty:
+        return pd.DataFrame()
+    day = pd.to_datetime(rows["started_at"], utc=True).dt.floor("D")
+    cost = pd.to_numeric(rows["token_cost_usd"], errors="coerce").fillna(0.0)
+    table = cost.groupby([day, rows["provider"]]).sum().unstack("provider")
+    table = table.reindex(pd.date_range(table.index.min(), table.index.max(), freq="D"))
+    # Before a provider's first day it was not in use (NaN); after it, a day without spend spent 0.
+    return pd.DataFrame({p: table[p].fillna(0.0).where(table.index >= table[p].first_valid_index()) for p in table.columns})
+
+
+def commit_recommendation(
+    frame: pd.DataFrame, discounts: dict[str, float], *, default_discount: float = DEFAULT_COMMIT_DISCOUNT
+) -> pd.DataFrame:
+    """How much token spend to commit to per day with each model provider, from the gateway's
+    pay-as-you-go rows in the ledger.
+
+    A commitment of `c` dollars a day costs `(1 - discount) · c` whether it is used or not;
+    demand above it is paid at the pay-as-you-go price. Over days of demand `D` the expected
+    cost is `(1 - d) · c + E[max(D - c, 0)]`. Raising `c` by a dollar costs `1 - d` and saves a
+    dollar on every day whose demand exceeds `c`, so the cost is lowest where
+    `P(D > c) = 1 - d`, i.e. `P(D ≤ c) = d`: commit at the `discount`-quantile of daily demand
+    (the newsvendor rule). The quantile is the empirical one (`inverted_cdf`: the smallest observed
+    day with at least that share of days at or below it), which minimises the cost over the
+    observed days exactly. With a 20% discount, commit what four days in five exceed.
+
+    `discounts` maps a provider to its commitment discount (the model catalog's
+    `commit_discount`); others get `default_discount`. Returns one row per provider: days of
+    data, mean, median and 90th-percentile daily spend, the discount, the commitment per day and
+    the expected saving per month (30 days) against paying as you go. With fewer than
+    `FIRM_AFTER_DAYS` days of data the row is `provisional`.
+    """
+    daily = daily_token_spend(frame)
+    rows = []
+    for provider in daily.columns:
+        demand = daily[provider].dropna().to_numpy()
+        discount = float(discounts.get(provider, default_discount))
+        if not 0 <= discount < 1:
+            raise ValueError(f"provider {provider}: commit discount {discount} must be at least 0 and below 1 (0.2 is 20% off)")
+        commit = float(np.quantile(demand, discount, method="inverted_cdf")) if discount > 0 else 0.0
+        expected_cost = (1 - discount) * commit + float(np.maximum(demand - commit, 0.0).mean())
+        rows.append({
+            "provider": provider,
+            "days": len(demand),
+            "mean_daily_usd": float(demand.mean()),
+            "p50_daily_usd": float(np.quantile(demand, 0.5)),
+            "p90_daily_usd": float(np.quantile(demand, 0.9)),
+            "discount": discount,
+            "commit_per_day_usd": commit,
+            "expected_saving_per_month_usd": (float(demand.mean()) - expected_cost) * DAYS_PER_MONTH,
+            "provisional": len(demand) < FIRM_AFTER_DAYS,
+        })
+    return pd.DataFrame(rows, columns=COMMIT_COLUMNS)
 
 
 # Figures ----------------------------------------------------------------------------------
@@ -180,6 +274,8 @@ def goodput_over_time_png(frame: pd.DataFrame, freq: str = "D") -> bytes:
 
 
 def _cell(value) -> str:
+    if isinstance(value, int | np.integer) and not isinstance(value, bool | np.bool_):
+        return f"{value:,}"
     if isinstance(value, float):
         return "—" if np.isnan(value) else f"{value:,.4g}" if abs(value) < 1000 else f"{value:,.0f}"
     return str(value)

@@ -13,6 +13,7 @@ import time
 
 import dagster as dg
 
+from shared_resources.accounting.budgets import BudgetExceeded, enforce
 from shared_resources.accounting.records import ledger_markdown
 from shared_resources.catalog.pools import Pool, load_pools
 from shared_resources.catalog.step_spec import StepSpec
@@ -26,7 +27,7 @@ from shared_resources.compute.recovery import Action, Decision, Ending, Outcome,
 from shared_resources.compute.step_run import StepFailedError, StepRun, attempt_timeline, disqualified_timeline
 from shared_resources.placement.ranking import PlacementPlan, plan_placement
 from shared_resources.runtime.storage import Storage
-from shared_resources.tenancy.control import tenant_access_of
+from shared_resources.tenancy.control import lane_of, tenant_access_of
 
 class PoolChooser:
     """The next pool for a step: the plan's order, minus pools that are drained or refused the
@@ -109,6 +110,7 @@ class ComputeResource(dg.ConfigurableResource):
         """Place `spec`, run it, fail over when a pool refuses it, resume it after each
         preemption (on the same pool or the next), and account for every attempt."""
         storage = Storage.at(self.storage_root)
+        _within_budget(storage, spec)
         access = tenant_access_of(self.storage_root, spec.tenant)
         plan = self.plan(spec)
         policies = _policies(spec, plan)
@@ -173,6 +175,15 @@ class ComputeResource(dg.ConfigurableResource):
             max_preemptions=spec.max_preemptions, flags=result.flags, node=result.node, spare_nodes=chooser.spare_nodes(spec, pool),
         )
         return outcome, result
+
+
+def _within_budget(storage: Storage, spec: StepSpec) -> None:
+    """A step whose project (its lane, as the ledger books it) or tenant is at its budget's limit
+    does not start: nothing is qualified, submitted or booked (shared_resources/accounting/budgets.py)."""
+    try:
+        enforce(storage, project=lane_of(spec.tenant), tenant=spec.tenant)
+    except BudgetExceeded as exc:
+        raise StepFailedError(description=f"{spec.name} was not started. {exc}", metadata=exc.metadata(), allow_retries=False) from None
 
 
 def _policies(spec: StepSpec, plan: PlacementPlan) -> dict[str, RecoveryPolicy]:

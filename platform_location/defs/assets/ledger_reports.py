@@ -1,4 +1,4 @@
-"""Cost and goodput of every GPU step of every lane, read from the ledger."""
+"""Cost and goodput of every GPU step of every lane, and the tokens model tasks bought, read from the ledger."""
 
 
 import base64
@@ -23,16 +23,18 @@ def _image(title: str, png: bytes) -> str:
 
 @dg.asset(key=LEDGER_SUMMARY, group_name=REPORT_GROUP, kinds={"sql", "png"})
 def ledger_summary(context: dg.AssetExecutionContext, storage: StorageResource) -> dg.MaterializeResult:
-    """What the GPU work of both lanes cost and how much of it was useful.
+    """What the GPU work and the model tokens of both lanes cost, and how much of the GPU time was useful.
 
     Read from the attempt ledger, which books every attempt of every GPU step: where it ran
     (pool, provider, purchasing mode), how long it held its GPUs, how much of that time
     ended in a saved checkpoint (productive) and why the rest was lost (preemption, failure,
     queueing, rework). Goodput is productive ÷ allocated GPU time: 100% means every GPU-hour
     paid for became saved progress. Cost per completed task counts everything spent, failed
-    and preempted attempts included, over the steps that finished.
+    and preempted attempts included, over the steps that finished. Model tasks (the model
+    gateway) book tokens and no GPU time: every table shows tokens in, out and from the
+    provider's cache, the gateway's cache hits, and token cost beside GPU-hours and GPU cost.
 
-    Shows the totals, tables per lane, tenant (each lab of the Cell lane), provider, project and run, and two plots: the cost
+    Shows the totals, tables per lane, tenant (each lab of the Cell lane), provider, project, model and run, and two plots: the cost
     breakdown and goodput per day. The plots are also saved under `reports/ledger/` in the
     storage root.
     """
@@ -50,12 +52,15 @@ def ledger_summary(context: dg.AssetExecutionContext, storage: StorageResource) 
     write_bytes_atomic(goodput_uri, goodput_png)
     context.log.info(f"{totals['attempts']} attempts, ${totals['cost_usd']:.2f}; plots in {store.uri('reports', 'ledger')}")
 
-    tables = {by: reports.summary_markdown(reports.summary(frame, by)) for by in ("lane", "tenant", "provider", "project")}
+    tables = {by: reports.summary_markdown(reports.summary(frame, by)) for by in ("lane", "tenant", "provider", "project", "model")}
     runs = reports.summary(frame, "run").head(RUNS_SHOWN)
     return dg.MaterializeResult(
         metadata={
             "attempts": totals["attempts"],
             "cost_usd": dg.MetadataValue.float(round(totals["cost_usd"], 4)),
+            "gpu_cost_usd": dg.MetadataValue.float(round(totals["gpu_cost_usd"], 4)),
+            "token_cost_usd": dg.MetadataValue.float(round(totals["token_cost_usd"], 4)),
+            **{name: dg.MetadataValue.int(totals[name]) for name in reports.TOKEN_COLUMNS},
             "gpu_hours": dg.MetadataValue.float(round(totals["gpu_hours"], 4)),
             "goodput": dg.MetadataValue.float(round(totals["goodput"], 4)) if totals["attempts"] else dg.MetadataValue.text("no attempts yet"),
             "completed_tasks": totals["completed_tasks"],
@@ -67,6 +72,7 @@ def ledger_summary(context: dg.AssetExecutionContext, storage: StorageResource) 
             "by_tenant": dg.MetadataValue.md(tables["tenant"]),
             "by_provider": dg.MetadataValue.md(tables["provider"]),
             "by_project": dg.MetadataValue.md(tables["project"]),
+            "by_model": dg.MetadataValue.md(tables["model"]),
             f"costliest_{RUNS_SHOWN}_runs": dg.MetadataValue.md(reports.summary_markdown(runs)),
             "cost_breakdown": dg.MetadataValue.md(_image("cost breakdown", cost_png)),
             "goodput_over_time": dg.MetadataValue.md(_image("goodput over time", goodput_png)),
