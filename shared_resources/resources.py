@@ -1,4 +1,4 @@
-"""Typed Dagster resources shared by both lanes: `storage` and `compute`."""
+"""Typed Dagster resources shared by both lanes: `storage`, `compute` and `models` (the model gateway)."""
 
 from __future__ import annotations
 
@@ -24,8 +24,52 @@ class StorageResource(dg.ConfigurableResource):
         return tenant_storage(self.root, tenant)
 
 
+class ModelGatewayResource(dg.ConfigurableResource):
+    """The model gateway: tasks for frontier models (labelling, research assistance) routed to the
+    cheapest model that meets each task's quality bar, within the data's agreements and the
+    budgets, booked in the same ledger as GPU work (docs/model-gateway.md).
+
+    `models_file` picks the model catalog (default: `SINEWGRID_MODELS`, else the packaged one,
+    whose providers are stand-ins started on loopback)."""
+
+    storage_root: str
+    models_file: str = ""
+
+    def run_task(
+        self,
+        context: dg.AssetExecutionContext,
+        task_folder: str,
+        items: list[tuple[str, dict]],
+        *,
+        inputs: list[str],
+        lane: str,
+        tenant: str = "",
+        project: str = "",
+        storage_root: str | None = None,
+        deadline_minutes: float | None = None,
+    ):
+        """Answer `items` (id, payload) with the task in `task_folder`; `inputs` are the lineage ids
+        of the data they come from (the gateway reads their agreements). Returns the `TaskRun`."""
+        from shared_resources.catalog.models import load_models
+        from shared_resources.gateway.gateway import Gateway
+        from shared_resources.gateway.tasks import Task
+        from shared_resources.gateway.usage import Who
+
+        who = Who(
+            run_id=context.run.run_id,
+            asset=context.asset_key.to_user_string(),
+            partition=context.partition_key if context.has_partition_key else None,
+            lane=lane,
+            project=project or lane,
+            tenant=tenant,
+        )
+        catalog = load_models(self.models_file or None)
+        gateway = Gateway(Storage.at(storage_root or self.storage_root), catalog)
+        return gateway.run(Task(task_folder), items, inputs=inputs, who=who, deadline_minutes=deadline_minutes)
+
+
 def platform_resources(root: str | None = None, pools_file: str | None = None) -> dict[str, dg.ConfigurableResource]:
-    """The `storage` and `compute` resources for this environment.
+    """The `storage`, `compute` and `models` resources for this environment.
 
     `SINEWGRID_HOME` picks the storage root (default `.sinewgrid/` in the checkout) and
     `SINEWGRID_POOLS` the pool catalog (default: the packaged one, all pools local).
@@ -36,4 +80,5 @@ def platform_resources(root: str | None = None, pools_file: str | None = None) -
     return {
         "storage": StorageResource(root=root),
         "compute": ComputeResource(storage_root=root, pools_file=pools_file),
+        "models": ModelGatewayResource(storage_root=root, models_file=env.models),
     }

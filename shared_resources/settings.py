@@ -140,6 +140,14 @@ def use_dagster_home(path: Path) -> None:
     os.environ["DAGSTER_HOME"] = str(path)
 
 
+def offline_litellm() -> None:
+    """LiteLLM fetches a model price map from the internet when imported unless told not to;
+    the model catalog holds the prices the gateway uses. Call before importing it."""
+    os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+    os.environ.setdefault("LITELLM_OFFLINE_MODE", "true")  # nor its Anthropic beta-headers file
+    os.environ.setdefault("LITELLM_TELEMETRY", "False")
+
+
 def quiet_dagster() -> None:
     """No usage telemetry from command-line runs (the machine may be offline)."""
     os.environ.setdefault("DAGSTER_DISABLE_TELEMETRY", "1")

@@ -16,7 +16,7 @@ from typing import Any
 import yaml
 
 # A repeated key directly under one of these sections is a repeated entry of that kind.
-ENTRY_KINDS = {"pools": "pool", "steps": "step", "datasets": "dataset", "tenants": "tenant"}
+ENTRY_KINDS = {"pools": "pool", "steps": "step", "datasets": "dataset", "tenants": "tenant", "providers": "provider", "budgets": "budget"}
 
 
 class RepeatedKeyError(yaml.YAMLError):

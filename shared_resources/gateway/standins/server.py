@@ -253,6 +253,7 @@ class StandInProvider:
 def _handler_for(provider: StandInProvider) -> type[BaseHTTPRequestHandler]:
     class Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"  # keep-alive, as the HTTP clients expect
+        disable_nagle_algorithm = True  # headers and body leave at once: no 40 ms delayed-ACK stall per answer
         server_version = f"StandIn/{provider.config.name}"
 
         def _serve(self) -> None:

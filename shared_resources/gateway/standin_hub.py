@@ -1,0 +1,77 @@
+"""Where each provider of the catalog answers: its `base_url`, or a stand-in started here.
+
+A provider of the embedded catalog with a `standin:` block and no `base_url` is served by a
+stand-in (`shared_resources/gateway/standins/`) that this process starts on loopback the first
+time the gateway needs it, and keeps for the life of the process. Its request log goes to
+`models/standins/<provider>/requests.jsonl` under a local storage root (a temporary folder for
+an object-store root), so a reader can check what reached each provider. It answers the tasks it
+was told about: each task folder's `standin_skill.py`.
+"""
+
+from __future__ import annotations
+
+import tempfile
+import threading
+from pathlib import Path
+
+from shared_resources.catalog.models import ModelCatalog, Provider
+from shared_resources.gateway.standins import StandInConfig, StandInModel, StandInProvider, load_skill
+from shared_resources.gateway.tasks import Task
+
+_LOCK = threading.Lock()
+_RUNNING: dict[tuple[str, str], StandInProvider] = {}  # (provider, log folder) → its stand-in
+
+
+def log_folder(storage_root: str, provider: str) -> Path:
+    """Where a stand-in's request log lives for this storage root."""
+    local = not storage_root.startswith(("s3://", "gs://", "az://"))
+    base = Path(storage_root) if local else Path(tempfile.gettempdir()) / "sinewgrid-standins"
+    return base / "models" / "standins" / provider
+
+
+def addresses(catalog: ModelCatalog, storage_root: str, tasks: list[Task]) -> dict[str, str]:
+    """Each provider's base URL; stand-ins are started (once per process) and taught `tasks`."""
+    found = {}
+    for provider in catalog.providers.values():
+        found[provider.name] = standin(provider, storage_root, tasks).base_url if provider.is_standin else provider.base_url
+    return found
+
+
+def standin(provider: Provider, storage_root: str, tasks: list[Task]) -> StandInProvider:
+    """The running stand-in of `provider` (started now if needed), knowing every task in `tasks`."""
+    folder = log_folder(storage_root, provider.name)
+    with _LOCK:
+        running = _RUNNING.get((provider.name, str(folder)))
+        if running is None:
+            spec = provider.standin
+            assert spec is not None
+            models = [StandInModel(name, m.standin.quality if m.standin else 0.9, m.standin.latency_ms if m.standin else 0.0) for name, m in provider.models.items()]
+            config = StandInConfig(
+                name=provider.name,
+                api=provider.api,  # type: ignore[arg-type]
+                models=models,
+                rate_limit_rpm=provider.rate_limit_rpm,
+                outage=spec.outage,
+                batch_seconds=spec.batch_seconds,
+                log_dir=folder,
+            )
+            running = StandInProvider(config)
+            running.start()
+            _RUNNING[(provider.name, str(folder))] = running
+        for task in tasks:
+            if task.name not in running.skills and (task.folder / "standin_skill.py").exists():
+                running.skills[task.name] = load_skill(task.folder)
+        return running
+
+
+def running_standins() -> dict[str, StandInProvider]:
+    """The stand-ins this process runs, by provider (for a test to cause an outage)."""
+    with _LOCK:
+        return {name: p for (name, _), p in _RUNNING.items()}
+
+
+def stop_all() -> None:
+    with _LOCK:
+        for provider in _RUNNING.values():
+            provider.stop()
+        _RUNNING.clear()
