@@ -49,7 +49,8 @@ class ModelGatewayResource(dg.ConfigurableResource):
         deadline_minutes: float | None = None,
     ):
         """Answer `items` (id, payload) with the task in `task_folder`; `inputs` are the lineage ids
-        of the data they come from (the gateway reads their agreements). Returns the `TaskRun`."""
+        of the data they come from, under `storage_root` (a tenant's root; default the platform's):
+        the gateway reads their agreements. Returns the `TaskRun`."""
         from shared_resources.catalog.models import load_models
         from shared_resources.gateway.gateway import Gateway
         from shared_resources.gateway.tasks import Task
@@ -64,8 +65,9 @@ class ModelGatewayResource(dg.ConfigurableResource):
             tenant=tenant,
         )
         catalog = load_models(self.models_file or None)
-        gateway = Gateway(Storage.at(storage_root or self.storage_root), catalog)
-        return gateway.run(Task(task_folder), items, inputs=inputs, who=who, deadline_minutes=deadline_minutes)
+        gateway = Gateway(Storage.at(self.storage_root), catalog)  # the platform's ledger, evaluations and logs
+        data = Storage.at(storage_root) if storage_root else None  # where the inputs' lineage is (a tenant's root)
+        return gateway.run(Task(task_folder), items, inputs=inputs, who=who, data=data, deadline_minutes=deadline_minutes)
 
 
 def platform_resources(root: str | None = None, pools_file: str | None = None) -> dict[str, dg.ConfigurableResource]:

@@ -173,8 +173,9 @@ def test_a_model_s_lineage_carries_what_its_input_model_rests_on(tmp_path):
     assert "rests_on" not in lineage.get("cell/eval/run-1").facts
 
 
-@pytest.mark.parametrize("tenant", ["lab-a", "lab-b"])
-def test_the_packaged_labs_agree_to_no_shared_models(tenant):
+@pytest.mark.parametrize(("tenant", "outside"), [("lab-a", ["standin-anthropic"]), ("lab-b", [])])
+def test_the_packaged_labs_agree_to_no_shared_models(tenant, outside):
     from shared_resources.catalog.tenants import load_tenants
 
-    assert load_tenants().get_tenant(tenant).agreement == PRIVATE
+    # Neither lab's plates train a shared model; lab-a lets one outside provider write its notes.
+    assert load_tenants().get_tenant(tenant).agreement == Agreement(shared_models=False, outside_models=outside)

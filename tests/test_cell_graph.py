@@ -15,6 +15,7 @@ from cell_lane.definitions import defs
 from cell_lane.defs.assets.dataset import omics_dataset
 from cell_lane.defs.assets.design import next_plate_proposal
 from cell_lane.defs.assets.ingest import raw_assay, validated_assay
+from cell_lane.defs.assets.rationale import plate_rationale
 from cell_lane.defs.assets.training import finetuned_model, foundation_model
 from cell_lane.defs.sensors import assay_drop_sensor
 from cell_lane.omics import read_dataset
@@ -122,6 +123,14 @@ def test_cell_loop_end_to_end(instance, resources, root, storage, tmp_path):
     assert len(proposed) == proposal["genes"] == 38
     assert not proposed & set(adata.var_names[adata.var["assay_n"] > 0]), "proposes only genes not yet assayed"
     assert table["readout"].isna().all()
+
+    # A model writes a note per proposed gene; the lab's agreement decides who may see its data.
+    notes = _md(dg.materialize([plate_rationale], instance=instance, resources=resources, partition_key=LAB), "cell/plate_rationale")
+    assert notes["completed_tasks"] == 38 and notes["failed_tasks"] == 0 and notes["tenant"] == LAB
+    assert notes["model"] == "standin-anthropic/brisk-2"  # the only outside provider lab-a's agreement lists
+    assert notes["token_cost_usd"] > 0 and notes["cache_hits"] == 0  # a lab's answers are never cached
+    token_rows = _ledger(root).query("backend == 'model-gateway' and step == 'gene-rationale@v1'")
+    assert len(token_rows) == 38 and set(token_rows["tenant"]) == {LAB} and token_rows["gpu_hours"].sum() == 0
 
     # The lab answers the worklist; the sensor sees exactly that drop, and it grows the training set.
     new = lab.answer_outbox()

@@ -20,6 +20,7 @@ def test_cell_location_has_the_whole_loop():
         "cell/foundation_model",
         "cell/finetuned_model",
         "cell/next_plate_proposal",
+        "cell/plate_rationale",
     }
 
 

@@ -21,6 +21,7 @@ def test_robotics_location_has_the_whole_loop():
         "robotics/sim_evaluation",
         "robotics/real_robot_eval_request",
         "robotics/real_robot_evaluation",
+        "robotics/failure_labels",
     }
     checks = {(k.asset_key.to_user_string(), k.name) for k in defs.resolve_asset_graph().asset_check_keys}
     assert ("robotics/teleop_episodes", "episodes_valid") in checks

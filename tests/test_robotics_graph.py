@@ -8,6 +8,7 @@ import posixpath
 import dagster as dg
 import pytest
 
+from robotics_lane.defs.assets.failure_labels import failure_labels
 from robotics_lane.defs.assets.policy import policy, sim_evaluation
 from robotics_lane.defs.assets.real_robot import real_robot_eval_request, real_robot_evaluation
 from robotics_lane.defs.assets.rollouts import sim_rollouts
@@ -88,12 +89,18 @@ def test_robotics_loop_end_to_end(instance, resources, root, storage, tmp_path):
     failed = md["failed_trials_flagged_for_relabelling"]
     assert exists(storage.outbox("relabel", answered[0], "request.json")) == (failed > 0)
     if failed:
+        labelled = dg.materialize([failure_labels], instance=instance, resources=resources, partition_key=answered[0])
+        labels = _md(labelled, "robotics/failure_labels")
+        assert labels["completed_tasks"] == failed and labels["answered_in_batch"] == failed  # one batch, behind its deadline
+        token_rows = read_ledger(storage.ledger()).query("backend == 'model-gateway' and step == 'label-failure@v1'")
+        assert len(token_rows) == failed and set(token_rows["purchasing"]) == {"batch"} and token_rows["token_cost_usd"].sum() > 0
         relabel = operator.answer_relabel_requests()
         assert relabel == [f"relabel-{answered[0]}"]
         requested, outcomes, _ = _sensor_ingest(teleop_session_sensor, teleop_episodes, instance, resources, root, teleop_cursor)
         assert requested == relabel and outcomes == {relabel[0]: True}
 
-    steps = set(read_ledger(storage.ledger())["step"])
+    ledger = read_ledger(storage.ledger())
+    steps = set(ledger[ledger["backend"] != "model-gateway"]["step"])
     assert steps == {"robotics.sim_rollouts", "robotics.policy", "robotics.sim_evaluation"}
 
     # Episode and rollout sets are registered versions, and come back as the same LeRobot datasets.

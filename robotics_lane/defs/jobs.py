@@ -2,6 +2,7 @@
 
 import dagster as dg
 
+from robotics_lane.defs.assets.failure_labels import FAILURE_LABELS
 from robotics_lane.defs.assets.policy import POLICY, SIM_EVALUATION
 from robotics_lane.defs.assets.real_robot import EVAL_REQUEST, REAL_EVALUATION
 from robotics_lane.defs.assets.rollouts import SIM_ROLLOUTS
@@ -27,7 +28,7 @@ policy_round_job = dg.define_asset_job(
 )
 robot_eval_ingest_job = dg.define_asset_job(
     "robot_eval_ingest",
-    selection=dg.AssetSelection.assets(REAL_EVALUATION),
+    selection=dg.AssetSelection.assets(REAL_EVALUATION, FAILURE_LABELS),
     partitions_def=robot_evals,
-    description="Ingest the robot cell's results for one evaluation; failed trials are flagged for relabelling.",
+    description="Ingest the robot cell's results for one evaluation; failed trials are labelled with how they failed and flagged for relabelling.",
 )

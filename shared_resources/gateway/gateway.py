@@ -69,13 +69,18 @@ class Gateway:
         inputs: list[str],
         who: Who,
         policy: DataPolicy | None = None,
+        data: Storage | None = None,
         deadline_minutes: float | None = None,
     ) -> TaskRun:
-        """Answer every item of `task`; `inputs` are the lineage ids of the data the items come from."""
+        """Answer every item of `task`; `inputs` are the lineage ids of the data the items come from,
+        under `data` (a tenant's root; default: the gateway's own)."""
         from shared_resources.accounting.budgets import enforce
 
         enforce(self.storage, project=who.project or who.lane, tenant=who.tenant)
-        policy = policy if policy is not None else policy_for(self.storage, inputs)
+        policy = policy if policy is not None else policy_for(data or self.storage, inputs)
+        # A tenant's answers are never kept in the response cache: its data is sealed at rest, and
+        # the cache (on the platform's disk) would hold what was derived from it in plain text.
+        cache = not policy.tenants
         client = self.client([task])
         known, measured = qualities(self.storage, task, self.catalog.models, self._asker(client, task))
         self._book_evaluations(who, task, measured)
@@ -92,7 +97,7 @@ class Gateway:
         online = [(i, p) for i, p in items if i not in results or not results[i].completed]
         order = route.order  # a batch's leftovers go online along the whole route
         with ThreadPoolExecutor(max_workers=self.workers) as pool:
-            for item_id, result in zip([i for i, _ in online], pool.map(lambda item: self._online(client, task, item[1], order, who, item[0]), online)):
+            for item_id, result in zip([i for i, _ in online], pool.map(lambda item: self._online(client, task, item[1], order, who, item[0], cache), online)):
                 results[item_id] = result
         ordered = [results[i] for i, _ in items]
         self._book(who, task, policy, items, ordered, started)
@@ -105,8 +110,8 @@ class Gateway:
 
         return ask
 
-    def _online(self, client: ModelClient, task: Task, payload: dict[str, Any], order, who: Who, item_id: str) -> ItemResult:
-        call = client.complete(task, payload, order, namespace=who.namespace)
+    def _online(self, client: ModelClient, task: Task, payload: dict[str, Any], order, who: Who, item_id: str, cache: bool) -> ItemResult:
+        call = client.complete(task, payload, order, namespace=who.namespace, cache=cache)
         result = self._settle(task, item_id, payload, call, batch=False)
         if result.invalid and call.model is not None:
             # One more try on the next models of the route (a cached bad answer is never reused).
