@@ -21,6 +21,7 @@ from rich.table import Table
 from sinewgrid.cli_costs import plan, report
 from sinewgrid.cli_data import data_app, lineage
 from sinewgrid.cli_models import checkpoints_app, runs_app
+from sinewgrid.cli_summary import tag as _tag
 from sinewgrid.cli_tenants import key_revoked_drill, tenants_app
 from shared_resources.settings import quiet_dagster, settings, storage_root
 from sinewgrid.instance import ensure_instance_home, get_instance
@@ -51,11 +52,6 @@ def _storage():
     from shared_resources.runtime.storage import Storage
 
     return Storage.at(storage_root())
-
-
-def _tag(tenant: str) -> str:
-    """A line's prefix naming its tenant, `[lab-a]` (escaped: rich would read it as markup)."""
-    return escape(f"[{tenant}]")
 
 
 def _labs() -> list:
@@ -163,88 +159,9 @@ app.command("plan")(plan)
 
 
 def _print_summary(truth=None, robotics_rows: bool = True) -> None:
-    from sinewgrid.summary import ledger_by_step, ledger_by_tenant, quarantined, training_rounds, truth_rmse
+    from sinewgrid.cli_summary import print_summary
 
-    storage = _storage()
-    instance = get_instance()
-    steps = ledger_by_step(storage)
-    table = Table(title="GPU steps: where they ran and what they cost")
-    for column in ("step", "pool", "purchasing", "attempts", "preempted", "wall s", "productive s", "goodput", "GPU-h", "cost"):
-        table.add_column(column, justify="right" if column not in ("step", "pool", "purchasing") else "left")
-    for row in steps.itertuples():
-        table.add_row(
-            row.step, row.pool, row.purchasing, str(row.attempts), str(row.preempted), f"{row.wall_seconds:.1f}",
-            f"{row.productive_seconds:.1f}", f"{row.goodput:.0%}" if row.goodput == row.goodput else "—",
-            f"{row.gpu_hours:.4f}", f"${row.cost_usd:.4f}",
-        )
-    if len(steps):
-        table.add_row("total", "", "", str(int(steps["attempts"].sum())), str(int(steps["preempted"].sum())),
-                      f"{steps['wall_seconds'].sum():.1f}", f"{steps['productive_seconds'].sum():.1f}", "",
-                      f"{steps['gpu_hours'].sum():.4f}", f"${steps['cost_usd'].sum():.4f}", style="bold")
-    console.print(table)
-
-    tenants = ledger_by_tenant(storage)
-    if len(tenants):
-        table = Table(title="Per tenant: what its GPU steps cost and their goodput")
-        for column in ("tenant", "steps", "attempts", "wall s", "productive s", "goodput", "GPU-h", "cost"):
-            table.add_column(column, justify="right" if column != "tenant" else "left")
-        for row in tenants.itertuples():
-            table.add_row(
-                escape(row.tenant), str(row.steps), str(row.attempts), f"{row.wall_seconds:.1f}", f"{row.productive_seconds:.1f}",
-                f"{row.goodput:.0%}" if row.goodput == row.goodput else "—", f"{row.gpu_hours:.4f}", f"${row.cost_usd:.4f}",
-            )
-        console.print(table)
-
-    labs = _cell_tenant_storages()  # holds each lab's key here: its predictions are sealed
-    rounds = training_rounds(instance)
-    table = Table(title="The model of each lab, round by round (held-out error: lower is better)")
-    for column in ("tenant", "round", "assayed genes", "held-out RMSE", "baseline RMSE", "Spearman", "pool", "cost"):
-        table.add_column(column, justify="right" if column != "tenant" else "left")
-    if truth is not None:
-        table.add_column("RMSE vs lab truth*", justify="right")
-    for r in rounds:
-        cells = [escape(r.tenant), str(r.round), str(r.assayed_genes), f"{r.held_out_rmse:.3f}", f"{r.baseline_rmse:.3f}", f"{r.spearman:.2f}", r.pool, f"${r.cost_usd:.4f}"]
-        if truth is not None:
-            cells.append(f"{truth_rmse(r.predictions_uri, truth):.3f}")
-        table.add_row(*cells)
-    console.print(table)
-    if truth is not None:
-        console.print("  * on genes never assayed, against the lab stand-in's hidden truth (only the stand-in can know it)")
-
-    bad = [("", report) for report in quarantined(storage)]
-    bad += [(tenant, report) for tenant, store in labs.items() for report in quarantined(store)]
-    if bad:
-        console.print(f"[yellow]Quarantined drops ({len(bad)}):[/]")
-        for tenant, report in bad:
-            prefix = f"{_tag(tenant)} " if tenant else ""
-            console.print(f"  {prefix}[bold]{report['kind']}/{report['drop_id']}[/] at the {report['stage']} stage — {len(report['issues'])} issue(s):")
-            for issue in report["issues"][:4]:
-                console.print(f"    - {escape(issue.get('file') or 'drop')} ({issue['rule']}): {escape(issue['message'])}")
-    if robotics_rows:
-        _print_robotics_summary()
-    console.print(f"\nStorage root: {storage.root}   Dagster instance: {settings().dagster_home}")
-    console.print("Open the UI on the same instance with [bold]make ui[/] (http://127.0.0.1:3000).")
-
-
-def _print_robotics_summary() -> None:
-    from sinewgrid.summary import policy_rounds
-
-    rows = policy_rounds(get_instance())
-    if not rows:
-        return
-    table = Table(title="The policy, version by version (success rate with 95% Wilson interval)")
-    for column in ("policy", "trained on", "sim success", "real success", "sim-to-real gap", "failed real trials → relabel"):
-        table.add_column(column, justify="right" if column != "policy" else "left")
-    for r in rows:
-        table.add_row(
-            r["policy_version"],
-            f"{r['datasets']} datasets",
-            r.get("sim", "—"),
-            r.get("real", "pending (robot cell)"),
-            r.get("gap", "—"),
-            str(r.get("relabel", "—")),
-        )
-    console.print(table)
+    print_summary(console, _storage(), get_instance(), _cell_tenant_storages(), truth=truth, robotics_rows=robotics_rows)
 
 
 @app.command()

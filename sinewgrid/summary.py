@@ -69,12 +69,15 @@ def _with_tokens(ledger: pd.DataFrame) -> pd.DataFrame:
     return ledger.assign(tokens=(number("tokens_in") + number("tokens_out")).astype("int64"), token_cost_usd=number("token_cost_usd").astype(float))
 
 
+GATEWAY = "model-gateway"  # the ledger's backend for model tasks (shared_resources/gateway/usage.py)
+
+
 def ledger_by_step(storage: Storage) -> pd.DataFrame:
-    """Per step (a GPU step, or a model task: its pool is the model), pool and purchasing mode:
-    attempts, time, GPU-hours, tokens, and cost (GPU and tokens)."""
+    """Per GPU step, pool and purchasing mode: attempts, time, GPU-hours and cost."""
     ledger = read_ledger(storage.ledger())
     if ledger.empty:
         return ledger
+    ledger = ledger[ledger["backend"] != GATEWAY]
     return (
         _with_tokens(ledger).groupby(["step", "pool", "purchasing"], as_index=False)
         .agg(
@@ -90,6 +93,27 @@ def ledger_by_step(storage: Storage) -> pd.DataFrame:
         )
         .assign(goodput=lambda f: f["productive_seconds"] / f["wall_seconds"].where(f["wall_seconds"] > 0))
     )
+
+
+def model_tasks(storage: Storage) -> pd.DataFrame:
+    """Per model task (and its evaluations), model and purchasing mode: items, tokens, cache hits,
+    token cost and cost per completed item."""
+    ledger = read_ledger(storage.ledger())
+    if ledger.empty:
+        return ledger
+    rows = _with_tokens(ledger[ledger["backend"] == GATEWAY])
+    number = lambda column: pd.to_numeric(rows[column], errors="coerce").fillna(0).astype("int64")  # noqa: E731
+    rows = rows.assign(tokens_in=number("tokens_in"), tokens_out=number("tokens_out"), tokens_cached=number("tokens_cached"), cache_hits=number("cache_hits"))
+    table = rows.groupby(["step", "model", "purchasing"], as_index=False).agg(
+        items=("attempt", "size"),
+        completed=("completed_task", "sum"),
+        tokens_in=("tokens_in", "sum"),
+        tokens_out=("tokens_out", "sum"),
+        tokens_cached=("tokens_cached", "sum"),
+        cache_hits=("cache_hits", "sum"),
+        token_cost_usd=("token_cost_usd", "sum"),
+    )
+    return table.assign(cost_per_completed=lambda f: f["token_cost_usd"] / f["completed"].where(f["completed"] > 0))
 
 
 def ledger_by_tenant(storage: Storage) -> pd.DataFrame:

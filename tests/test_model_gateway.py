@@ -216,3 +216,64 @@ def test_the_packaged_catalog_reads_and_prices_a_call():
     assert model.cost(1_000_000, 0, 1_000_000) == pytest.approx(0.075)  # all input from the prompt cache
     assert catalog.prices_as_of and {p.outside for p in catalog.providers.values()} == {True, False}
     assert Agreement().outside_models == []
+
+
+def test_a_budget_warns_then_refuses_new_calls_with_a_clear_message(gateway, tmp_path, monkeypatch):
+    from platform_location.defs.budget_alerts import alert_round
+    from shared_resources.accounting.budgets import BudgetExceeded, check
+    from tests.test_budgets import Webhook
+
+    first = gateway.run(Task(TASK), ITEMS, inputs=[], who=_who("spend-1"), policy=DataPolicy())
+    cost = first.totals()["cost_usd"]
+    budgets = tmp_path / "budgets.yaml"
+    budgets.write_text(yaml.safe_dump({"budgets": {"test": {"scope": "project", "period": "month", "usd": round(cost * 1.6, 8), "warn_at": 0.5}}}))
+    monkeypatch.setenv("SINEWGRID_BUDGETS", str(budgets))
+    hook = Webhook()
+    try:
+        warned = alert_round(check(gateway.storage), None, hook.url)
+        assert [(s.budget.id, s.status) for s in warned.sent] == [("test", "warn")]  # 62% of the budget: the warning went out
+        assert hook.received[0]["budget"] == "test" and hook.received[0]["status"] == "warn"
+    finally:
+        hook.close()
+    more = [(f"m{n}", {"n": n}) for n in range(3000, 3016)]  # new prompts: the cache cannot answer them
+    gateway.run(Task(TASK), more, inputs=[], who=_who("spend-2"), policy=DataPolicy())  # under the limit when it starts
+    asked = sum(len(_chat_requests(gateway, p)) for p in gateway.catalog.providers)
+    with pytest.raises(BudgetExceeded) as refused:
+        gateway.run(Task(TASK), [(f"k{n}", {"n": n}) for n in range(4000, 4004)], inputs=[], who=_who("spend-3"), policy=DataPolicy())
+    message = str(refused.value)
+    assert "project test" in message and str(budgets) in message
+    assert sum(len(_chat_requests(gateway, p)) for p in gateway.catalog.providers) == asked  # nothing was sent
+    assert _gateway_rows(gateway, "spend-3").empty
+
+
+def _catalog_copy(tmp_path: Path, change) -> Path:
+    from shared_resources.catalog.models import DEFAULT_MODELS
+
+    raw = yaml.safe_load(DEFAULT_MODELS.read_text())
+    change(raw["providers"])
+    tmp_path.mkdir(parents=True, exist_ok=True)
+    path = tmp_path / "models.yaml"
+    path.write_text(yaml.safe_dump(raw))
+    return path
+
+
+def test_a_slow_provider_times_out_into_the_fallback(gateway, tmp_path):
+    path = _catalog_copy(tmp_path, lambda p: p["standin-anthropic"].update(timeout_s=1))
+    slow = Gateway(gateway.storage, load_models(path))
+    standin_hub.standin(slow.catalog.providers["standin-anthropic"], slow.storage.root, [Task(TASK)]).set_hang(5)
+    run = slow.run(Task(TASK), ITEMS[:8], inputs=[], who=_who("slow"), policy=DataPolicy())
+    assert run.route.primary.provider.name == "standin-anthropic"
+    assert len(run.completed) == 8 and "standin-anthropic" not in {i.total_call().model.provider.name for i in run.items}
+
+
+def test_a_model_is_measured_again_when_its_entry_changes_but_not_its_price(gateway, tmp_path):
+    from shared_resources.gateway.evaluation import stored
+
+    task, model_id = Task(TASK), "standin-openai/swift-1"
+    assert stored(gateway.storage, task, gateway.catalog.model(model_id)) is not None
+    cheaper = load_models(_catalog_copy(tmp_path / "price", lambda p: p["standin-openai"]["models"]["swift-1"].update(input=0.01)))
+    assert stored(gateway.storage, task, cheaper.model(model_id)) is not None  # a price is applied fresh, never re-measured
+    better = load_models(_catalog_copy(tmp_path / "quality", lambda p: p["standin-openai"]["models"]["swift-1"]["standin"].update(quality=0.99)))
+    assert stored(gateway.storage, task, better.model(model_id)) is None  # another model behind the name: measured again
+    run = Gateway(gateway.storage, better).run(task, ITEMS[:4], inputs=[], who=_who("remeasured"), policy=DataPolicy())
+    assert [q.model for q in run.evaluations] == [model_id] and run.route.primary.id == model_id  # now the cheapest that meets the bar

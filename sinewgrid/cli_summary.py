@@ -1,0 +1,122 @@
+"""The summary the demo and `sinewgrid summary` print: GPU steps and model tasks side by side,
+per tenant, each lab's model round by round, the policy version by version, quarantined drops."""
+
+from __future__ import annotations
+
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+
+from shared_resources.runtime.storage import Storage
+from shared_resources.settings import settings
+from sinewgrid.summary import ledger_by_step, ledger_by_tenant, model_tasks, policy_rounds, quarantined, training_rounds, truth_rmse
+
+
+def tag(tenant: str) -> str:
+    """A line's prefix naming its tenant, `[lab-a]` (escaped: rich would read it as markup)."""
+    return escape(f"[{tenant}]")
+
+
+def _table(title: str, columns: tuple[str, ...], left: int) -> Table:
+    table = Table(title=title)
+    for i, column in enumerate(columns):
+        table.add_column(column, justify="left" if i < left else "right")
+    return table
+
+
+def print_gpu_steps(console: Console, storage: Storage) -> None:
+    steps = ledger_by_step(storage)
+    table = _table("GPU steps: where they ran and what they cost", ("step", "pool", "purchasing", "attempts", "preempted", "wall s", "productive s", "goodput", "GPU-h", "cost"), 3)
+    for row in steps.itertuples():
+        table.add_row(
+            row.step, row.pool, row.purchasing, str(row.attempts), str(row.preempted), f"{row.wall_seconds:.1f}",
+            f"{row.productive_seconds:.1f}", f"{row.goodput:.0%}" if row.goodput == row.goodput else "—",
+            f"{row.gpu_hours:.4f}", f"${row.cost_usd:.4f}",
+        )
+    if len(steps):
+        table.add_row("total", "", "", str(int(steps["attempts"].sum())), str(int(steps["preempted"].sum())),
+                      f"{steps['wall_seconds'].sum():.1f}", f"{steps['productive_seconds'].sum():.1f}", "",
+                      f"{steps['gpu_hours'].sum():.4f}", f"${steps['cost_usd'].sum():.4f}", style="bold")
+    console.print(table)
+
+
+def print_model_tasks(console: Console, storage: Storage) -> None:
+    tasks = model_tasks(storage)
+    if not len(tasks):
+        return
+    table = _table(
+        "Model tasks: tokens bought through the model gateway, by task and model",
+        ("task", "model", "bought as", "items", "done", "tokens in", "out", "cached in", "cache hits", "token cost", "per item done"), 3,
+    )
+    for row in tasks.itertuples():
+        per = f"${row.cost_per_completed:.6f}" if row.cost_per_completed == row.cost_per_completed else "—"
+        table.add_row(
+            escape(row.step), escape(row.model), row.purchasing, str(row.items), str(int(row.completed)), f"{row.tokens_in:,}", f"{row.tokens_out:,}",
+            f"{row.tokens_cached:,}", str(row.cache_hits), f"${row.token_cost_usd:.6f}", per,
+        )
+    console.print(table)
+    console.print("  evaluate …: measuring each model on the task's own evaluation set (once per task version); prices are the catalog's, illustrative")
+
+
+def print_tenants(console: Console, storage: Storage) -> None:
+    tenants = ledger_by_tenant(storage)
+    if not len(tenants):
+        return
+    table = _table("Per tenant: GPU hours and tokens, each with its cost", ("tenant", "GPU-h", "goodput", "GPU cost", "tokens", "token cost", "total"), 1)
+    for row in tenants.itertuples():
+        table.add_row(
+            escape(row.tenant), f"{row.gpu_hours:.4f}", f"{row.goodput:.0%}" if row.goodput == row.goodput else "—",
+            f"${row.gpu_cost_usd:.4f}", f"{row.tokens:,}", f"${row.token_cost_usd:.6f}", f"${row.cost_usd:.4f}",
+        )
+    console.print(table)
+
+
+def print_lab_rounds(console: Console, instance, truth=None) -> None:
+    rounds = training_rounds(instance)
+    table = _table("The model of each lab, round by round (held-out error: lower is better)", ("tenant", "round", "assayed genes", "held-out RMSE", "baseline RMSE", "Spearman", "pool", "cost"), 1)
+    if truth is not None:
+        table.add_column("RMSE vs lab truth*", justify="right")
+    for r in rounds:
+        cells = [escape(r.tenant), str(r.round), str(r.assayed_genes), f"{r.held_out_rmse:.3f}", f"{r.baseline_rmse:.3f}", f"{r.spearman:.2f}", r.pool, f"${r.cost_usd:.4f}"]
+        if truth is not None:
+            cells.append(f"{truth_rmse(r.predictions_uri, truth):.3f}")
+        table.add_row(*cells)
+    console.print(table)
+    if truth is not None:
+        console.print("  * on genes never assayed, against the lab stand-in's hidden truth (only the stand-in can know it)")
+
+
+def print_quarantined(console: Console, storage: Storage, labs: dict[str, Storage]) -> None:
+    bad = [("", report) for report in quarantined(storage)]
+    bad += [(tenant, report) for tenant, store in labs.items() for report in quarantined(store)]
+    if not bad:
+        return
+    console.print(f"[yellow]Quarantined drops ({len(bad)}):[/]")
+    for tenant, report in bad:
+        prefix = f"{tag(tenant)} " if tenant else ""
+        console.print(f"  {prefix}[bold]{report['kind']}/{report['drop_id']}[/] at the {report['stage']} stage — {len(report['issues'])} issue(s):")
+        for issue in report["issues"][:4]:
+            console.print(f"    - {escape(issue.get('file') or 'drop')} ({issue['rule']}): {escape(issue['message'])}")
+
+
+def print_policy_rounds(console: Console, instance) -> None:
+    rows = policy_rounds(instance)
+    if not rows:
+        return
+    table = _table("The policy, version by version (success rate with 95% Wilson interval)", ("policy", "trained on", "sim success", "real success", "sim-to-real gap", "failed real trials → relabel"), 1)
+    for r in rows:
+        table.add_row(r["policy_version"], f"{r['datasets']} datasets", r.get("sim", "—"), r.get("real", "pending (robot cell)"), r.get("gap", "—"), str(r.get("relabel", "—")))
+    console.print(table)
+
+
+def print_summary(console: Console, storage: Storage, instance, labs: dict[str, Storage], *, truth=None, robotics_rows: bool = True) -> None:
+    """Everything above, in the order a reader asks: what ran and cost what, whose it was, did it help."""
+    print_gpu_steps(console, storage)
+    print_model_tasks(console, storage)
+    print_tenants(console, storage)
+    print_lab_rounds(console, instance, truth)
+    print_quarantined(console, storage, labs)
+    if robotics_rows:
+        print_policy_rounds(console, instance)
+    console.print(f"\nStorage root: {storage.root}   Dagster instance: {settings().dagster_home}")
+    console.print("Open the UI on the same instance with [bold]make ui[/] (http://127.0.0.1:3000).")
