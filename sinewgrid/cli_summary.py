@@ -44,18 +44,25 @@ def print_model_tasks(console: Console, storage: Storage) -> None:
     tasks = model_tasks(storage)
     if not len(tasks):
         return
+    evaluations = tasks[tasks["step"].str.startswith("evaluate ")]
+    work = tasks[~tasks["step"].str.startswith("evaluate ")]
     table = _table(
         "Model tasks: tokens bought through the model gateway, by task and model",
-        ("task", "model", "bought as", "items", "done", "tokens in", "out", "cached in", "cache hits", "token cost", "per item done"), 3,
+        ("task", "model", "bought as", "items", "tokens in", "out", "cached in", "cache hits", "token cost", "per item"), 3,
     )
-    for row in tasks.itertuples():
+    for row in work.itertuples():
         per = f"${row.cost_per_completed:.6f}" if row.cost_per_completed == row.cost_per_completed else "—"
         table.add_row(
-            escape(row.step), escape(row.model), row.purchasing, str(row.items), str(int(row.completed)), f"{row.tokens_in:,}", f"{row.tokens_out:,}",
+            escape(row.step), escape(row.model), row.purchasing, f"{int(row.completed)}/{row.items}", f"{row.tokens_in:,}", f"{row.tokens_out:,}",
             f"{row.tokens_cached:,}", str(row.cache_hits), f"${row.token_cost_usd:.6f}", per,
         )
     console.print(table)
-    console.print("  evaluate …: measuring each model on the task's own evaluation set (once per task version); prices are the catalog's, illustrative")
+    if len(evaluations):
+        console.print(
+            f"  Measuring the models on each task's own evaluation set (once per task version): {len(evaluations)} model × task pairs, "
+            f"{int(evaluations['tokens_in'].sum() + evaluations['tokens_out'].sum()):,} tokens, ${evaluations['token_cost_usd'].sum():.4f}. "
+            "Prices are the model catalog's (illustrative); `sinewgrid report --by model` has every figure."
+        )
 
 
 def print_tenants(console: Console, storage: Storage) -> None:
