@@ -16,7 +16,9 @@ def test_demo_runs_both_loops_to_the_summary(demo_run: DemoRun):
     out = demo_run.stdout
     assert "GPU steps: where they ran and what they cost" in out
     assert "cell.foundation_model" in out and "cell-steady" in out and "cell-burst" in out
-    assert "The model of each lab, round by round" in out and "Per tenant: what its GPU steps cost" in out
+    assert "The model of each lab, round by round" in out and "Per tenant: GPU hours and tokens" in out
+    # Token work in both lanes, beside the GPU work: each lab's notes went where its agreement allows.
+    assert "Model tasks: tokens bought through the model gateway" in out and "label-failure@v1" in out and "gene-rationale@v1" in out
     assert "seed-plate-bad-export" in out and "duplicate_well" in out
     assert "[lab-a] lab plates" in out and "[lab-b] lab plates" in out  # both labs' loops, side by side
 
@@ -27,6 +29,9 @@ def test_demo_runs_both_loops_to_the_summary(demo_run: DemoRun):
             assayed = sorted(int(r.asset_materialization.metadata["n_assayed_genes"].value) for r in rounds if r.partition_key == lab)
             assert assayed == [76, 114], lab
         assert set(instance.get_dynamic_partitions("assay_drops")) >= {"seed-plate-001", "seed-plate-002", "seed-plate-bad-export"}
+        notes = instance.fetch_materializations(dg.AssetKey(["cell", "plate_rationale"]), limit=10).records
+        models = {(r.partition_key, r.asset_materialization.metadata["model"].value) for r in notes}
+        assert models == {("lab-a", "standin-anthropic/brisk-2"), ("lab-b", "standin-selfhosted/open-8b")}  # lab-b allows no outside model
 
     # Robotics: a real Isaac Lab sweep and a MuJoCo sweep ran on the spot pool, a policy was
     # trained and evaluated, the robot cell's results came back.
