@@ -277,3 +277,25 @@ def test_a_model_is_measured_again_when_its_entry_changes_but_not_its_price(gate
     assert stored(gateway.storage, task, better.model(model_id)) is None  # another model behind the name: measured again
     run = Gateway(gateway.storage, better).run(task, ITEMS[:4], inputs=[], who=_who("remeasured"), policy=DataPolicy())
     assert [q.model for q in run.evaluations] == [model_id] and run.route.primary.id == model_id  # now the cheapest that meets the bar
+
+
+def test_an_answer_that_fails_the_task_s_verification_is_asked_of_the_next_model(gateway, tmp_path):
+    folder = tmp_path / "tell-parity-checked"
+    shutil.copytree(TASK, folder)
+    spec = yaml.safe_load((folder / "task.yaml").read_text())
+    spec.update(quality_bar=0.6, verify="verify.py")  # the cheap model meets this bar; its wrong answers are caught
+    (folder / "task.yaml").write_text(yaml.safe_dump(spec))
+    (folder / "verify.py").write_text(
+        "def verify(payload, answer):\n"
+        "    right = 'even' if payload['n'] % 2 == 0 else 'odd'\n"
+        "    return None if answer['parity'] == right else f\"{payload['n']} is {right}, not {answer['parity']}\"\n"
+    )
+    run = gateway.run(Task(folder), ITEMS, inputs=[], who=_who("verified"), policy=DataPolicy())
+    assert run.route.primary.id == "standin-openai/swift-1"
+    retried = [i for i in run.items if i.spent]
+    assert retried, "the cheap model answered every item right: nothing was verified"
+    assert len(run.completed) == len(ITEMS) and all(i.answer["parity"] == ("even" if i.payload["n"] % 2 == 0 else "odd") for i in run.items)
+    assert all(i.total_call().model.id != "standin-openai/swift-1" for i in retried)
+    rows = _gateway_rows(gateway, "verified").set_index("task_id")
+    for item in retried:  # both calls are paid for, and booked on the item
+        assert rows.loc[f"verified:{run.task.ref}:{item.id}", "tokens_in"] == sum(c.tokens_in for c in item.calls) > item.call.tokens_in
