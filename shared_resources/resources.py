@@ -64,10 +64,20 @@ class ModelGatewayResource(dg.ConfigurableResource):
             project=project or lane,
             tenant=tenant,
         )
-        catalog = load_models(self.models_file or None)
-        gateway = Gateway(Storage.at(self.storage_root), catalog)  # the platform's ledger, evaluations and logs
-        data = Storage.at(storage_root) if storage_root else None  # where the inputs' lineage is (a tenant's root)
-        return gateway.run(Task(task_folder), items, inputs=inputs, who=who, data=data, deadline_minutes=deadline_minutes)
+        from shared_resources.accounting.budgets import BudgetExceeded
+        from shared_resources.catalog.models import ModelCatalogError
+        from shared_resources.gateway.policy import DataPolicyRefused
+        from shared_resources.gateway.routing import NoModelMeetsBar
+        from shared_resources.gateway.tasks import TaskError
+
+        try:
+            catalog = load_models(self.models_file or None)
+            gateway = Gateway(Storage.at(self.storage_root), catalog)  # the platform's ledger, evaluations and logs
+            data = Storage.at(storage_root) if storage_root else None  # where the inputs' lineage is (a tenant's root)
+            return gateway.run(Task(task_folder), items, inputs=inputs, who=who, data=data, deadline_minutes=deadline_minutes)
+        except (BudgetExceeded, DataPolicyRefused, NoModelMeetsBar, TaskError, ModelCatalogError) as exc:
+            # Refused on purpose, with the reason and the way on: retrying would be refused the same way.
+            raise dg.Failure(description=str(exc), metadata={"refused_by": type(exc).__name__}, allow_retries=False) from None
 
 
 def platform_resources(root: str | None = None, pools_file: str | None = None) -> dict[str, dg.ConfigurableResource]:

@@ -59,9 +59,9 @@ class DataPolicy:
         return "; ".join(dict.fromkeys(d.describe() for d in self.data if d.tenant))
 
 
-def loggable(policy: DataPolicy, provider: Provider, content: str) -> str:
-    """What the gateway's request log may keep of a prompt sent to `provider`."""
-    if not policy.tenants or (provider.outside and policy.allows(provider)):
+def loggable(policy: DataPolicy, provider: Provider | None, content: str) -> str:
+    """What the gateway's request log may keep of a prompt sent to `provider` (None: no provider answered)."""
+    if not policy.tenants or (provider is not None and provider.outside and policy.allows(provider)):
         return content
     digest = hashlib.sha256(content.encode()).hexdigest()[:16]
     return f"[withheld: data of {', '.join(policy.tenants)}; {len(content)} characters, sha256 {digest}]"

@@ -83,7 +83,8 @@ def choose(task: Task, catalog: ModelCatalog, qualities: dict[str, Quality], pol
         eligible = batchable[:1] + [c for c in eligible if c not in batchable[:1]] if batchable else eligible
     if not eligible:
         table = "; ".join(f"{c.model.id}: {c.ruled_out}" for c in candidates)
-        if any(not policy.allows(c.model.provider) for c in candidates) and not any(policy.allows(c.model.provider) and c.quality and c.quality.rate >= bar for c in candidates):
+        refused_by_policy = [c for c in candidates if not policy.allows(c.model.provider)]
+        if refused_by_policy:  # the agreements rule providers out: say so, and what would let the task run
             allowed = [c.model.id for c in candidates if policy.allows(c.model.provider)]
             raise DataPolicyRefused(
                 f"{task.ref}: no model may take this task. The data is {policy.describe()}; the providers its agreements allow "

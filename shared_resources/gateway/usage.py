@@ -100,15 +100,9 @@ def log_requests(storage: Storage, who: Who, task: Task, policy: DataPolicy, ent
             "task": task.ref, "item": item_id, "model": call.model.id if call.model else "", "asked": call.asked, "outcome": outcome,
             "tokens_in": call.tokens_in, "tokens_out": call.tokens_out, "tokens_cached": call.tokens_cached, "cache_hit": call.cache_hit,
             "cost_usd": call.cost_usd, "seconds": round(call.seconds, 4), "error": call.error,
-            "prompt": loggable(policy, provider, content) if provider else loggable(policy, _nobody(), content),
+            "prompt": loggable(policy, provider, content),
         }))
     uri = storage.uri("models", "requests", f"{who.run_id}-{task.name}.jsonl")
     write_bytes_atomic(uri, ("\n".join(lines) + "\n").encode())
     return uri
 
-
-def _nobody():
-    """A provider that never answered: log as strictly as for an outside one."""
-    from shared_resources.catalog.models import Provider
-
-    return Provider(name="none", api="openai", base_url="-", outside=True, models={})
