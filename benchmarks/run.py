@@ -71,7 +71,7 @@ def machine_facts() -> dict[str, Any]:
 
 FIGURES = {
     "1": "validation", "2": "omics", "3a": "rollouts", "3b": "isaaclab", "4": "ingest", "5": "dispatch",
-    "6": "planner", "7": "registry", "8": "gang", "9": "sealing",
+    "6": "planner", "7": "registry", "8": "gang", "9": "sealing", "10": "gateway",
 }
 """Figure number -> name; `--only` takes either (and '3' for both 3a and 3b)."""
 
@@ -147,7 +147,9 @@ def main(argv: list[str] | None = None) -> int:
     facts = machine_facts()
     console.print(machine_table(facts))
 
-    from benchmarks import dispatch, episode_ingest, gang, isaaclab_overhead, omics_write, planner, registry, rollouts, sealing, validation
+    from benchmarks import (
+        dispatch, episode_ingest, gang, gateway, isaaclab_overhead, omics_write, planner, registry, rollouts, sealing, validation,
+    )
 
     figures: dict[str, Any] = {}
     method: dict[str, Any] = {}
@@ -236,6 +238,16 @@ def main(argv: list[str] | None = None) -> int:
         console.print(sealing.table(sealing_results, args.repeats))
         figures["sealing_cost"] = [r.to_dict() for r in sealing_results]
         method["sealing"] = "one write per repeat, sealed and plain alternating, each into fresh folders (the sealed one with a local key registered)"
+
+    if "10" in chosen:
+        with console.status("Measuring the model gateway's overhead per call (stand-in providers on loopback, about a minute)…"):
+            gateway_result = gateway.run(repeats=args.repeats)
+        console.print(gateway.table(gateway_result, args.repeats))
+        figures["gateway_overhead_ms"] = gateway_result.to_dict()
+        method["gateway"] = (
+            f"{gateway.CALLS} calls per column per repeat, the four columns alternating call by call, distinct payloads; "
+            f"p50 and p99 per repeat, median over repeats; a {gateway.SETTLE_S * 1e3:.0f} ms pause after each call, outside the timing"
+        )
 
     total_s = time.perf_counter() - started
     created = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")

@@ -142,19 +142,15 @@ def _budgets(ledger, as_json: bool) -> list[dict]:
 
 def _commit_discounts() -> tuple[dict[str, float], str]:
     """Each provider's `commit_discount` from the model catalog, and where they came from."""
-    import yaml
-
     from shared_resources.accounting.reports import DEFAULT_COMMIT_DISCOUNT
-    from shared_resources.settings import REPO_ROOT
+    from shared_resources.catalog.models import ModelCatalogError, load_models
 
-    path = Path(settings().models or REPO_ROOT / "shared_resources" / "catalog" / "models.yaml")
-    default = f"{DEFAULT_COMMIT_DISCOUNT:.0%} for providers it does not list"
     try:
-        providers = (yaml.safe_load(path.read_text(encoding="utf-8")) or {}).get("providers") or {}
-        found = {str(name): float(entry["commit_discount"]) for name, entry in providers.items() if isinstance(entry, dict) and "commit_discount" in entry}
-    except (OSError, yaml.YAMLError, AttributeError, TypeError, ValueError) as exc:
-        return {}, f"no model catalog could be read at {path} ({type(exc).__name__}); every provider at the default {DEFAULT_COMMIT_DISCOUNT:.0%}"
-    return found, f"`commit_discount` of each provider in {path}; {default}"
+        catalog = load_models()
+    except ModelCatalogError as exc:
+        return {}, f"the model catalog could not be read ({exc}); every provider at the default {DEFAULT_COMMIT_DISCOUNT:.0%}"
+    found = {name: provider.commit_discount for name, provider in catalog.providers.items()}
+    return found, f"`commit_discount` of each provider in {catalog.file}; {DEFAULT_COMMIT_DISCOUNT:.0%} for providers it does not list"
 
 
 def _commit(frame, as_json: bool) -> list[dict]:

@@ -278,11 +278,13 @@ def test_sinewgrid_report_shows_tokens_budgets_and_the_commitment(home, booked, 
 
 
 def test_the_demo_summary_tables_put_token_cost_beside_gpu_cost(home, booked):
-    from sinewgrid.summary import ledger_by_step, ledger_by_tenant
+    from sinewgrid.summary import ledger_by_step, ledger_by_tenant, model_tasks
 
     booked.record(_gateway(DAY2 + dt.timedelta(hours=6), 0.25, tokens=(12_000, 3_000, 0, 0)))
     tenants = ledger_by_tenant(Storage.at(str(home))).set_index("tenant")
     assert tenants.loc["robotics", ["tokens", "gpu_cost_usd", "token_cost_usd", "cost_usd"]].tolist() == pytest.approx([15_000, 3.0, 0.25, 3.25])
     assert tenants.loc["cell", "tokens"] == 0 and tenants.loc["cell", "token_cost_usd"] == 0.0
     steps = ledger_by_step(Storage.at(str(home))).set_index("step")
-    assert steps.loc["label-failure@v1", "tokens"] == 15_000 and steps.loc["label-failure@v1", "gpu_hours"] == 0.0
+    assert "label-failure@v1" not in steps.index and (steps["gpu_hours"] > 0).all()  # GPU steps only: model tasks have their own table
+    tasks = model_tasks(Storage.at(str(home))).set_index("step")
+    assert tasks.loc["label-failure@v1", ["tokens_in", "tokens_out", "token_cost_usd"]].tolist() == pytest.approx([12_000, 3_000, 0.25])

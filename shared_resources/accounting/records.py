@@ -98,8 +98,9 @@ class AttemptRecord:
     lost_failure_seconds: float = 0.0
     lost_queueing_seconds: float = 0.0
     lost_rework_seconds: float = 0.0
-    # Tokens bought from a model provider (the model gateway books one row per completed task,
-    # `backend` "model-gateway", no GPUs, no allocated time): input, output, what they cost.
+    # Tokens bought from a model provider (the model gateway books one row per item it was asked,
+    # answered or not, and one per evaluation; `backend` "model-gateway", no GPUs, no allocated
+    # time): input, output, what they cost.
     tokens_in: int | None = None
     tokens_out: int | None = None
     token_cost_usd: float | None = None

@@ -9,8 +9,6 @@ on loopback; `SINEWGRID_MODELS` points at another file. See docs/model-gateway.m
 
 from __future__ import annotations
 
-import hashlib
-import json
 import re
 from enum import Enum
 from pathlib import Path
@@ -90,6 +88,7 @@ class Provider(BaseModel):
     priority_markup: float = Field(0.0, ge=0, description="What priority capacity costs on top of pay-as-you-go prices.")
     rate_limit_rpm: int | None = Field(None, gt=0)
     timeout_s: float = Field(30.0, gt=0)
+    batch: bool | None = Field(None, description="Has the OpenAI-compatible Files and Batches APIs (default: every `openai` provider).")
     standin: StandInSpec | None = None
     models: dict[str, ModelSpec]
 
@@ -100,7 +99,7 @@ class Provider(BaseModel):
     @property
     def supports_batch(self) -> bool:
         """Batches go through the OpenAI-compatible Files and Batches APIs."""
-        return self.api == "openai"
+        return self.batch if self.batch is not None else self.api == "openai"
 
 
 class CatalogModel(BaseModel):
@@ -156,12 +155,6 @@ class ModelCatalog(BaseModel):
                 return m
         known = ", ".join(m.id for m in self.models)
         raise ModelCatalogError(f"model `{model_id}` is not in the model catalog {self.file} (it has: {known}). Use `provider/model` as listed there.")
-
-    @property
-    def fingerprint(self) -> str:
-        """Changes whenever a provider, model or price changes: evaluations are redone then."""
-        text = json.dumps({n: p.model_dump(mode="json") for n, p in sorted(self.providers.items())}, sort_keys=True)
-        return hashlib.sha256(text.encode()).hexdigest()[:12]
 
 
 def models_file() -> Path:

@@ -53,7 +53,7 @@ def run_batch(
     """Send `items` as one batch; the calls that finished, by item id (the others are left out)."""
     lib = litellm()
     provider = model.provider
-    auth = {"custom_llm_provider": "openai", "api_base": base_url, "api_key": provider_api_key(provider.api_key_env) or "standin"}
+    auth = {"custom_llm_provider": "openai", "api_base": base_url, "api_key": provider_api_key(provider.api_key_env) or ("standin" if provider.is_standin else "")}
     started = time.monotonic()
     deadline = started + 60.0 * (deadline_minutes or DEFAULT_DEADLINE_MINUTES)
     reserve = max(online_seconds_per_item * len(items), 0.1 * (deadline - started))

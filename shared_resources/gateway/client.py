@@ -2,9 +2,10 @@
 
 Each catalog model is one Router deployment named `provider/model` (LiteLLM turns the neutral
 request into that provider's API). The Router does what a gateway must not write by hand:
-retries, cool-downs of a deployment that keeps failing, fallbacks to the next model of the route
-on rate limits, errors and time-outs, and the response cache (LiteLLM's cache, kept on disk with
-`diskcache` so a repeated prompt costs no tokens across runs, one namespace per tenant).
+fallbacks to the next model of the route on rate limits, errors and time-outs (instead of
+retrying the same one), cool-downs of a model that keeps failing, and the response cache
+(LiteLLM's cache, kept on disk with `diskcache` so a repeated prompt costs no tokens across runs;
+opt-in per call, one namespace per lane; the gateway never caches a tenant's answers).
 
 What a call cost is worked out here from the catalog's prices and the usage the provider
 reported (uncached input, cached input, output); LiteLLM is given the same prices, and its own
@@ -108,11 +109,12 @@ class ModelClient:
         self.addresses = addresses
         model_list = [self._deployment(m) for m in catalog.models]
         # A failed call goes straight to the next model of the route: waiting to retry a provider
-        # that is rate limited, down or slow only spends the caller's deadline. A model that failed
-        # twice within a minute cools down for `cooldown_s`: later calls skip it without asking.
-        # (The per-type policy is what makes LiteLLM cool down a model group of one deployment.)
+        # that is rate limited, down or slow only spends the caller's deadline. A model that fails
+        # a second time within a minute cools down for `cooldown_s`: later calls skip it without
+        # asking. (LiteLLM cools down past `allowed_fails`; the per-type policy is what makes it
+        # cool down a model group of one deployment.)
         retries = RetryPolicy(RateLimitErrorRetries=0, TimeoutErrorRetries=0, InternalServerErrorRetries=0, ContentPolicyViolationErrorRetries=0, BadRequestErrorRetries=0)
-        fails = AllowedFailsPolicy(RateLimitErrorAllowedFails=2, TimeoutErrorAllowedFails=2, InternalServerErrorAllowedFails=2)
+        fails = AllowedFailsPolicy(RateLimitErrorAllowedFails=1, TimeoutErrorAllowedFails=1, InternalServerErrorAllowedFails=1)
         self.router = Router(
             model_list=model_list, retry_policy=retries, num_retries=0, retry_after=0, allowed_fails_policy=fails, cooldown_time=cooldown_s
         )

@@ -11,9 +11,9 @@
 4. **Route.** The cheapest allowed model that meets the bar; fallbacks on another provider first
    (`routing.py`).
 5. **Calls.** A batch task goes to the provider's batch API at the batch price and must be done
-   before its deadline; what is not done then is answered online (`batch.py`). An online task
-   goes item by item through LiteLLM's Router, which retries, cools down and falls back
-   (`client.py`). Every answer is validated against the task's schema (and verified, where the
+   before its deadline; what is not done then (or a batch the provider would not take) is answered
+   online (`batch.py`). An online task goes item by item through LiteLLM's Router, which falls
+   back along the route and cools a failing model down (`client.py`). Every answer is validated against the task's schema (and verified, where the
    task declares a check); an answer that fails is asked of the next model of the route once.
 6. **Books.** One ledger row per item, the evaluations' cost, and a request log (`usage.py`).
 """
@@ -28,7 +28,7 @@ from typing import Any
 from shared_resources.accounting.ledger import Ledger
 from shared_resources.catalog.models import ModelCatalog, load_models
 from shared_resources.gateway import standin_hub
-from shared_resources.gateway.batch import run_batch
+from shared_resources.gateway.batch import BatchOutcome, run_batch
 from shared_resources.gateway.client import Call, ModelClient
 from shared_resources.gateway.evaluation import Answered, qualities
 from shared_resources.gateway.policy import DataPolicy, policy_for
@@ -90,7 +90,10 @@ class Gateway:
         batch = None
         if route.batch and items:
             minutes = deadline_minutes if deadline_minutes is not None else task.spec.deadline_minutes
-            batch = run_batch(task, items, route.primary, client.addresses[route.primary.provider.name], deadline_minutes=minutes)
+            try:
+                batch = run_batch(task, items, route.primary, client.addresses[route.primary.provider.name], deadline_minutes=minutes)
+            except Exception as exc:  # the batch API refused or is down: every item goes online instead
+                batch = BatchOutcome(batch_id="", status=f"not sent ({type(exc).__name__}: {str(exc)[:200]})", seconds=0.0, deadline_seconds=60.0 * (minutes or 60))
             payloads = dict(items)
             for item_id, call in batch.calls.items():
                 results[item_id] = self._settle(task, item_id, payloads[item_id], call, batch=True)
@@ -98,6 +101,8 @@ class Gateway:
         order = route.order  # a batch's leftovers go online along the whole route
         with ThreadPoolExecutor(max_workers=self.workers) as pool:
             for item_id, result in zip([i for i, _ in online], pool.map(lambda item: self._online(client, task, item[1], order, who, item[0], cache), online)):
+                if item_id in results:  # a batch answer that failed its check: its tokens were bought too
+                    result.spent = [*results[item_id].calls, *result.spent]
                 results[item_id] = result
         ordered = [results[i] for i, _ in items]
         self._book(who, task, policy, items, ordered, started)
@@ -105,7 +110,7 @@ class Gateway:
 
     def _asker(self, client: ModelClient, task: Task):
         def ask(model, payload: dict[str, Any]) -> Answered:
-            call = client.complete(task, payload, [model], namespace="evaluation")
+            call = client.complete(task, payload, [model], namespace="evaluation", cache=False)  # a re-measurement must ask the model again
             return Answered(text=call.text, tokens_in=call.tokens_in, tokens_out=call.tokens_out, cost_usd=call.cost_usd, error=call.error)
 
         return ask

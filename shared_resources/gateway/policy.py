@@ -10,8 +10,9 @@ agreement it was published with: `shared_resources/tenancy/agreements.py`):
   `outside_models`; the platform's own data (no tenant) binds nothing;
 - data whose agreement records nothing counts as "no outside models".
 
-The gateway's own request log keeps a prompt's content only where every tenant in it allows that
-provider; otherwise it keeps a digest and the size, never the content.
+The gateway's own request log (on the platform's disk, unsealed) never keeps a prompt that holds a
+tenant's data, whoever answered it: a digest and the size stand in for it. The platform's own
+data is logged as it was sent.
 """
 
 from __future__ import annotations
@@ -59,9 +60,9 @@ class DataPolicy:
         return "; ".join(dict.fromkeys(d.describe() for d in self.data if d.tenant))
 
 
-def loggable(policy: DataPolicy, provider: Provider | None, content: str) -> str:
-    """What the gateway's request log may keep of a prompt sent to `provider` (None: no provider answered)."""
-    if not policy.tenants or (provider is not None and provider.outside and policy.allows(provider)):
+def loggable(policy: DataPolicy, content: str) -> str:
+    """What the gateway's request log may keep of a prompt."""
+    if not policy.tenants:
         return content
     digest = hashlib.sha256(content.encode()).hexdigest()[:16]
     return f"[withheld: data of {', '.join(policy.tenants)}; {len(content)} characters, sha256 {digest}]"

@@ -7,9 +7,9 @@ answered, `provider` its provider, `purchasing` how its tokens were bought (`bat
 `tokens_in`/`tokens_out`/`tokens_cached`, `cache_hits` (1 when the gateway's response cache
 answered: no tokens bought) and `token_cost_usd`. `attempt` is the item's number within the run.
 
-The request log (`models/requests/<run>.jsonl` under the storage root) keeps, per call, the task,
-the model, the outcome and the tokens, and the prompt only where the data's agreements allow
-(`policy.loggable`).
+The request log (`models/requests/<run>-<task>.jsonl` under the storage root) keeps, per call, the
+task, the model, the outcome and the tokens, and the prompt only when it holds no tenant's data
+(`policy.loggable`). A row of an evaluation (`step` `evaluate <task>`) completes no task.
 """
 
 from __future__ import annotations
@@ -47,7 +47,9 @@ class Who:
         return self.tenant or self.lane or "platform"
 
 
-def row(who: Who, task: Task, number: int, item_id: str, call: Call, *, completed: bool, batch: bool, started: dt.datetime, step: str | None = None) -> AttemptRecord:
+def row(
+    who: Who, task: Task, number: int, item_id: str, call: Call, *, completed: bool, batch: bool, started: dt.datetime, step: str | None = None, counts: bool = True
+) -> AttemptRecord:
     model = call.model
     purchasing = Purchasing.batch.value if batch else (model.provider.purchasing.value if model else Purchasing.pay_as_you_go.value)
     return AttemptRecord(
@@ -75,7 +77,7 @@ def row(who: Who, task: Task, number: int, item_id: str, call: Call, *, complete
         tokens_out=call.tokens_out,
         token_cost_usd=round(call.cost_usd, 10),
         task_id=f"{who.run_id}:{task.ref}:{item_id}",
-        completed_task=completed,
+        completed_task=completed and counts,
         cause="" if completed else "failed",
         tenant=who.tenant or who.lane,
         model=model.id if model else "",
@@ -87,7 +89,7 @@ def row(who: Who, task: Task, number: int, item_id: str, call: Call, *, complete
 def evaluation_row(who: Who, task: Task, number: int, quality: Quality, catalog_model, started: dt.datetime) -> AttemptRecord:
     """What measuring one model on the task's evaluation set cost (booked once, as the platform's)."""
     call = Call(model=catalog_model, asked=catalog_model.id, tokens_in=round(quality.tokens_in_mean * quality.n), tokens_out=round(quality.tokens_out_mean * quality.n), cost_usd=quality.cost_usd)
-    return row(who, task, number, f"evaluation:{catalog_model.id}", call, completed=not quality.errors, batch=False, started=started, step=f"evaluate {task.ref}")
+    return row(who, task, number, f"evaluation:{catalog_model.id}", call, completed=not quality.errors, batch=False, started=started, step=f"evaluate {task.ref}", counts=False)
 
 
 def log_requests(storage: Storage, who: Who, task: Task, policy: DataPolicy, entries: list[tuple[str, dict[str, Any], Call, str]]) -> str:
@@ -95,12 +97,11 @@ def log_requests(storage: Storage, who: Who, task: Task, policy: DataPolicy, ent
     lines = []
     for item_id, payload, call, outcome in entries:
         content = json.dumps(payload, sort_keys=True, default=str)
-        provider = call.model.provider if call.model else None
         lines.append(json.dumps({
             "task": task.ref, "item": item_id, "model": call.model.id if call.model else "", "asked": call.asked, "outcome": outcome,
             "tokens_in": call.tokens_in, "tokens_out": call.tokens_out, "tokens_cached": call.tokens_cached, "cache_hit": call.cache_hit,
             "cost_usd": call.cost_usd, "seconds": round(call.seconds, 4), "error": call.error,
-            "prompt": loggable(policy, provider, content),
+            "prompt": loggable(policy, content),
         }))
     uri = storage.uri("models", "requests", f"{who.run_id}-{task.name}.jsonl")
     write_bytes_atomic(uri, ("\n".join(lines) + "\n").encode())

@@ -12,7 +12,8 @@ versions published after, never the ones before. Three places ask these records:
 - lineage (`rests_on`): a model's record names the agreements it rests on
   (`shared_resources/data/provenance.py`, `record_result`).
 
-The model gateway (a later issue) asks the same records before it sends data to an outside model.
+The model gateway asks the same records before it sends data to an outside model
+(`shared_resources/gateway/policy.py`, docs/model-gateway.md).
 No Dagster here: this module is plain data, read by the control plane and by the command line.
 """
 
