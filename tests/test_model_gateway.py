@@ -299,3 +299,12 @@ def test_an_answer_that_fails_the_task_s_verification_is_asked_of_the_next_model
     rows = _gateway_rows(gateway, "verified").set_index("task_id")
     for item in retried:  # both calls are paid for, and booked on the item
         assert rows.loc[f"verified:{run.task.ref}:{item.id}", "tokens_in"] == sum(c.tokens_in for c in item.calls) > item.call.tokens_in
+
+
+def test_a_batch_the_provider_will_not_take_is_answered_online(gateway, tmp_path):
+    task = _batch_task(tmp_path, deadline_minutes=1)
+    _standin(gateway, "standin-openai").set_outage(True)  # the batch model's provider is down: no upload, no batch
+    run = gateway.run(task, ITEMS, inputs=[], who=_who("no-batch"), policy=DataPolicy())
+    assert run.route.batch and run.batch is not None and run.batch.status.startswith("not sent")
+    assert len(run.completed) == len(ITEMS) and not any(i.batch for i in run.items)
+    assert "standin-openai" not in {i.total_call().model.provider.name for i in run.items}
