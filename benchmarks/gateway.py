@@ -1,7 +1,7 @@
 """Figure 10: the model gateway's overhead per call (goal: at most 5 ms at p50 over a direct HTTP call).
 
 Four ways of asking the same stand-in provider the same question, timed call by call in
-alternation (ours, cache hit, SDK, direct, ours, …), each call with its own payload ``{"n": i}``:
+alternation (ours, cache hit, SDK, direct, ours, …), each round with its own payload ``{"n": i}``:
 
 * **ours**: ``ModelClient(catalog, addresses, cache_folder=None).complete(task, {"n": i}, [model],
   namespace="bench", cache=False)``, the gateway's whole per-call path through LiteLLM's Router
@@ -149,25 +149,35 @@ class Setup:
         from shared_resources.gateway.tasks import Task
 
         self.work = Path(tempfile.mkdtemp(prefix="sinewgrid-bench-gateway-"))
-        self.catalog = load_models(bench_catalog(self.work))
-        self.task = Task(TASK_FOLDER)
-        root = str(self.work / "storage")
-        self.standins = {p.name: standin_hub.standin(p, root, [self.task]) for p in self.catalog.providers.values() if p.is_standin}
-        addresses = {name: (self.standins[name].base_url if name in self.standins else p.base_url) for name, p in self.catalog.providers.items()}
-        self.provider = self.standins[PROVIDER]
-        self.url = f"{self.provider.base_url}/chat/completions"
-        self.model = self.catalog.model(f"{PROVIDER}/{MODEL}")
-        self.ours = ModelClient(self.catalog, addresses, cache_folder=None)
-        self.cached = ModelClient(self.catalog, addresses, cache_folder=self.work / "response-cache")
-        self.http = httpx.Client(timeout=30)
-        self.sdk = openai.OpenAI(base_url=self.provider.base_url, api_key="standin", max_retries=0, timeout=30)
+        self.standins: dict[str, Any] = {}
+        self.closing: list[Callable[[], Any]] = []
+        try:
+            self.catalog = load_models(bench_catalog(self.work))
+            self.task = Task(TASK_FOLDER)
+            root = str(self.work / "storage")
+            for name, p in self.catalog.providers.items():
+                if p.is_standin:
+                    self.standins[name] = standin_hub.standin(p, root, [self.task])
+            addresses = {name: (self.standins[name].base_url if name in self.standins else p.base_url) for name, p in self.catalog.providers.items()}
+            self.provider = self.standins[PROVIDER]
+            self.url = f"{self.provider.base_url}/chat/completions"
+            self.model = self.catalog.model(f"{PROVIDER}/{MODEL}")
+            self.ours = ModelClient(self.catalog, addresses, cache_folder=None)
+            self.cached = ModelClient(self.catalog, addresses, cache_folder=self.work / "response-cache")
+            self.http = httpx.Client(timeout=30)
+            self.closing.append(self.http.close)
+            self.sdk = openai.OpenAI(base_url=self.provider.base_url, api_key="standin", max_retries=0, timeout=30)
+            self.closing.append(self.sdk.close)
+        except BaseException:
+            self.__exit__()
+            raise
         return self
 
     def __exit__(self, *exc: object) -> None:
         from shared_resources.gateway.client import litellm
 
-        self.http.close()
-        self.sdk.close()
+        for close in self.closing:
+            close()
         for provider in self.standins.values():
             provider.stop()
         litellm().cache = None  # the response cache is process-wide in LiteLLM; its folder goes now
