@@ -166,6 +166,7 @@ def test_the_ledger_summary_asset_materializes_with_tables_and_plots(home, booke
     assert "| cell | 4 |" in md["by_tenant"].value  # the platform's own steps: their tenant is their lane
     assert md["gpu_cost_usd"].value == pytest.approx(TOTAL_COST) and md["token_cost_usd"].value == 0.0 and md["tokens_in"].value == 0
     assert "tokens_in | tokens_out | tokens_cached | cache_hits" in md["by_lane"].value and "| none (GPU steps) |" in md["by_model"].value
+    assert md["by_task"].value.startswith("| task |")  # a GPU step or a model task per row
     for name in ("cost_breakdown", "goodput_over_time"):
         embedded = re.fullmatch(r"!\[[^\]]+\]\(data:image/png;base64,([A-Za-z0-9+/=]+)\)", md[name].value)
         assert embedded, md[name].value[:80]

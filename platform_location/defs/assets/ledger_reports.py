@@ -34,7 +34,7 @@ def ledger_summary(context: dg.AssetExecutionContext, storage: StorageResource) 
     gateway) book tokens and no GPU time: every table shows tokens in, out and from the
     provider's cache, the gateway's cache hits, and token cost beside GPU-hours and GPU cost.
 
-    Shows the totals, tables per lane, tenant (each lab of the Cell lane), provider, project, model and run, and two plots: the cost
+    Shows the totals, tables per lane, tenant (each lab of the Cell lane), provider, project, model, task (a GPU step or a model task) and run, and two plots: the cost
     breakdown and goodput per day. The plots are also saved under `reports/ledger/` in the
     storage root.
     """
@@ -52,7 +52,7 @@ def ledger_summary(context: dg.AssetExecutionContext, storage: StorageResource) 
     write_bytes_atomic(goodput_uri, goodput_png)
     context.log.info(f"{totals['attempts']} attempts, ${totals['cost_usd']:.2f}; plots in {store.uri('reports', 'ledger')}")
 
-    tables = {by: reports.summary_markdown(reports.summary(frame, by)) for by in ("lane", "tenant", "provider", "project", "model")}
+    tables = {by: reports.summary_markdown(reports.summary(frame, by)) for by in ("lane", "tenant", "provider", "project", "model", "task")}
     runs = reports.summary(frame, "run").head(RUNS_SHOWN)
     return dg.MaterializeResult(
         metadata={
@@ -73,6 +73,7 @@ def ledger_summary(context: dg.AssetExecutionContext, storage: StorageResource) 
             "by_provider": dg.MetadataValue.md(tables["provider"]),
             "by_project": dg.MetadataValue.md(tables["project"]),
             "by_model": dg.MetadataValue.md(tables["model"]),
+            "by_task": dg.MetadataValue.md(tables["task"]),
             f"costliest_{RUNS_SHOWN}_runs": dg.MetadataValue.md(reports.summary_markdown(runs)),
             "cost_breakdown": dg.MetadataValue.md(_image("cost breakdown", cost_png)),
             "goodput_over_time": dg.MetadataValue.md(_image("goodput over time", goodput_png)),
