@@ -188,3 +188,20 @@ def _alive(pid: int) -> bool:
         return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
     except psutil.NoSuchProcess:
         return False
+
+
+def committed_episodes(folder: Path) -> dict[int, tuple]:
+    """A rollout shard's committed episodes: seed -> (trial record, states, actions), compared bit
+    for bit by the resume tests (tests/test_rollout_resume*.py)."""
+    from robotics_lane.episodes.shards import read_episode_file
+
+    out = {}
+    for trial in sorted((folder / "trials").glob("seed-*.json")):
+        record = json.loads(trial.read_text())
+        episode = read_episode_file(record["episode_file"], ["balance the pole"])
+        out[record["seed"]] = (
+            {k: v for k, v in record.items() if k != "episode_file"},
+            episode.observation_state.tobytes(),
+            episode.action.tobytes(),
+        )
+    return out

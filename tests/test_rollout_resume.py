@@ -18,11 +18,10 @@ import pandas as pd
 import pytest
 
 from robotics_lane.defs.assets.rollouts import sweep_imports
-from robotics_lane.episodes.shards import read_episode_file
 from robotics_lane.workloads.rollout_output import committed_seeds
 from shared_resources.runtime.inputs import Failpoint
 from shared_resources.runtime.workload import PREEMPTED_EXIT_CODE
-from tests.helpers import WorkloadProcess
+from tests.helpers import WorkloadProcess, committed_episodes
 
 pytestmark = pytest.mark.e2e  # runs workloads end to end, in their own processes
 
@@ -54,26 +53,12 @@ def _extras(tmp_path: Path, name: str, num_envs: int, hold: Path | None = None) 
     return path
 
 
-def _episodes(folder: Path) -> dict[int, tuple]:
-    """seed -> (trial record, states, actions) for every committed episode."""
-    out = {}
-    for trial in sorted((folder / "trials").glob("seed-*.json")):
-        record = json.loads(trial.read_text())
-        episode = read_episode_file(record["episode_file"], ["balance the pole"])
-        out[record["seed"]] = (
-            {k: v for k, v in record.items() if k != "episode_file"},
-            episode.observation_state.tobytes(),
-            episode.action.tobytes(),
-        )
-    return out
-
-
 @pytest.fixture(scope="module")
 def uninterrupted(tmp_path_factory) -> dict:
     tmp = tmp_path_factory.mktemp("reference")
     reference = WorkloadProcess(ROLLOUTS, _extras(tmp, "reference", num_envs=1), "run", cold=True)  # by hand: a fresh interpreter
     assert reference.wait() == 0, reference.tail()
-    episodes = _episodes(tmp / "reference")
+    episodes = committed_episodes(tmp / "reference")
     assert sorted(episodes) == SEEDS
     return episodes
 
@@ -96,7 +81,7 @@ def test_interrupted_shard_resumes_to_exactly_the_same_episodes(tmp_path, uninte
     resumed = WorkloadProcess(ROLLOUTS, extras, "resumed", imports=sweep_imports("mujoco"))
     assert resumed.wait() == 0, resumed.tail()
     assert f"{HELD_AT} already committed, {len(SEEDS) - HELD_AT} to run, 3 envs on cpu" in resumed.log.read_text()
-    assert _episodes(tmp_path / "shard") == uninterrupted
+    assert committed_episodes(tmp_path / "shard") == uninterrupted
     # one file per episode, nothing twice
     assert len(list((tmp_path / "shard" / "episodes").glob("*.parquet"))) == len(SEEDS)
 

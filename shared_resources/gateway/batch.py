@@ -95,7 +95,6 @@ def run_batch(
             text=body["choices"][0]["message"]["content"],
             model=model,
             asked=model.id,
-            tried=[model.id],
             tokens_in=tokens_in,
             tokens_out=tokens_out,
             tokens_cached=cached,

@@ -17,7 +17,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -57,11 +57,6 @@ class Call:
     seconds: float = 0.0
     asked: str = ""  # the model the route asked first
     error: str = ""
-    tried: list[str] = field(default_factory=list)
-
-    @property
-    def fell_back(self) -> bool:
-        return self.model is not None and self.model.id != self.asked
 
 
 def disk_cache(folder: Path):
@@ -148,7 +143,7 @@ class ModelClient:
         """Ask the first model of `order`; the Router falls back along the rest."""
         lib = litellm()
         request = task.request(payload)
-        call = Call(asked=order[0].id, tried=[m.id for m in order])
+        call = Call(asked=order[0].id)
         started = time.perf_counter()
         try:
             response = self.router.completion(

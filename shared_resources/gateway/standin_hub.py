@@ -64,12 +64,6 @@ def standin(provider: Provider, storage_root: str, tasks: list[Task]) -> StandIn
         return running
 
 
-def running_standins() -> dict[str, StandInProvider]:
-    """The stand-ins this process runs, by provider (for a test to cause an outage)."""
-    with _LOCK:
-        return {name: p for (name, _), p in _RUNNING.items()}
-
-
 def stop_all() -> None:
     with _LOCK:
         for provider in _RUNNING.values():
