@@ -150,16 +150,17 @@ class VideoProbe:
 def probe_video(fs: fsspec.AbstractFileSystem, path: str) -> VideoProbe:
     """Decode every frame (no RGB conversion) and time it; VideoUnreadable on a decode error."""
     with open_video(fs, path) as (container, stream):
-        times = []
+        pts = []
         try:
             for frame in container.decode(stream):
                 if frame.pts is None:
-                    raise VideoUnreadable(f"frame {len(times)} has no presentation time")
-                times.append(frame.pts * stream.time_base)
+                    raise VideoUnreadable(f"frame {len(pts)} has no presentation time")
+                pts.append(frame.pts)
         except av.FFmpegError as exc:
-            raise VideoUnreadable(f"decoding stops after {len(times)} frames ({exc})") from exc
+            raise VideoUnreadable(f"decoding stops after {len(pts)} frames ({exc})") from exc
         rate = stream.base_rate or stream.average_rate
-        return VideoProbe(stream.width, stream.height, Fraction(rate) if rate else None, np.sort(np.asarray(times, dtype=np.float64)))
+        times = np.sort(np.asarray(pts, dtype=np.float64)) * float(stream.time_base)
+        return VideoProbe(stream.width, stream.height, Fraction(rate) if rate else None, times)
 
 
 def in_span(times: np.ndarray, start_s: float, end_s: float, fps: int) -> np.ndarray:
@@ -174,13 +175,13 @@ def decode_video(fs: fsspec.AbstractFileSystem, path: str, start_s: float, end_s
     `start_s` first (LeRobot's own files hold many episodes each)."""
     half = 0.5 / fps
     with open_video(fs, path) as (container, stream):
-        shape = (0, stream.height, stream.width, 3)
+        shape, time_base = (0, stream.height, stream.width, 3), float(stream.time_base)
         if start_s > 0:
             container.seek(max(int((start_s - 2 * half) / stream.time_base), 0), stream=stream, backward=True, any_frame=False)
         frames = []
         try:
             for frame in container.decode(stream):
-                t = float(frame.pts * stream.time_base)
+                t = frame.pts * time_base
                 if t >= end_s - half:
                     break
                 if t >= start_s - half:
