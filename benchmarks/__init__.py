@@ -11,7 +11,8 @@ This module holds the shared timing helpers; the figures live in
 Isaac Lab runtime's Python 3.12, so this module imports nothing beyond the standard library) and
 ``benchmarks.episode_ingest`` (episode ingest throughput),
 ``benchmarks.registry`` (data registry register/get against a plain copy) and
-``benchmarks.sealing`` (checkpoint save and omics write sealed with a tenant's key against plain).
+``benchmarks.sealing`` (checkpoint save and omics write sealed with a tenant's key against plain) and
+``benchmarks.camera_ingest`` (camera episode ingest against a plain PyAV decode of the same videos).
 """
 
 from __future__ import annotations

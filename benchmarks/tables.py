@@ -4,7 +4,8 @@ Each ``*_table`` function turns one figure's results (from ``benchmarks.validati
 ``benchmarks.omics_write``, ``benchmarks.rollouts``, ``benchmarks.isaaclab_overhead``,
 ``benchmarks.episode_ingest``, ``benchmarks.dispatch``, ``benchmarks.planner`` and
 ``benchmarks.registry``) into a rich ``Table``, subject next to its baseline, with a caption
-that says how it was measured.
+that says how it was measured. Figures 9, 10 and 11 (``benchmarks.sealing``, ``benchmarks.gateway``,
+``benchmarks.camera_ingest``) build their tables in their own modules (``table``).
 """
 
 from __future__ import annotations
