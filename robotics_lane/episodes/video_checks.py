@@ -18,6 +18,7 @@ The episodes table must say where each camera's frames are (`videos/<camera>/chu
 
 from __future__ import annotations
 
+import math
 import posixpath
 from collections import defaultdict
 from typing import Any
@@ -57,9 +58,9 @@ def check_videos(fs: Any, root: str, info: dict, rows: list[dict], dataset: str)
     issues: list[DropIssue] = []
     for camera, feature in cameras.items():
         columns = [f"videos/{camera}/{c}" for c in VIDEO_COLUMNS]
-        missing = sorted({c for r in rows for c in columns if r.get(c) is None})
+        missing = sorted({c for r in rows for c in columns if not _number(r.get(c))})
         if missing:
-            msg = (f"the episode table has no (or empty) {missing}; each episode row must say which file holds its "
+            msg = (f"the episode table has no (or empty, or non-numeric) {missing}; each episode row must say which file holds its "
                    f"`{camera}` frames and their span in seconds, as LeRobot v3 writes them.")  # fmt: skip
             issues.append(DropIssue(RULE, msg, "meta/episodes", column=camera))
             continue
@@ -85,8 +86,9 @@ def _check_file(fs: Any, root: str, rel: str, camera: str, feature: dict, rows: 
     except FileNotFoundError:
         return [issue(f"camera `{camera}` of {held} of {dataset}: the video file is missing; send it with the session "
                       "(the episode table points here), or remove the camera from info.json and the episode table.")]  # fmt: skip
-    except VideoUnreadable as exc:
-        return [issue(f"camera `{camera}` of {held} of {dataset}: the video cannot be decoded: {exc}. The file is truncated or "
+    except Exception as exc:  # noqa: BLE001 - any read failure is reported, not raised
+        reason = str(exc) if isinstance(exc, VideoUnreadable) else f"{type(exc).__name__}: {exc}"
+        return [issue(f"camera `{camera}` of {held} of {dataset}: the video cannot be decoded: {reason}. The file is truncated or "
                       "not an MP4 video; copy it again from the recorder or re-export the session.")]  # fmt: skip
     issues = []
     height, width = feature["shape"][:2]
@@ -124,6 +126,10 @@ def _check_episode(times: np.ndarray, row: dict, camera: str, fps: int, rate_ok:
                                "a dropped, repeated or late camera frame puts the images out of step with the rows: re-export the "
                                f"camera with one frame every 1/{fps} s, in step with the rows.", int(row["dataset_from_index"]) + j))  # fmt: skip
     return found
+
+
+def _number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
 
 
 def _episodes(rows: list[dict]) -> str:
