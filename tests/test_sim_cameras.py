@@ -5,20 +5,27 @@ Real rendering (Mesa's llvmpipe here), real episodes; nothing mocked.
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
+from pathlib import Path
 
 import numpy as np
 import pydantic
 import pytest
 
-from robotics_lane.sim import BalancingController, NoisyOperator, TaskSpec, make_simulator, run_episode
+from robotics_lane.episodes.lerobot_v3 import read_dataset
+from robotics_lane.episodes.shards import assemble_dataset
+from robotics_lane.episodes.validation import validate_dataset
+from robotics_lane.sim import ACTION_NAMES, STATE_NAMES, BalancingController, NoisyOperator, TaskSpec, make_simulator, run_episode
 from robotics_lane.sim.batch_rollout import run_episodes
 from robotics_lane.sim.camera import CAMERAS, feature_name, image_shape
 from robotics_lane.sim.controllers import ScriptedOperator
 from robotics_lane.sim.factory import make_vector_simulator
+from robotics_lane.standins.teleop_operator import TeleopOperatorStandIn
 from robotics_lane.workloads.config import RolloutConfig
 from shared_resources.settings import REPO_ROOT, child_env
+from tests.helpers import WorkloadProcess
 
 FRONT = image_shape("front")
 TASK = TaskSpec(max_steps=60, params={"observation_noise": 0.01})
@@ -121,3 +128,43 @@ def test_a_broken_egl_setup_says_what_to_install():
     assert "OffscreenRenderingUnavailable" in last
     assert "apt-get install -y --no-install-recommends libegl1 libegl-mesa0 libgl1-mesa-dri" in last
     assert "PYOPENGL_PLATFORM" in last
+
+
+def test_the_teleop_stand_in_records_a_front_camera_that_validates(storage):
+    session = TeleopOperatorStandIn(storage).record_sessions(sessions=1, episodes=2, include_bad=False)[0]
+    folder = storage.landing("teleop", session)
+    info, issues = validate_dataset(folder, expected_state_dim=len(STATE_NAMES), expected_action_dim=len(ACTION_NAMES))
+    assert issues == []
+    feature = json.loads(Path(folder, "meta", "info.json").read_text())["features"][feature_name("front")]
+    assert feature["dtype"] == "video" and feature["shape"] == list(FRONT)
+    _, episodes = read_dataset(folder, decode_images=True)
+    assert [e.metadata["seed"] for e in episodes] == [1000, 1001]
+    frames = episodes[0].images[feature_name("front")]
+    assert frames.shape == (episodes[0].length, *FRONT)
+    # Decoded (AV1 is lossy), the video still shows the cart where the recorded state puts it.
+    with make_simulator("mujoco", TaskSpec(max_steps=200), cameras=("front",)) as sim:
+        recorded = run_episode(sim, NoisyOperator(BalancingController(), 0.1, 1000), 1000)
+    assert np.array_equal(recorded.observations, episodes[0].observation_state)
+    assert np.abs(cart_columns(frames) - cart_columns(recorded.images["front"])).max() < 1.5
+
+
+@pytest.mark.e2e  # the rollout workload, in its own process
+def test_a_sweep_shard_with_cameras_assembles_into_a_dataset_with_video(tmp_path):
+    seeds = [41, 42, 43]
+    config = {"backend": "mujoco", "seeds": seeds, "output_uri": str(tmp_path / "shard"), "num_envs": 2, "cameras": ["front"],
+              "task": {"name": "cartpole", "max_steps": 60, "params": {"observation_noise": 0.01}}}
+    extras = tmp_path / "extras.json"
+    extras.write_text(json.dumps({"config": config, "checkpoint_uri": str(tmp_path / "ck"), "checkpoint_every_steps": 1}))
+    shard = WorkloadProcess("robotics_lane.workloads.rollouts", extras, "run", cold=True)
+    assert shard.wait() == 0, shard.tail()
+    assert "cameras ['front']" in shard.log.read_text()
+    trials = [json.loads((tmp_path / "shard" / "trials" / f"seed-{s:06d}.json").read_text()) for s in seeds]
+    dataset = str(tmp_path / "dataset")
+    assemble_dataset(dataset, [t["episode_file"] for t in trials], tasks=["balance the pole"], fps=trials[0]["fps"],
+                     robot_type="cartpole", state_names=STATE_NAMES, action_names=ACTION_NAMES)
+    assert validate_dataset(dataset)[1] == []
+    videos = sorted(p.relative_to(dataset).as_posix() for p in Path(dataset, "videos").rglob("*.mp4"))
+    assert len(videos) >= 1 and all(feature_name("front") in v for v in videos)
+    _, episodes = read_dataset(dataset, decode_images=True)
+    assert [e.metadata["seed"] for e in episodes] == seeds
+    assert all(e.images[feature_name("front")].shape == (e.length, *FRONT) for e in episodes)
