@@ -40,7 +40,7 @@ SWEEPS: dict[str, SweepConfig] = {
     "cartpole-isaaclab": SweepConfig(
         backend="isaaclab",
         runtime="isaaclab",
-        description="Isaac Lab 3.0 Cartpole (Newton physics), nominal parameters; state only (no camera on Isaac Lab's CPU build).",
+        description="Isaac Lab 3.0 Cartpole (Newton physics), nominal parameters; state only (Isaac Lab cameras are not wired in yet).",
         episodes=4,
         shards=1,
     ),

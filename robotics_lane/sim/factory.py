@@ -23,7 +23,7 @@ DEFAULT_NUM_ENVS: dict[tuple[str, str], int] = {
     ("isaaclab", "cuda"): 4096,
 }
 MAX_NUM_ENVS = 65_536
-# The backends that render cameras (Isaac Lab's kit-less CPU build cannot: docs/simulators.md, Cameras).
+# The backends that render cameras (Isaac Lab's could, not wired yet: docs/simulators.md, Cameras on Isaac Lab).
 CAMERA_BACKENDS: tuple[str, ...] = ("mujoco",)
 
 
@@ -69,8 +69,8 @@ def make_vector_simulator(
     cameras = check_cameras(cameras)
     if cameras and backend not in CAMERA_BACKENDS:
         raise ValueError(
-            f"cameras {list(cameras)}: the {backend!r} backend renders no cameras here (Isaac Lab's cameras need "
-            "Isaac Sim's RTX renderer, absent from its kit-less CPU build; see docs/simulators.md, Cameras); "
+            f"cameras {list(cameras)}: the {backend!r} backend renders no cameras yet (Isaac Lab's Newton Warp "
+            "camera renders on the CPU but is not wired into this backend; see docs/simulators.md, Cameras on Isaac Lab); "
             f"ask for none (state-only episodes) or use a backend of {list(CAMERA_BACKENDS)}"
         )
     if backend == "mujoco":

@@ -77,7 +77,7 @@ class RolloutConfig(BaseModel):
         check_cameras(self.cameras, where="RolloutConfig.cameras")
         if self.cameras and self.backend not in CAMERA_BACKENDS:
             raise ValueError(
-                f"cameras {self.cameras}: the {self.backend!r} backend renders no cameras (docs/simulators.md, Cameras); "
+                f"cameras {self.cameras}: the {self.backend!r} backend renders no cameras yet (docs/simulators.md, Cameras on Isaac Lab); "
                 f"set cameras to [] or use a backend of {list(CAMERA_BACKENDS)}"
             )
         return self
