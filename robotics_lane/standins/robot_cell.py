@@ -23,7 +23,6 @@ from shared_resources.intake.landing import MANIFEST_NAME, seal_drop
 from shared_resources.runtime.storage import Storage, exists, glob_uris, read_json, write_bytes_atomic
 
 KIND = "robot_eval"
-CAMERAS = ("front",)  # the cell's camera, recorded in every trial
 # How the real robot differs from nominal simulation (hidden from the platform).
 REAL_ROBOT_PHYSICS = {"pole_mass_scale": 1.35, "actuator_gain": 0.5, "observation_noise": 0.09}
 
@@ -37,6 +36,7 @@ def real_task(task: dict) -> TaskSpec:
 @dataclass
 class RobotCellStandIn:
     storage: Storage
+    cameras: tuple[str, ...] = ("front",)  # the cell's camera, recorded in every trial; () for state only
 
     def answer_requests(self) -> list[str]:
         answered = []
@@ -51,7 +51,7 @@ class RobotCellStandIn:
                 task = real_task(task_entry["task"])
                 for trial in range(int(request["trials_per_task"])):
                     seed = int(task_entry["first_seed"]) + trial
-                    with make_simulator("mujoco", task, cameras=CAMERAS) as sim:
+                    with make_simulator("mujoco", task, cameras=self.cameras) as sim:
                         fps = max(1, round(1.0 / sim.control_dt))
                         episode = run_episode(sim, load_policy({"kind": "checkpoint", "uri": request["policy_checkpoint_uri"]}, seed), seed)
                     records.append(
