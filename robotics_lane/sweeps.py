@@ -11,7 +11,8 @@ class SweepConfig:
 
     Each shard steps `num_envs` environments together (unset: the backend's default for the
     device the shard lands on, see `robotics_lane.sim.factory.DEFAULT_NUM_ENVS`) on `device`
-    (`auto`: the node's GPU for Isaac Lab when it has one, else the CPU).
+    (`auto`: the node's GPU for Isaac Lab when it has one, else the CPU). `cameras` are
+    rendered into every episode (`robotics_lane.sim.camera.CAMERAS`; MuJoCo only).
     """
 
     backend: str
@@ -24,6 +25,7 @@ class SweepConfig:
     runtime: str = "default"
     num_envs: int | None = None
     device: str = "auto"
+    cameras: tuple[str, ...] = ()
 
     def seeds(self, night: str) -> list[int]:
         """Seeds differ per night (so each night adds new data) and are fixed for a night."""
@@ -38,14 +40,15 @@ SWEEPS: dict[str, SweepConfig] = {
     "cartpole-isaaclab": SweepConfig(
         backend="isaaclab",
         runtime="isaaclab",
-        description="Isaac Lab 3.0 Cartpole (Newton physics), nominal parameters.",
+        description="Isaac Lab 3.0 Cartpole (Newton physics), nominal parameters; state only (Isaac Lab cameras are not wired in yet).",
         episodes=4,
         shards=1,
     ),
     "cartpole-mujoco-randomized": SweepConfig(
         backend="mujoco",
-        description="MuJoCo cart-pole with a heavier pole, weaker actuator and sensor noise (domain randomization).",
+        description="MuJoCo cart-pole with a heavier pole, weaker actuator and sensor noise (domain randomization), with a front camera.",
         task_params={"pole_mass_scale": 1.3, "actuator_gain": 0.9, "observation_noise": 0.01},
+        cameras=("front",),
         episodes=8,
         shards=2,
     ),

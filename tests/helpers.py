@@ -191,8 +191,8 @@ def _alive(pid: int) -> bool:
 
 
 def committed_episodes(folder: Path) -> dict[int, tuple]:
-    """A rollout shard's committed episodes: seed -> (trial record, states, actions), compared bit
-    for bit by the resume tests (tests/test_rollout_resume*.py)."""
+    """A rollout shard's committed episodes: seed -> (trial record, states, actions, camera videos),
+    compared bit for bit by the resume tests (tests/test_rollout_resume*.py)."""
     from robotics_lane.episodes.shards import read_episode_file
 
     out = {}
@@ -203,5 +203,6 @@ def committed_episodes(folder: Path) -> dict[int, tuple]:
             {k: v for k, v in record.items() if k != "episode_file"},
             episode.observation_state.tobytes(),
             episode.action.tobytes(),
+            {video.name.split(".", 1)[1]: video.read_bytes() for video in sorted(Path(record["episode_file"]).parent.glob(f"episode-{record['seed']:06d}.*.mp4"))},
         )
     return out

@@ -5,7 +5,8 @@ The shards are vectorised: the uninterrupted reference runs one env, the interru
 four, its relaunch three, so the episodes must not depend on the env slot or the env count.
 The interruption lands on an event, not a guess at the machine's speed: the shard is armed
 with the `hold` failpoint, waits once its third episode is committed, and is signalled there
-(with other episodes still running in the other envs)."""
+(with other episodes still running in the other envs). The shards render the front camera, as
+the MuJoCo sweep does: the relaunch must also write the very same video files."""
 
 from __future__ import annotations
 
@@ -43,6 +44,7 @@ def _extras(tmp_path: Path, name: str, num_envs: int, hold: Path | None = None) 
             "task": TASK,
             "policy": {"kind": "scripted", "operator_noise": 0.2},
             "num_envs": num_envs,
+            "cameras": ["front"],
         },
         "checkpoint_uri": str(tmp_path / f"{name}-ck"),
         "checkpoint_every_steps": 1,
@@ -60,6 +62,7 @@ def uninterrupted(tmp_path_factory) -> dict:
     assert reference.wait() == 0, reference.tail()
     episodes = committed_episodes(tmp / "reference")
     assert sorted(episodes) == SEEDS
+    assert all(list(videos) == ["observation.images.front.mp4"] for *_, videos in episodes.values())
     return episodes
 
 

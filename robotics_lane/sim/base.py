@@ -9,6 +9,8 @@ Every backend speaks the same cart-pole language:
   backend scales it to its own actuator's force.
 - an episode succeeds when it reaches ``task.max_steps`` without termination; a terminated
   step names its ``failure_mode`` (``"pole_fell"`` or ``"cart_out_of_bounds"``).
+- cameras (``camera.CAMERAS``, asked for when the simulator is made): ``render()`` gives what
+  each one sees now, uint8 (H, W, 3); an episode recorded with cameras holds one frame per step.
 
 ``vector.VectorSimulatorBase`` does the backend-independent part (clipping, actuator gain,
 observation noise, step counting, truncation, refusing to step a finished episode), for many
@@ -131,10 +133,13 @@ class Simulator(Protocol):
     backend: str
     task: TaskSpec
     control_dt: float  # seconds of simulated time per step()
+    cameras: tuple[str, ...]  # the cameras it renders (none unless asked for)
 
     def reset(self, seed: int) -> np.ndarray: ...
 
     def step(self, action: np.ndarray) -> StepResult: ...
+
+    def render(self) -> dict[str, np.ndarray]: ...
 
     def close(self) -> None: ...
 
@@ -148,7 +153,10 @@ Policy = Callable[[np.ndarray], np.ndarray]
 
 @dataclass
 class Episode:
-    """One rolled-out episode: observations[t] is what the policy saw before actions[t]."""
+    """One rolled-out episode: observations[t] is what the policy saw before actions[t].
+
+    ``images[camera][t]`` is what the camera saw at that instant (uint8 (T, H, W, 3)): the true
+    state, without the observation noise; empty when the simulator had no cameras."""
 
     seed: int
     observations: np.ndarray  # (T, 4) float32
@@ -157,6 +165,7 @@ class Episode:
     final_observation: np.ndarray  # (4,) float32, the state the episode ended in
     success: bool
     failure_mode: str | None
+    images: dict[str, np.ndarray] = field(default_factory=dict)
 
     @property
     def length(self) -> int:
@@ -164,10 +173,15 @@ class Episode:
 
 
 def run_episode(sim: Simulator, policy: Policy, seed: int) -> Episode:
-    """Reset ``sim`` with ``seed`` and step ``policy`` until the episode ends."""
+    """Reset ``sim`` with ``seed`` and step ``policy`` until the episode ends, recording the
+    frames of the simulator's cameras (if it has any) before each step."""
     obs = sim.reset(seed)
     observations, actions, rewards = [], [], []
+    frames: dict[str, list[np.ndarray]] = {camera: [] for camera in sim.cameras}
     while True:
+        if frames:
+            for camera, frame in sim.render().items():
+                frames[camera].append(frame)
         action = np.asarray(policy(obs), dtype=np.float32).reshape(len(ACTION_NAMES))
         result = sim.step(action)
         observations.append(obs)
@@ -184,4 +198,5 @@ def run_episode(sim: Simulator, policy: Policy, seed: int) -> Episode:
         final_observation=obs,
         success=not result.terminated,
         failure_mode=result.failure_mode,
+        images={camera: np.stack(shots) for camera, shots in frames.items()},
     )

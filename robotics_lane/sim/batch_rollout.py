@@ -5,6 +5,10 @@ as its episode ends, and each finished episode is yielded at once (the rollout w
 it there, so a preemption loses only the episodes still running). Episodes come out in the order
 they finish, not in seed order; each one depends only on its seed (see ``vector.py``).
 
+When the simulator has cameras, each running env's frames are rendered before every step (the
+frame the camera saw when the policy saw ``observations[t]``) and come out in ``Episode.images``;
+they cost ``num_envs x max_steps`` frames of memory (128x96: 7.4 MB per env at 200 steps).
+
 The policy acts on all envs at once: a ``BatchPolicy`` maps the (N, 4) observations to (N, 1)
 actions, and hears when envs start new episodes (a noisy operator seeds its noise per episode).
 """
@@ -17,6 +21,7 @@ from typing import Protocol
 import numpy as np
 
 from robotics_lane.sim.base import ACTION_NAMES, STATE_NAMES, Episode
+from robotics_lane.sim.camera import image_shape
 from robotics_lane.sim.vector import VectorSimulatorBase, failure_mode
 
 
@@ -44,6 +49,7 @@ def run_episodes(
     observations = np.zeros((n, horizon, len(STATE_NAMES)), dtype=np.float32)
     actions = np.zeros((n, horizon, len(ACTION_NAMES)), dtype=np.float32)
     rewards = np.zeros((n, horizon), dtype=np.float32)
+    frames = {camera: np.zeros((n, horizon, *image_shape(camera)), dtype=np.uint8) for camera in sim.cameras}
     slot_seed = np.full(n, -1, dtype=np.int64)
     running = np.zeros(n, dtype=bool)  # the env runs one of our seeds
     next_seed = 0
@@ -64,11 +70,15 @@ def run_episodes(
     running |= started
     while running.any():
         steps = sim.episode_steps
+        t = np.minimum(steps, horizon - 1)
+        if frames:
+            shown = np.flatnonzero(running)
+            for camera, images in sim.render(running).items():
+                frames[camera][shown, t[shown]] = images
         action = np.asarray(policy(obs, steps), dtype=np.float32).reshape(
             n, len(ACTION_NAMES)
         )
         result = sim.step(action)
-        t = np.minimum(steps, horizon - 1)
         observations[rows, t] = obs
         actions[rows, t] = action
         rewards[rows, t] = result.rewards
@@ -87,6 +97,7 @@ def run_episodes(
                 final_observation=obs[env].copy(),
                 success=not bool(result.terminated[env]),
                 failure_mode=failure_mode(code),
+                images={camera: f[env, :length].copy() for camera, f in frames.items()},
             )
         running &= ~ended
         started = assign(ended)

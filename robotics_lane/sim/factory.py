@@ -6,7 +6,10 @@ Python 3.12 runtime (``make isaaclab-runtime``).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from robotics_lane.sim.base import KNOWN_BACKENDS, Backend, Simulator, TaskSpec
+from robotics_lane.sim.camera import check_cameras
 from robotics_lane.sim.vector import SingleEnv, VectorSimulatorBase
 
 # Envs per process when the rollout config leaves ``num_envs`` unset, by (backend, device kind).
@@ -20,6 +23,8 @@ DEFAULT_NUM_ENVS: dict[tuple[str, str], int] = {
     ("isaaclab", "cuda"): 4096,
 }
 MAX_NUM_ENVS = 65_536
+# The backends that render cameras (Isaac Lab's could, not wired yet: docs/simulators.md, Cameras on Isaac Lab).
+CAMERA_BACKENDS: tuple[str, ...] = ("mujoco",)
 
 
 def resolve_device(backend: str, device: str = "auto") -> str:
@@ -49,21 +54,31 @@ def default_num_envs(backend: str, device: str, episodes: int | None = None) -> 
     return max(1, min(n, episodes)) if episodes is not None else n
 
 
-def make_vector_simulator(backend: Backend, task: TaskSpec | None = None, *, num_envs: int, device: str = "cpu") -> VectorSimulatorBase:
+def make_vector_simulator(
+    backend: Backend, task: TaskSpec | None = None, *, num_envs: int, device: str = "cpu", cameras: Sequence[str] = ()
+) -> VectorSimulatorBase:
     """Build ``num_envs`` environments of ``task`` on ``backend`` that step together.
 
     ``device`` is where Isaac Lab simulates ("cpu", or "cuda:0" on a GPU node; ``resolve_device``
-    picks one); MuJoCo runs on the CPU only.
+    picks one); MuJoCo runs on the CPU only. ``cameras`` (``camera.CAMERAS``) are rendered
+    offscreen by ``render()``; only MuJoCo renders them (``CAMERA_BACKENDS``).
     """
     task = task or TaskSpec()
     if isinstance(num_envs, bool) or not isinstance(num_envs, int) or not 1 <= num_envs <= MAX_NUM_ENVS:
         raise ValueError(f"num_envs must be an integer from 1 to {MAX_NUM_ENVS}, got {num_envs!r}")
+    cameras = check_cameras(cameras)
+    if cameras and backend not in CAMERA_BACKENDS:
+        raise ValueError(
+            f"cameras {list(cameras)}: the {backend!r} backend renders no cameras yet (Isaac Lab's Newton Warp "
+            "camera renders on the CPU but is not wired into this backend; see docs/simulators.md, Cameras on Isaac Lab); "
+            f"ask for none (state-only episodes) or use a backend of {list(CAMERA_BACKENDS)}"
+        )
     if backend == "mujoco":
         if device != "cpu":
             raise ValueError(f"make_simulator: the MuJoCo backend runs on the CPU only, got device={device!r}")
         from robotics_lane.sim.mujoco_backend import MujocoCartpoleVec
 
-        return MujocoCartpoleVec(task, num_envs)
+        return MujocoCartpoleVec(task, num_envs, cameras)
     if backend == "isaaclab":
         from robotics_lane.sim.isaaclab_backend import IsaacLabCartpoleVec
 
@@ -71,10 +86,12 @@ def make_vector_simulator(backend: Backend, task: TaskSpec | None = None, *, num
     raise ValueError(f"make_simulator: unknown backend {backend!r}; known backends: {list(KNOWN_BACKENDS)}")
 
 
-def make_simulator(backend: Backend, task: TaskSpec | None = None, *, device: str = "cpu") -> Simulator:
+def make_simulator(
+    backend: Backend, task: TaskSpec | None = None, *, device: str = "cpu", cameras: Sequence[str] = ()
+) -> Simulator:
     """Build a one-env simulator for ``task`` on ``backend`` ("mujoco" or "isaaclab").
 
-    The same physics as ``make_vector_simulator`` with ``num_envs=1``, behind ``reset(seed)`` and
-    ``step(action)``: what teleop demonstrations and the robot-cell stand-in use.
+    The same physics as ``make_vector_simulator`` with ``num_envs=1``, behind ``reset(seed)``,
+    ``step(action)`` and ``render()``: what teleop demonstrations and the robot-cell stand-in use.
     """
-    return SingleEnv(make_vector_simulator(backend, task, num_envs=1, device=device))
+    return SingleEnv(make_vector_simulator(backend, task, num_envs=1, device=device, cameras=cameras))

@@ -17,14 +17,20 @@ adapter also ends it when the cart reaches the rail's end stops, |cart_position|
 ``CART_LIMIT_M`` (``"cart_out_of_bounds"``), since past that the joint limit, not the
 controller, holds the cart.
 
+Cameras (``cameras=("front",)``): one offscreen renderer (``camera.MujocoCameras``, EGL) for
+all the envs, drawing each env's own model and data in turn; asked for nothing, nothing renders.
+
 Runs in the main venv (``pip install mujoco gymnasium[mujoco]``).
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import numpy as np
 
 from robotics_lane.sim.base import TaskSpec
+from robotics_lane.sim.camera import MujocoCameras
 from robotics_lane.sim.vector import CART_OUT_OF_BOUNDS, NO_FAILURE, POLE_FELL, VectorSimulatorBase
 
 ENV_ID = "InvertedPendulum-v5"
@@ -51,8 +57,8 @@ class MujocoCartpoleVec(VectorSimulatorBase):
     backend = "mujoco"
     supported_physics_params = frozenset({"pole_mass_scale", "cart_mass_scale", "gravity_scale"})
 
-    def __init__(self, task: TaskSpec, num_envs: int = 1) -> None:
-        super().__init__(task, num_envs)
+    def __init__(self, task: TaskSpec, num_envs: int = 1, cameras: Sequence[str] = ()) -> None:
+        super().__init__(task, num_envs, cameras)
         self._env = make_vector_env(self.num_envs, task.max_steps)
         first = self._env.envs[0].unwrapped
         self.control_dt = float(first.dt)
@@ -63,6 +69,7 @@ class MujocoCartpoleVec(VectorSimulatorBase):
         # Every copy must have been reset before the vector env steps it (parked envs included).
         obs, _ = self._env.reset(seed=[0] * self.num_envs)
         self._state = np.asarray(obs, dtype=np.float64)
+        self._cameras = MujocoCameras(first.model, self.cameras) if self.cameras else None
 
     def _apply_physics(self, model: object) -> None:
         import mujoco
@@ -94,5 +101,23 @@ class MujocoCartpoleVec(VectorSimulatorBase):
         codes = np.where(fell, POLE_FELL, np.where(out, CART_OUT_OF_BOUNDS, NO_FAILURE)).astype(np.int8)
         return state, codes
 
+    def _physics_render(self, envs: np.ndarray) -> dict[str, np.ndarray]:
+        import mujoco
+
+        frames = {
+            name: np.empty((len(envs), spec.height, spec.width, 3), dtype=np.uint8)
+            for name, spec in self._cameras.specs.items()
+        }
+        for row, env in enumerate(envs):
+            sim = self._env.envs[int(env)].unwrapped
+            # After mj_step, the body poses are those of the step's start; recompute them from the
+            # state the observation reports. Only derived fields change: the next mj_step
+            # recomputes them anyway, so rendering leaves the physics bit for bit as it was.
+            mujoco.mj_kinematics(sim.model, sim.data)
+            self._cameras.render(sim.model, sim.data, out={name: f[row] for name, f in frames.items()})
+        return frames
+
     def _physics_close(self) -> None:
+        if self._cameras is not None:
+            self._cameras.close()
         self._env.close()

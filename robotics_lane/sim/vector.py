@@ -6,6 +6,8 @@ normalised actions ``(N, 1)``). Each env runs its own episode, started with its 
 
 - ``reset(seeds, envs)`` starts a new episode in the envs named (a boolean mask), each with its
   seed; the other envs keep running.
+- ``render(envs)`` gives what each camera (``cameras``, asked for when the simulator is made)
+  sees now in the envs named: {camera: uint8 (k, H, W, 3)}, one frame per env of the mask.
 - ``step(actions)`` advances every env by ``control_dt``. Envs with no episode open (finished
   and not reset, or never started) are *parked*: their action is ignored, their result is not
   part of any episode (``VectorStep.active`` is False for them).
@@ -23,6 +25,7 @@ vector simulator with one env; ``make_simulator`` returns one.
 from __future__ import annotations
 
 import abc
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Self
 
@@ -37,6 +40,7 @@ from robotics_lane.sim.base import (
     StepResult,
     TaskSpec,
 )
+from robotics_lane.sim.camera import check_cameras
 
 NO_FAILURE = 0  # failure codes: 0 = none, i + 1 = FAILURE_MODES[i]
 POLE_FELL = 1 + FAILURE_MODES.index("pole_fell")
@@ -74,7 +78,8 @@ class VectorSimulatorBase(abc.ABC):
     device: str = "cpu"
     supported_physics_params: frozenset[str] = frozenset()
 
-    def __init__(self, task: TaskSpec, num_envs: int) -> None:
+    def __init__(self, task: TaskSpec, num_envs: int, cameras: Sequence[str] = ()) -> None:
+        self.cameras = check_cameras(cameras)
         unsupported = sorted(
             set(task.non_default_params())
             & (set(PHYSICS_PARAMS) - self.supported_physics_params)
@@ -124,6 +129,12 @@ class VectorSimulatorBase(abc.ABC):
     @abc.abstractmethod
     def _physics_close(self) -> None: ...
 
+    def _physics_render(self, envs: np.ndarray) -> dict[str, np.ndarray]:
+        """Each camera's frames of the envs at the indices ``envs``: {camera: (k, H, W, 3) uint8}.
+
+        Only backends of ``factory.CAMERA_BACKENDS`` implement it; the factory refuses cameras for the others."""
+        raise NotImplementedError(f"the {self.backend!r} backend renders no cameras")
+
     # --- the interface ---------------------------------------------------------------------
 
     @property
@@ -163,6 +174,16 @@ class VectorSimulatorBase(abc.ABC):
                 )
         self._observe(states, mask)
         return self._obs.copy()
+
+    def render(self, envs: np.ndarray | None = None) -> dict[str, np.ndarray]:
+        """What each camera sees now in the envs of the boolean mask ``envs`` (all if None):
+        {camera: uint8 (k, H, W, 3)}, the k envs in env order. Empty without cameras."""
+        if not self.cameras:
+            return {}
+        mask = np.ones(self.num_envs, dtype=bool) if envs is None else np.asarray(envs, dtype=bool)
+        if mask.shape != (self.num_envs,):
+            raise ValueError(f"render: envs needs one entry per env ({self.num_envs}), got shape {mask.shape}")
+        return self._physics_render(np.flatnonzero(mask))
 
     def step(self, actions: np.ndarray) -> VectorStep:
         """Apply one normalised action per env (clipped to [-1, 1]) for ``control_dt`` seconds."""
@@ -229,6 +250,7 @@ class SingleEnv:
         self.backend = vector.backend
         self.task = vector.task
         self.control_dt = vector.control_dt
+        self.cameras = vector.cameras
 
     def reset(self, seed: int) -> np.ndarray:
         """Start an episode; the same seed gives the same initial state and noise."""
@@ -255,6 +277,10 @@ class SingleEnv:
             bool(out.truncated[0]),
             failure_mode(code),
         )
+
+    def render(self) -> dict[str, np.ndarray]:
+        """What each camera sees now: {camera: uint8 (H, W, 3)}; empty without cameras."""
+        return {camera: frames[0] for camera, frames in self.vector.render().items()}
 
     def close(self) -> None:
         self.vector.close()

@@ -2,9 +2,10 @@
 
 It answers an evaluation request from the outbox the way a robot cell would: runs the asked
 trials with the given policy and posts the results to `landing/robot_eval/<eval_id>/`
-(per-trial JSON lines, the trial episodes as a LeRobot v3 dataset, manifest last). Its "real
-robot" is MuJoCo with physics the policy never saw in training: a heavier pole, a weaker,
-noisier actuator and sensor noise — so the sim-to-real gap is real in the demo.
+(per-trial JSON lines, the trial episodes as a LeRobot v3 dataset with the cell's front camera,
+manifest last). Its "real robot" is MuJoCo with physics the policy never saw in training: a
+heavier pole, a weaker, noisier actuator and sensor noise — so the sim-to-real gap is real in
+the demo.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from dataclasses import dataclass
 from robotics_lane.episodes.lerobot_v3 import Episode, write_dataset
 from robotics_lane.policies import load_policy
 from robotics_lane.sim.base import ACTION_NAMES, STATE_NAMES, TaskSpec, run_episode
+from robotics_lane.sim.camera import image_features
 from robotics_lane.sim.factory import make_simulator
 from shared_resources.intake.landing import MANIFEST_NAME, seal_drop
 from shared_resources.runtime.storage import Storage, exists, glob_uris, read_json, write_bytes_atomic
@@ -34,6 +36,7 @@ def real_task(task: dict) -> TaskSpec:
 @dataclass
 class RobotCellStandIn:
     storage: Storage
+    cameras: tuple[str, ...] = ("front",)  # the cell's camera, recorded in every trial; () for state only
 
     def answer_requests(self) -> list[str]:
         answered = []
@@ -48,7 +51,7 @@ class RobotCellStandIn:
                 task = real_task(task_entry["task"])
                 for trial in range(int(request["trials_per_task"])):
                     seed = int(task_entry["first_seed"]) + trial
-                    with make_simulator("mujoco", task) as sim:
+                    with make_simulator("mujoco", task, cameras=self.cameras) as sim:
                         fps = max(1, round(1.0 / sim.control_dt))
                         episode = run_episode(sim, load_policy({"kind": "checkpoint", "uri": request["policy_checkpoint_uri"]}, seed), seed)
                     records.append(
@@ -58,7 +61,8 @@ class RobotCellStandIn:
                     )
                     episodes.append(
                         Episode(task=task_entry["task_id"], observation_state=episode.observations, action=episode.actions,
-                                reward=episode.rewards, success=episode.success, metadata={"seed": seed, "failure_mode": episode.failure_mode or ""})
+                                reward=episode.rewards, success=episode.success, metadata={"seed": seed, "failure_mode": episode.failure_mode or ""},
+                                images=image_features(episode.images))
                     )
             write_dataset(posixpath.join(folder, "episodes"), episodes, fps=fps, robot_type="cartpole-real", state_names=STATE_NAMES, action_names=ACTION_NAMES)
             write_bytes_atomic(posixpath.join(folder, "trials.jsonl"), "".join(json.dumps(r) + "\n" for r in records).encode())

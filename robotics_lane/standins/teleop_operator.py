@@ -1,8 +1,9 @@
 """TeleopOperatorStandIn — a stand-in for a human teleoperator, for demos and tests only.
 
 It "drives" the cart-pole in MuJoCo with the scripted balancing controller plus operator
-noise, records the sessions as LeRobot v3 datasets, and drops them in landing exactly as a
-teleop rig would. It also answers relabelling requests (failed real-robot trials) by
+noise, records the sessions as LeRobot v3 datasets with the rig's front camera
+(`observation.images.front`, rendered offscreen by MuJoCo), and drops them in landing exactly
+as a teleop rig would. It also answers relabelling requests (failed real-robot trials) by
 demonstrating the task again under the same conditions.
 """
 
@@ -16,6 +17,7 @@ import numpy as np
 from robotics_lane.episodes.lerobot_v3 import Episode, write_dataset
 from robotics_lane.standins.robot_cell import real_task
 from robotics_lane.sim.base import ACTION_NAMES, STATE_NAMES, TaskSpec, run_episode
+from robotics_lane.sim.camera import image_features
 from robotics_lane.sim.factory import make_simulator
 from robotics_lane.sim.controllers import BalancingController, NoisyOperator
 from shared_resources.intake.landing import MANIFEST_NAME, seal_drop
@@ -23,6 +25,7 @@ from shared_resources.runtime.storage import Storage, exists, glob_uris, read_js
 
 KIND = "teleop"
 TASK_LABEL = "balance the pole"
+CAMERAS = ("front",)  # the rig's camera, recorded in every session
 
 
 @dataclass
@@ -36,7 +39,7 @@ class TeleopOperatorStandIn:
             return folder  # an operator never sends the same session twice
         episodes, fps = [], 25
         for task, seed in conditions:
-            with make_simulator("mujoco", task) as sim:
+            with make_simulator("mujoco", task, cameras=CAMERAS) as sim:
                 fps = max(1, round(1.0 / sim.control_dt))
                 episode = run_episode(sim, NoisyOperator(BalancingController(), self.noise_std, seed), seed)
             actions = episode.actions.copy()
@@ -44,7 +47,8 @@ class TeleopOperatorStandIn:
                 actions[len(actions) // 2 :] = np.nan  # a recorder glitch: the joystick stream dropped out
             episodes.append(
                 Episode(task=TASK_LABEL, observation_state=episode.observations, action=actions, reward=episode.rewards,
-                        success=episode.success, metadata={"seed": seed, "failure_mode": episode.failure_mode or ""})
+                        success=episode.success, metadata={"seed": seed, "failure_mode": episode.failure_mode or ""},
+                        images=image_features(episode.images))
             )
         write_dataset(folder, episodes, fps=fps, robot_type="cartpole", state_names=STATE_NAMES, action_names=ACTION_NAMES)
         return seal_drop(self.storage, KIND, session_id, robot="cartpole-sim-rig", operator="TeleopOperatorStandIn", project="sinewgrid-demo", note=note, **fields)

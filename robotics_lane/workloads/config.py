@@ -12,6 +12,8 @@ from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from robotics_lane.sim.camera import check_cameras
+from robotics_lane.sim.factory import CAMERA_BACKENDS
 from shared_resources.runtime.setting_ranges import RangedSettings
 
 Positive = Annotated[int, Field(ge=1)]
@@ -62,9 +64,20 @@ class RolloutConfig(BaseModel):
         pattern=r"^(auto|cpu|cuda|cuda:[0-9]+)$",
         description="Where Isaac Lab simulates: `auto` (the node's GPU when it has one, else the CPU), `cpu`, `cuda` or `cuda:<index>`. MuJoCo runs on the CPU only.",
     )
+    cameras: list[str] = Field(
+        default_factory=list,
+        description="Cameras rendered offscreen into every episode, e.g. `[\"front\"]` (stored as `observation.images.<name>` videos). "
+        "Empty: state-only episodes. MuJoCo only.",
+    )
 
     @model_validator(mode="after")
     def _device_fits_backend(self) -> RolloutConfig:
         if self.backend == "mujoco" and self.device not in ("auto", "cpu"):
             raise ValueError(f"device {self.device!r}: the MuJoCo backend runs on the CPU only; set device to 'cpu' or 'auto'")
+        check_cameras(self.cameras, where="RolloutConfig.cameras")
+        if self.cameras and self.backend not in CAMERA_BACKENDS:
+            raise ValueError(
+                f"cameras {self.cameras}: the {self.backend!r} backend renders no cameras yet (docs/simulators.md, Cameras on Isaac Lab); "
+                f"set cameras to [] or use a backend of {list(CAMERA_BACKENDS)}"
+            )
         return self

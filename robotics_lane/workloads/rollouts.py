@@ -12,6 +12,9 @@ that were still running; since an episode depends only on its seed (not on its e
 env count), SIGTERM (with notice) or SIGKILL (without) at any moment ends, after the relaunch,
 with exactly the episodes of an uninterrupted run: none lost, none twice.
 
+Cameras (`cfg.cameras`, e.g. a sweep's front camera) are rendered offscreen at every step and
+committed with the episode; unasked (policy evaluation), nothing renders.
+
 Output under `output_uri`:
     episodes/episode-000042.parquet  frames of seed 42 (LeRobot v3 data columns)
     trials/seed-000042.json          seed, task, success, return, length, failure mode (commit marker)
@@ -29,6 +32,7 @@ from robotics_lane.episodes.lerobot_v3 import Episode as LeRobotEpisode
 from robotics_lane.episodes.shards import write_episode_file
 from robotics_lane.sim.base import Episode, TaskSpec
 from robotics_lane.sim.batch_rollout import run_episodes
+from robotics_lane.sim.camera import image_features
 from robotics_lane.sim.factory import default_num_envs, make_vector_simulator, resolve_device
 from robotics_lane.workloads.batch_policy import load_batch_policy
 from robotics_lane.workloads.config import RolloutConfig
@@ -48,6 +52,7 @@ def commit_episode(cfg: RolloutConfig, task: TaskSpec, episode: Episode, episode
             reward=episode.rewards,
             success=episode.success,
             metadata={"seed": episode.seed, "failure_mode": episode.failure_mode or ""},
+            images=image_features(episode.images),
         ),
         episode_index=episode.seed,  # file name; episodes are renumbered when assembled
         global_index_start=0,
@@ -81,13 +86,13 @@ def main() -> None:
         num_envs = min(cfg.num_envs, len(todo)) if cfg.num_envs else default_num_envs(cfg.backend, device, len(todo))
         run.info(
             f"{cfg.backend} {task.name} rollouts: {len(cfg.seeds)} seeds, {len(done)} already committed, "
-            f"{len(todo)} to run, {num_envs} envs on {device}"
+            f"{len(todo)} to run, {num_envs} envs on {device}" + (f", cameras {cfg.cameras}" if cfg.cameras else "")
         )
         run.start_work(len(done))
         started = time.monotonic()
         steps = 0
         if todo:
-            with make_vector_simulator(cfg.backend, task, num_envs=num_envs, device=device) as sim:
+            with make_vector_simulator(cfg.backend, task, num_envs=num_envs, device=device, cameras=cfg.cameras) as sim:
                 fps = max(1, round(1.0 / sim.control_dt))
                 policy = load_batch_policy(cfg.policy, num_envs, task.max_steps)
                 index = {seed: i for i, seed in enumerate(cfg.seeds)}
@@ -113,6 +118,7 @@ def main() -> None:
                 "backend": cfg.backend,
                 "num_envs": num_envs if todo else 0,
                 "device": device,
+                "cameras": ", ".join(cfg.cameras) or "none",
                 "env_steps_this_attempt": steps,
                 "env_steps_per_second": round(steps / seconds, 1) if seconds > 0 and steps else 0.0,
             },

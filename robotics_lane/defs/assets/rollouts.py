@@ -63,6 +63,7 @@ def sweep_spec(sweep: SweepConfig, seeds: list[int], output_uri: str) -> StepSpe
             task_label=TASK_LABEL,
             num_envs=sweep.num_envs,
             device=sweep.device,
+            cameras=list(sweep.cameras),
         ),
     )
 
