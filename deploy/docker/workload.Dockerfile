@@ -37,9 +37,10 @@ ENV PYTHONUNBUFFERED=1 \
     PATH=/opt/venv/bin:$PATH \
     MUJOCO_GL=egl
 
-# EGL and OpenGL for MuJoCo's headless rendering; OpenMP for torch on the CPU side.
+# EGL and OpenGL for MuJoCo's headless camera rendering (Mesa's EGL and software rasteriser on a CPU
+# node; a GPU node also needs NVIDIA_DRIVER_CAPABILITIES to include `graphics`); OpenMP for torch.
 RUN apt-get update \
-    && apt-get install -y --no-install-recommends ca-certificates libegl1 libgl1 libgomp1 \
+    && apt-get install -y --no-install-recommends ca-certificates libegl1 libegl-mesa0 libgl1 libgl1-mesa-dri libgomp1 \
     && rm -rf /var/lib/apt/lists/*
 
 # Ubuntu 24.04 ships Python 3.12; the project is built and tested on 3.11, which uv installs.

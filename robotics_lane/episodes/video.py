@@ -11,8 +11,8 @@ busy images).
 Encoding is deterministic: one encoder thread (SVT-AV1's `lp=1`), fixed parameters, and no
 creation time in the container, so the same frames give the same bytes with the same PyAV
 build on the same kind of CPU. A rollout shard relaunched after preemption writes the very
-files the first attempt did. SVT-AV1 prints its settings to stderr each time an encoder opens
-(`SVT_LOG=1` in the environment keeps it to errors).
+files the first attempt did. SVT-AV1's settings banner, printed each time an encoder opens, is
+kept out of stderr (`shared_resources.runtime.codecs`; set `SVT_LOG` yourself to see it).
 
 Decoding uses PyAV's stream threading (`thread_type="AUTO"`); `probe_video` decodes every frame
 to prove the file decodes but never converts a frame to RGB, since it only counts and times them.
@@ -31,6 +31,8 @@ import fsspec
 import numpy as np
 from fsspec.implementations.local import LocalFileSystem
 
+from shared_resources.runtime.codecs import quiet_video_encoders
+
 CODEC, CODEC_NAME, PIX_FMT = "libsvtav1", "av1", "yuv420p"  # encoder; the stream's codec as readers name it
 GOP, CRF, PRESET, FAST_DECODE = 2, 30, 12, 0
 ENCODER_OPTIONS = {"g": str(GOP), "crf": str(CRF), "preset": str(PRESET), "svtav1-params": f"fast-decode={FAST_DECODE}:lp=1"}
@@ -45,6 +47,7 @@ class VideoUnreadable(Exception):
 def encode_video(frames: np.ndarray, fps: int) -> bytes:
     """MP4 bytes of `frames` (uint8 (T, H, W, 3) RGB) at `fps`, one video frame per row, pts k / fps."""
     _, height, width, _ = frames.shape
+    quiet_video_encoders()
     sink = io.BytesIO()
     with av.open(sink, "w", format="mp4") as container:
         stream = container.add_stream(CODEC, rate=int(fps), options=dict(ENCODER_OPTIONS))

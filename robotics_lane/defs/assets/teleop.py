@@ -24,7 +24,7 @@ MANIFEST_FIELDS = ("robot", "operator", "project")
     kinds={"lerobot", "parquet"},
     check_specs=[
         dg.AssetCheckSpec(SESSION_MANIFEST_CHECK, asset=TELEOP_EPISODES, blocking=True, description="The session's manifest is complete and every file matches its sha256 and size."),
-        dg.AssetCheckSpec(EPISODES_VALID_CHECK, asset=TELEOP_EPISODES, blocking=True, description="LeRobot v3 layout, features and shapes, monotonic timestamps at the declared fps, contiguous indices, finite values, actions within bounds, sane episode lengths."),
+        dg.AssetCheckSpec(EPISODES_VALID_CHECK, asset=TELEOP_EPISODES, blocking=True, description="LeRobot v3 layout, features and shapes, monotonic timestamps at the declared fps, contiguous indices, finite values, actions within bounds, sane episode lengths; every camera video decodes, at the declared resolution and fps, one frame per timestamp."),
     ],
 )
 def teleop_episodes(context: dg.AssetExecutionContext, storage: StorageResource) -> dg.MaterializeResult:

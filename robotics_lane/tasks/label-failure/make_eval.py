@@ -110,7 +110,7 @@ def run_cell(versions: list[dict[str, Any]], trials_per_task: int, root: str = R
                 },
             )
         with mock.patch.object(robot_cell, "load_policy", _scripted_loader(versions)):
-            answered = robot_cell.RobotCellStandIn(storage).answer_requests()
+            answered = robot_cell.RobotCellStandIn(storage, cameras=()).answer_requests()  # states only: no frames to render
         tasks = {t["task_id"]: t["task"] for t in HELD_OUT_TASKS}
         trials = []
         for version in versions:
