@@ -35,7 +35,7 @@ def test_demo_runs_both_loops_to_the_summary(demo_run: DemoRun):
 
     # Robotics: a real Isaac Lab sweep and a MuJoCo sweep ran on the spot pool, a policy was
     # trained and evaluated, the robot cell's results came back.
-    isaac = list((home / "rollouts").glob("*/cartpole-isaaclab/dataset/meta/info.json"))
+    isaac = list((home / "rollouts").glob("*/cartpole-isaaclab.*/dataset/meta/info.json"))  # <sweep>.<scene hash8>
     assert len(isaac) == 1 and json.loads(isaac[0].read_text())["total_episodes"] == 4
     assert "The policy, version by version" in out and "robot-sim-spot" in out
     assert "corrective demonstrations for failed real-robot trials" in out  # failures became new data

@@ -6,6 +6,8 @@ Python 3.12 runtime (``make isaaclab-runtime``).
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from robotics_lane.sim.base import KNOWN_BACKENDS, Backend, Simulator, TaskSpec
 from robotics_lane.sim.vector import SingleEnv, VectorSimulatorBase
 
@@ -49,11 +51,15 @@ def default_num_envs(backend: str, device: str, episodes: int | None = None) -> 
     return max(1, min(n, episodes)) if episodes is not None else n
 
 
-def make_vector_simulator(backend: Backend, task: TaskSpec | None = None, *, num_envs: int, device: str = "cpu") -> VectorSimulatorBase:
+def make_vector_simulator(
+    backend: Backend, task: TaskSpec | None = None, *, num_envs: int, device: str = "cpu", scene: Path | None = None
+) -> VectorSimulatorBase:
     """Build ``num_envs`` environments of ``task`` on ``backend`` that step together.
 
     ``device`` is where Isaac Lab simulates ("cpu", or "cuda:0" on a GPU node; ``resolve_device``
-    picks one); MuJoCo runs on the CPU only.
+    picks one); MuJoCo runs on the CPU only. ``scene`` is the local file of the scene to load (a
+    registered version, ``robotics_lane.scenes.files.local_scene``); unset, the catalog's scene
+    for the backend as it is now.
     """
     task = task or TaskSpec()
     if isinstance(num_envs, bool) or not isinstance(num_envs, int) or not 1 <= num_envs <= MAX_NUM_ENVS:
@@ -63,11 +69,11 @@ def make_vector_simulator(backend: Backend, task: TaskSpec | None = None, *, num
             raise ValueError(f"make_simulator: the MuJoCo backend runs on the CPU only, got device={device!r}")
         from robotics_lane.sim.mujoco_backend import MujocoCartpoleVec
 
-        return MujocoCartpoleVec(task, num_envs)
+        return MujocoCartpoleVec(task, num_envs, scene=scene)
     if backend == "isaaclab":
         from robotics_lane.sim.isaaclab_backend import IsaacLabCartpoleVec
 
-        return IsaacLabCartpoleVec(task, num_envs, device=device)
+        return IsaacLabCartpoleVec(task, num_envs, device=device, scene=scene)
     raise ValueError(f"make_simulator: unknown backend {backend!r}; known backends: {list(KNOWN_BACKENDS)}")
 
 
