@@ -93,7 +93,7 @@ def data_list(dataset: str = typer.Argument(None, help="Only this dataset, e.g. 
 
 @data_app.command("get")
 def data_get(
-    dataset: str = typer.Argument(..., help="The dataset, e.g. cell/omics, cell/assays, robotics/teleop, robotics/rollouts."),
+    dataset: str = typer.Argument(..., help="The dataset, e.g. cell/omics, cell/assays, robotics/teleop, robotics/rollouts, robotics/scenes."),
     version: str = typer.Argument(..., help="Its version (see `sinewgrid data list`)."),
     dest: str = typer.Argument(..., help="Where to put it: a folder that does not exist yet."),
     root: str = ROOT,

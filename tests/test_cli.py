@@ -35,7 +35,7 @@ def test_demo_runs_both_loops_to_the_summary(demo_run: DemoRun):
 
     # Robotics: a real Isaac Lab sweep and a MuJoCo sweep ran on the spot pool, a policy was
     # trained and evaluated, the robot cell's results came back.
-    isaac = list((home / "rollouts").glob("*/cartpole-isaaclab/dataset/meta/info.json"))
+    isaac = list((home / "rollouts").glob("*/cartpole-isaaclab.*/dataset/meta/info.json"))  # <sweep>.<scene hash8>
     assert len(isaac) == 1 and json.loads(isaac[0].read_text())["total_episodes"] == 4
     assert "The policy, version by version" in out and "robot-sim-spot" in out
     assert "corrective demonstrations for failed real-robot trials" in out  # failures became new data
@@ -62,7 +62,12 @@ def test_demo_runs_both_loops_to_the_summary(demo_run: DemoRun):
     traced = demo_run.sinewgrid(*proposal_line.split("sinewgrid ", 1)[1].split())  # the lab's lineage, under its root, opened with its key
     assert traced.returncode == 0, traced.stderr[-2000:]
     assert "drop/assays/seed-plate-001" in traced.stdout and "cell/omics@" in traced.stdout and "cell/foundation_model/" in traced.stdout
+    # The real-robot evaluation reaches the scene versions its policy's sweeps ran in.
+    real_line = next(line for line in out.splitlines() if "sinewgrid lineage robotics/real_robot_evaluation/" in line)
+    real_traced = demo_run.sinewgrid(*real_line.split("sinewgrid ", 1)[1].split())
+    assert real_traced.returncode == 0 and "robotics/scenes@cartpole-mujoco-" in real_traced.stdout, real_traced.stdout[-3000:]
+    assert "robotics/scenes@cartpole-isaaclab-" in real_traced.stdout
     listed = demo_run.sinewgrid("data", "list")
-    assert listed.returncode == 0 and all(d in listed.stdout for d in ("robotics/teleop", "robotics/rollouts"))
+    assert listed.returncode == 0 and all(d in listed.stdout for d in ("robotics/teleop", "robotics/rollouts", "robotics/scenes"))
     lab_listed = demo_run.sinewgrid("data", "list", "--tenant", "lab-a")  # a lab's data: in its own registry
     assert lab_listed.returncode == 0 and all(d in lab_listed.stdout for d in ("cell/assays", "cell/omics"))

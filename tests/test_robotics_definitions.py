@@ -7,6 +7,7 @@ import datetime as dt
 import dagster as dg
 
 from robotics_lane.definitions import defs
+from robotics_lane.defs.partitions import sweep_partition_keys
 from robotics_lane.defs.sensors import nightly_sweep_schedule
 from robotics_lane.stats import wilson_interval
 from robotics_lane.sweeps import SWEEPS
@@ -37,7 +38,7 @@ def test_nightly_schedule_requests_one_partition_per_sweep_for_last_night(instan
     with dg.build_schedule_context(instance=instance, scheduled_execution_time=when, repository_def=defs.get_repository_def()) as context:
         data = nightly_sweep_schedule.evaluate_tick(context)
     keys = sorted(str(r.partition_key) for r in data.run_requests)
-    assert keys == sorted(f"2026-11-24|{name}" for name in SWEEPS)
+    assert keys == sorted(f"2026-11-24|{key}" for key in sweep_partition_keys())  # each sweep at its scene version
     assert len({r.run_key for r in data.run_requests}) == len(SWEEPS)
     partitions = defs.resolve_job_def("nightly_sweep").partitions_def
     for request in data.run_requests:

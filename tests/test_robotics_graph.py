@@ -7,12 +7,15 @@ import posixpath
 
 import dagster as dg
 import pytest
+from typer.testing import CliRunner
 
 from robotics_lane.defs.assets.failure_labels import failure_labels
 from robotics_lane.defs.assets.policy import policy, sim_evaluation
 from robotics_lane.defs.assets.real_robot import real_robot_eval_request, real_robot_evaluation
 from robotics_lane.defs.assets.rollouts import sim_rollouts
 from robotics_lane.defs.assets.teleop import teleop_episodes
+from robotics_lane.defs.partitions import sweep_partition_keys
+from robotics_lane.scenes.catalog import SCENES
 from robotics_lane.definitions import defs
 from robotics_lane.defs.sensors import robot_eval_sensor, teleop_session_sensor
 from robotics_lane.episodes.lerobot_v3 import read_dataset
@@ -24,12 +27,14 @@ from shared_resources.accounting.ledger import read_ledger
 from shared_resources.data.lineage import LineageStore
 from shared_resources.settings import code_version
 from shared_resources.runtime.storage import exists, read_json, write_bytes_atomic
+from sinewgrid.cli import app
 from tests.conftest import ROOT_KINDS
 from tests.helpers import sensor_ingest
 
 pytestmark = pytest.mark.e2e  # runs workloads end to end, in their own processes
 
 NIGHT = "2026-11-20"
+MUJOCO_SWEEP = next(k for k in sweep_partition_keys() if k.startswith("cartpole-mujoco-randomized."))  # at its scene version
 FAST = {
     "ops": {
         "robotics__policy": {"config": {"steps": 600}},
@@ -63,7 +68,7 @@ def test_robotics_loop_end_to_end(instance, resources, root, storage, tmp_path):
 
     sweep = dg.materialize(
         [sim_rollouts], instance=instance, resources=resources,
-        partition_key=dg.MultiPartitionKey({"night": NIGHT, "sweep": "cartpole-mujoco-randomized"}),
+        partition_key=dg.MultiPartitionKey({"night": NIGHT, "sweep": MUJOCO_SWEEP}),
     )
     rollouts = _md(sweep, "robotics/sim_rollouts")
     assert rollouts["episodes"] == 8 and rollouts["shards"] == 2 and rollouts["pools"] == "robot-sim-spot"
@@ -107,8 +112,8 @@ def test_robotics_loop_end_to_end(instance, resources, root, storage, tmp_path):
     registry = DataRegistry.for_root(root)
     teleop = {v.version for v in registry.versions("robotics/teleop")}
     assert {"teleop-session-001", "teleop-session-002"} <= teleop and "teleop-session-glitch" not in teleop
-    assert rollouts["dataset_ref"] == f"robotics/rollouts@{NIGHT}_cartpole-mujoco-randomized"
-    registry.get("robotics/rollouts", f"{NIGHT}_cartpole-mujoco-randomized", str(tmp_path / "rollouts"))
+    assert rollouts["dataset_ref"] == f"robotics/rollouts@{NIGHT}_{MUJOCO_SWEEP}"
+    registry.get("robotics/rollouts", f"{NIGHT}_{MUJOCO_SWEEP}", str(tmp_path / "rollouts"))
     back, back_episodes = read_dataset(str(tmp_path / "rollouts"))
     assert back.total_episodes == 8 and [e.metadata["seed"] for e in back_episodes] == [e.metadata["seed"] for e in episodes]
 
@@ -121,7 +126,15 @@ def test_robotics_loop_end_to_end(instance, resources, root, storage, tmp_path):
     assert {"robotics/teleop@teleop-session-001", "robotics/teleop@teleop-session-002", rollouts["dataset_ref"]} <= set(upstream)
     drops = {n.id for n in lineage.upstream(md["lineage_id"], kind="drop")}
     assert drops == {"drop/teleop/teleop-session-001", "drop/teleop/teleop-session-002", f"drop/robot_eval/{answered[0]}"}
-    assert lineage.resolve(sim["lineage_id"]).inputs == [policy_md["run"]]
+    # ... and to the scene version its rollouts ran in; the sim evaluation names its own scene.
+    scene_ref = f"robotics/scenes@{SCENES['cartpole-mujoco'].version()}"
+    assert rollouts["scene_ref"] == policy_md["scene_ref"] == sim["scene_ref"] == md["scene_ref"] == scene_ref
+    assert scene_ref in upstream and lineage.get(rollouts["dataset_ref"]).inputs == [scene_ref]
+    assert lineage.resolve(sim["lineage_id"]).inputs == [policy_md["run"], scene_ref]
+    printed = CliRunner().invoke(app, ["lineage", md["lineage_id"], "--root", root])
+    assert printed.exit_code == 0 and scene_ref in printed.output, printed.output
+    registry.get("robotics/scenes", scene_ref.split("@")[1], str(tmp_path / "scene"))
+    assert (tmp_path / "scene" / "cartpole.xml").read_bytes() == (SCENES["cartpole-mujoco"].folder / "cartpole.xml").read_bytes()
     run = load_run(root, policy_md["run"])
     assert set(run.datasets) == {"robotics/teleop@teleop-session-001", "robotics/teleop@teleop-session-002", rollouts["dataset_ref"]}
     assert run.evaluations["sim-mujoco"]["sim_success_rate"] == sim["success_rate"]

@@ -27,6 +27,8 @@ import pandas as pd
 import pytest
 
 from robotics_lane.defs.assets.rollouts import sweep_imports
+from robotics_lane.scenes.catalog import SCENES
+from robotics_lane.scenes.files import SceneFiles
 from robotics_lane.workloads.rollout_output import committed_seeds
 from shared_resources.compute.backends.warm_start import start_process
 from shared_resources.runtime.inputs import Failpoint
@@ -70,7 +72,17 @@ def isaaclab_runtime() -> None:
         )
 
 
-def _extras(tmp_path: Path, name: str, num_envs: int, hold: Path | None = None) -> Path:
+@pytest.fixture(scope="module")
+def scene(tmp_path_factory, isaaclab_runtime) -> dict:
+    """The Isaac Lab scene as a shard gets it: made from newton in its runtime, its files on the store."""
+    source = SCENES["cartpole-isaaclab"]
+    uri = str(tmp_path_factory.mktemp("scenes") / source.version())
+    code = f"from robotics_lane.scenes.build import write_scene; from robotics_lane.scenes.catalog import SCENES; write_scene(SCENES[{source.name!r}], {uri!r})"
+    subprocess.run([str(ISAACLAB_PYTHON), "-c", code], cwd=REPO_ROOT, env=child_env(), check=True)
+    return SceneFiles(ref=f"robotics/scenes@{source.version()}", uri=uri, entry=source.entry, files=source.pinned).model_dump()
+
+
+def _extras(tmp_path: Path, name: str, num_envs: int, scene: dict, hold: Path | None = None) -> Path:
     """The shard's inputs; with `hold`, it waits once `HELD_AT` episodes are committed, and
     creates `hold` then, until it is signalled."""
     path = tmp_path / f"{name}.json"
@@ -83,6 +95,7 @@ def _extras(tmp_path: Path, name: str, num_envs: int, hold: Path | None = None) 
             "task": TASK,
             "policy": POLICY,
             "num_envs": num_envs,
+            "scene": scene,
         },
         "checkpoint_uri": str(tmp_path / f"{name}-ck"),
         "checkpoint_every_steps": 1,
@@ -94,9 +107,9 @@ def _extras(tmp_path: Path, name: str, num_envs: int, hold: Path | None = None) 
 
 
 @pytest.fixture(scope="module")
-def uninterrupted(tmp_path_factory) -> dict:
+def uninterrupted(tmp_path_factory, scene) -> dict:
     tmp = tmp_path_factory.mktemp("reference")
-    reference = IsaacLabShard(_extras(tmp, "reference", num_envs=1), "run", cold=True)  # by hand: a fresh interpreter
+    reference = IsaacLabShard(_extras(tmp, "reference", num_envs=1, scene=scene), "run", cold=True)  # by hand: a fresh interpreter
     assert reference.wait() == 0, reference.tail()
     assert "1 envs on cpu" in reference.log.read_text()
     episodes = committed_episodes(tmp / "reference")
@@ -105,9 +118,9 @@ def uninterrupted(tmp_path_factory) -> dict:
 
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGKILL], ids=["SIGTERM", "SIGKILL"])
-def test_interrupted_isaaclab_shard_resumes_to_exactly_the_same_episodes(tmp_path, uninterrupted, sig):
+def test_interrupted_isaaclab_shard_resumes_to_exactly_the_same_episodes(tmp_path, uninterrupted, scene, sig):
     held = tmp_path / "held.json"
-    extras = _extras(tmp_path, "shard", num_envs=4, hold=held)
+    extras = _extras(tmp_path, "shard", num_envs=4, scene=scene, hold=held)
     victim = IsaacLabShard(extras, "interrupted", cold=True)
     victim.wait_until_held(held)  # the third episode is committed and the shard waits
     os.kill(victim.process.pid, sig)
@@ -118,7 +131,7 @@ def test_interrupted_isaaclab_shard_resumes_to_exactly_the_same_episodes(tmp_pat
     assert len(partial) == HELD_AT and partial <= set(SEEDS), "interrupted mid-shard, with exactly the episodes committed before it"
     assert "isaaclab cartpole rollouts" in victim.log.read_text() and "4 envs on cpu" in victim.log.read_text()
 
-    extras = _extras(tmp_path, "shard", num_envs=3, hold=held)  # the marker exists: no hold this time
+    extras = _extras(tmp_path, "shard", num_envs=3, scene=scene, hold=held)  # the marker exists: no hold this time
     resumed = IsaacLabShard(extras, "resumed")
     assert resumed.wait() == 0, resumed.tail()
     assert f"{HELD_AT} already committed, {len(SEEDS) - HELD_AT} to run, 3 envs on cpu" in resumed.log.read_text()
@@ -127,8 +140,9 @@ def test_interrupted_isaaclab_shard_resumes_to_exactly_the_same_episodes(tmp_pat
     assert len(list((tmp_path / "shard" / "episodes").glob("*.parquet"))) == len(SEEDS)
 
 
-def test_isaaclab_trials_record_outcomes(uninterrupted):
+def test_isaaclab_trials_record_outcomes(uninterrupted, scene):
     records = pd.DataFrame([v[0] for v in uninterrupted.values()])
+    assert (records["scene_ref"] == scene["ref"]).all()  # every episode names the scene version it ran in
     assert set(records.columns) >= {"seed", "success", "return", "length", "failure_mode", "task_key"}
     assert (records["backend"] == "isaaclab").all() and (records["fps"] == 60).all()
     assert (records.loc[records["success"], "length"] == MAX_STEPS).all()

@@ -5,8 +5,7 @@ from robotics_lane.defs.assets.policy import POLICY
 from robotics_lane.defs.assets.rollouts import SIM_ROLLOUTS
 from robotics_lane.defs.assets.teleop import TELEOP_EPISODES
 from robotics_lane.defs import jobs
-from robotics_lane.defs.partitions import robot_evals, teleop_sessions
-from robotics_lane.sweeps import SWEEPS
+from robotics_lane.defs.partitions import robot_evals, sweep_partition_keys, teleop_sessions
 from sensors.inflight_watcher import make_inflight_watcher
 from sensors.landing_drops import make_landing_sensor
 from sensors.retraining import make_retraining_sensor
@@ -40,7 +39,7 @@ nightly_sweep_schedule = make_nightly_schedule(
     job_name=jobs.nightly_sweep_job.name,
     night_dimension="night",
     config_dimension="sweep",
-    configs=sorted(SWEEPS),
+    configs=sweep_partition_keys(),  # each sweep at its scene's version
     description="Every night at 02:00 UTC: one spot-backed rollout sweep per configuration for the night that ended.",
 )
 gpu_job_watcher = make_inflight_watcher(name="robotics_gpu_job_watcher", asset_prefix="robotics/")

@@ -7,6 +7,7 @@ Python 3.12 runtime (``make isaaclab-runtime``).
 from __future__ import annotations
 
 from collections.abc import Sequence
+from pathlib import Path
 
 from robotics_lane.sim.base import KNOWN_BACKENDS, Backend, Simulator, TaskSpec
 from robotics_lane.sim.camera import check_cameras
@@ -55,13 +56,15 @@ def default_num_envs(backend: str, device: str, episodes: int | None = None) -> 
 
 
 def make_vector_simulator(
-    backend: Backend, task: TaskSpec | None = None, *, num_envs: int, device: str = "cpu", cameras: Sequence[str] = ()
+    backend: Backend, task: TaskSpec | None = None, *, num_envs: int, device: str = "cpu", cameras: Sequence[str] = (), scene: Path | None = None
 ) -> VectorSimulatorBase:
     """Build ``num_envs`` environments of ``task`` on ``backend`` that step together.
 
     ``device`` is where Isaac Lab simulates ("cpu", or "cuda:0" on a GPU node; ``resolve_device``
     picks one); MuJoCo runs on the CPU only. ``cameras`` (``camera.CAMERAS``) are rendered
-    offscreen by ``render()``; only MuJoCo renders them (``CAMERA_BACKENDS``).
+    offscreen by ``render()``; only MuJoCo renders them (``CAMERA_BACKENDS``). ``scene`` is the
+    local file of the scene to load (a registered version, ``robotics_lane.scenes.files.local_scene``);
+    unset, the catalog's scene for the backend as it is now.
     """
     task = task or TaskSpec()
     if isinstance(num_envs, bool) or not isinstance(num_envs, int) or not 1 <= num_envs <= MAX_NUM_ENVS:
@@ -78,11 +81,11 @@ def make_vector_simulator(
             raise ValueError(f"make_simulator: the MuJoCo backend runs on the CPU only, got device={device!r}")
         from robotics_lane.sim.mujoco_backend import MujocoCartpoleVec
 
-        return MujocoCartpoleVec(task, num_envs, cameras)
+        return MujocoCartpoleVec(task, num_envs, cameras, scene=scene)
     if backend == "isaaclab":
         from robotics_lane.sim.isaaclab_backend import IsaacLabCartpoleVec
 
-        return IsaacLabCartpoleVec(task, num_envs, device=device)
+        return IsaacLabCartpoleVec(task, num_envs, device=device, scene=scene)
     raise ValueError(f"make_simulator: unknown backend {backend!r}; known backends: {list(KNOWN_BACKENDS)}")
 
 

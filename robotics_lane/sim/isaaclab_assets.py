@@ -1,4 +1,5 @@
-"""The cart-pole USD for Isaac Lab, made offline from the copy the ``newton`` package ships.
+"""The cart-pole USD for Isaac Lab: made offline from the copy the ``newton`` package ships, and
+loaded with the task's masses.
 
 Isaac Lab's own Cartpole task fetches ``cartpole.usd`` from NVIDIA's asset server, which is out
 of reach on an offline machine. ``newton`` (installed with isaaclab) ships the same robot,
@@ -6,10 +7,13 @@ of reach on an offline machine. ``newton`` (installed with isaaclab) ships the s
 (``slider_to_cart``, ``cart_to_pole``), 1 kg cart, 1 kg pole with its centre of mass 0.47 m up.
 It loads in Isaac Lab once its ``defaultPrim`` reads ``"cartpole"`` (the prim's real name).
 
-``cartpole_usd_path`` writes that copy into the user cache (``~/.cache/sinewgrid/isaaclab/``,
-or ``$SINEWGRID_ASSET_CACHE``) at run time, with the masses scaled when a task asks for it;
-it is never committed. Imports only the standard library (and the runtime's stdlib-only
-``node`` module), so it runs in either venv.
+``generate_cartpole_usda`` makes that scene (the ``cartpole-isaaclab`` scene of
+``robotics_lane/scenes``, registered as a dataset version and never committed). ``loadable_usd``
+takes a scene file as registered and applies the task's mass scales, which are load-time
+parameters, not scenes: with any scale other than 1 it writes a derived copy into the user cache
+(``~/.cache/sinewgrid/isaaclab/``, or ``$SINEWGRID_ASSET_CACHE``), named by the hash of its
+content. Imports only the standard library (and the runtime's stdlib-only ``node`` module), so
+it runs in either venv.
 """
 
 from __future__ import annotations
@@ -68,15 +72,22 @@ def patch_cartpole_usda(text: str, mass_scales: dict[str, float] | None = None) 
     return patched
 
 
-def cartpole_usd_path(cart_mass_scale: float = 1.0, pole_mass_scale: float = 1.0) -> Path:
-    """Write (once) and return the cart-pole USDA for these mass scales.
+def generate_cartpole_usda() -> bytes:
+    """The ``cartpole-isaaclab`` scene's file: newton's cart-pole with its ``defaultPrim`` fixed."""
+    return patch_cartpole_usda(newton_cartpole_source().read_bytes().decode("utf-8")).encode("utf-8")
 
-    The file name carries a hash of the source and the scales, so a new ``newton`` release or
-    different masses give a new file and an existing one is never stale.
+
+def loadable_usd(scene_usd: Path, cart_mass_scale: float = 1.0, pole_mass_scale: float = 1.0) -> Path:
+    """The USD Isaac Lab should open for this scene file and these mass scales.
+
+    Nominal masses: the scene file itself. Other masses: a copy with them written in, in the user
+    cache, named by the hash of its content (a different scene or different masses give another
+    file; an existing one is never stale).
     """
-    source = newton_cartpole_source().read_text()
     scales = {"cart": float(cart_mass_scale), "pole": float(pole_mass_scale)}
-    text = patch_cartpole_usda(source, scales)
+    if all(v == 1.0 for v in scales.values()):
+        return scene_usd
+    text = patch_cartpole_usda(scene_usd.read_bytes().decode("utf-8"), scales)
     digest = hashlib.sha256(text.encode()).hexdigest()[:12]
     target = asset_cache_dir() / f"cartpole_{digest}.usda"
     if not target.is_file():

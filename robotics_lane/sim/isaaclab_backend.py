@@ -26,8 +26,10 @@ Mapping to the common layout, as Isaac Lab 3.0's Direct task defines it:
   ``_reset_idx`` (scene, events, episode counters), then writes each env's initial joint state
   drawn from the task's own ranges (``cfg.initial_*_range``, clamped to the joint limits) by a
   numpy Generator seeded with that env's seed: an episode's start depends on its seed only.
-- physics params: ``pole_mass_scale``/``cart_mass_scale`` through the generated USD (see
-  ``isaaclab_assets``), ``gravity_scale`` through ``cfg.sim.gravity``.
+- scene: the USD it is given (a registered ``robotics/scenes`` version, fetched by the workload),
+  else the catalog's ``cartpole-isaaclab`` made here from ``newton`` (hand runs, the self-test).
+- physics params: ``pole_mass_scale``/``cart_mass_scale`` written into a copy of the scene at
+  load time (see ``isaaclab_assets``), ``gravity_scale`` through ``cfg.sim.gravity``.
 
 Self-test (a real rollout, JSON on the last line): ``python -m robotics_lane.sim.isaaclab_backend --selftest``.
 """
@@ -41,6 +43,7 @@ import json
 import math
 import sys
 import time
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -74,7 +77,7 @@ class IsaacLabCartpoleVec(VectorSimulatorBase):
     backend = "isaaclab"
     supported_physics_params = frozenset({"pole_mass_scale", "cart_mass_scale", "gravity_scale"})
 
-    def __init__(self, task: TaskSpec, num_envs: int = 1, device: str = "cpu") -> None:
+    def __init__(self, task: TaskSpec, num_envs: int = 1, device: str = "cpu", scene: Path | None = None) -> None:
         super().__init__(task, num_envs)
         require_isaaclab_runtime()
         import gymnasium as gym
@@ -83,13 +86,14 @@ class IsaacLabCartpoleVec(VectorSimulatorBase):
         from isaaclab.app import launch_simulation
         from isaaclab_tasks.utils import parse_env_cfg
 
-        from robotics_lane.sim.isaaclab_assets import cartpole_usd_path
+        from robotics_lane.scenes.catalog import scene_for
+        from robotics_lane.scenes.files import catalog_scene
+        from robotics_lane.sim.isaaclab_assets import loadable_usd
 
         cfg = parse_env_cfg(TASK_ID, device=device, num_envs=self.num_envs)
         cfg.scene.ground = None  # newton's cart-pole needs no floor; Isaac's ground asset is remote
-        cfg.scene.cartpole.spawn.usd_path = str(
-            cartpole_usd_path(task.param("cart_mass_scale"), task.param("pole_mass_scale"))
-        )
+        self.scene = Path(scene) if scene is not None else catalog_scene(scene_for(self.backend))
+        cfg.scene.cartpole.spawn.usd_path = str(loadable_usd(self.scene, task.param("cart_mass_scale"), task.param("pole_mass_scale")))
         cfg.sim.gravity = tuple(g * task.param("gravity_scale") for g in cfg.sim.gravity)
         # Every env at the same origin: the worlds never touch, and an env then computes in the
         # same coordinates whatever its slot, so an episode is bit-identical in any slot.

@@ -1,6 +1,7 @@
 """MuJoCo cart-pole: gymnasium's ``InvertedPendulum-v5``, vectorised, behind the common interface.
 
-The model (gymnasium's ``inverted_pendulum.xml``): a 10.5 kg cart on a 2 m rail (slider joint
+The model (the ``cartpole-mujoco`` scene, gymnasium's ``inverted_pendulum.xml``; a registered
+version of it when the workload passes one, see ``robotics_lane/scenes``): a 10.5 kg cart on a 2 m rail (slider joint
 limited to ±1 m), a 0.6 m, 5 kg pole on a hinge; one motor on the slider with control range
 [-3, 3] and gear 100, i.e. up to 300 N. A control step is 0.04 s (timestep 0.02 s, frame
 skip 2). Its observation is already [cart_pos, pole_angle, cart_vel, pole_ang_vel] with the
@@ -26,6 +27,7 @@ Runs in the main venv (``pip install mujoco gymnasium[mujoco]``).
 from __future__ import annotations
 
 from collections.abc import Sequence
+from pathlib import Path
 
 import numpy as np
 
@@ -38,8 +40,9 @@ POLE_FELL_RAD = 0.2  # gymnasium's own termination threshold for this env
 CART_LIMIT_M = 0.95  # the slider's range is ±1 m; stop just before the end stop takes over
 
 
-def make_vector_env(num_envs: int, max_steps: int):  # -> gymnasium.vector.SyncVectorEnv
-    """gymnasium's own vector env of ``num_envs`` InvertedPendulum-v5 copies (what the adapter steps)."""
+def make_vector_env(num_envs: int, max_steps: int, scene: Path | None = None):  # -> gymnasium.vector.SyncVectorEnv
+    """gymnasium's own vector env of ``num_envs`` InvertedPendulum-v5 copies (what the adapter steps),
+    loading the MJCF ``scene`` (default: the catalog's ``cartpole-mujoco`` as committed)."""
     try:
         import gymnasium as gym
     except ImportError as exc:  # pragma: no cover - depends on the venv
@@ -48,7 +51,11 @@ def make_vector_env(num_envs: int, max_steps: int):  # -> gymnasium.vector.SyncV
             f"({exc}); install them with `pip install mujoco 'gymnasium[mujoco]'`"
         ) from exc
     # gymnasium's TimeLimit must never end an episode before the adapter does.
-    return gym.make_vec(ENV_ID, num_envs=num_envs, vectorization_mode="sync", max_episode_steps=max_steps + 1)
+    from robotics_lane.scenes.catalog import scene_for
+    from robotics_lane.scenes.files import catalog_scene
+
+    xml_file = str(scene if scene is not None else catalog_scene(scene_for("mujoco")))
+    return gym.make_vec(ENV_ID, num_envs=num_envs, vectorization_mode="sync", max_episode_steps=max_steps + 1, xml_file=xml_file)
 
 
 class MujocoCartpoleVec(VectorSimulatorBase):
@@ -57,9 +64,9 @@ class MujocoCartpoleVec(VectorSimulatorBase):
     backend = "mujoco"
     supported_physics_params = frozenset({"pole_mass_scale", "cart_mass_scale", "gravity_scale"})
 
-    def __init__(self, task: TaskSpec, num_envs: int = 1, cameras: Sequence[str] = ()) -> None:
+    def __init__(self, task: TaskSpec, num_envs: int = 1, cameras: Sequence[str] = (), scene: Path | None = None) -> None:
         super().__init__(task, num_envs, cameras)
-        self._env = make_vector_env(self.num_envs, task.max_steps)
+        self._env = make_vector_env(self.num_envs, task.max_steps, scene)
         first = self._env.envs[0].unwrapped
         self.control_dt = float(first.dt)
         low, high = self._env.single_action_space.low[0], self._env.single_action_space.high[0]

@@ -14,6 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from robotics_lane.sim.camera import check_cameras
 from robotics_lane.sim.factory import CAMERA_BACKENDS
+from robotics_lane.scenes.files import SceneFiles
 from shared_resources.runtime.setting_ranges import RangedSettings
 
 Positive = Annotated[int, Field(ge=1)]
@@ -54,6 +55,10 @@ class RolloutConfig(BaseModel):
     task: dict[str, Any] = Field(default_factory=dict, description="The task (`TaskSpec` fields).")
     policy: dict[str, Any] = Field(default_factory=lambda: {"kind": "scripted"}, description="`scripted` (with `operator_noise`) or `checkpoint` (with `uri`).")
     task_label: str = "balance the pole"
+    scene: SceneFiles | None = Field(
+        None, description="The registered scene version to load (`robotics/scenes@…`, read from the store and verified). "
+        "Unset: the catalog's scene for the backend as it is now, unregistered (hand runs and drills only).",
+    )
     num_envs: Annotated[int, Field(ge=1, le=65_536)] | None = Field(
         None,
         description="Environments stepped together in one process. Unset: the backend's default for the "

@@ -17,7 +17,7 @@ committed with the episode; unasked (policy evaluation), nothing renders.
 
 Output under `output_uri`:
     episodes/episode-000042.parquet  frames of seed 42 (LeRobot v3 data columns)
-    trials/seed-000042.json          seed, task, success, return, length, failure mode (commit marker)
+    trials/seed-000042.json          seed, task, scene, success, return, length, failure mode (commit marker)
 """
 
 from __future__ import annotations
@@ -30,6 +30,7 @@ import numpy as np
 
 from robotics_lane.episodes.lerobot_v3 import Episode as LeRobotEpisode
 from robotics_lane.episodes.shards import write_episode_file
+from robotics_lane.scenes.files import local_scene
 from robotics_lane.sim.base import Episode, TaskSpec
 from robotics_lane.sim.batch_rollout import run_episodes
 from robotics_lane.sim.camera import image_features
@@ -67,6 +68,7 @@ def commit_episode(cfg: RolloutConfig, task: TaskSpec, episode: Episode, episode
         "task": task.name,
         "task_key": task.key(),
         "task_params": dict(task.params),
+        "scene_ref": cfg.scene.ref if cfg.scene else "",
         "success": bool(episode.success),
         "return": float(np.sum(episode.rewards)),
         "length": int(episode.length),
@@ -92,7 +94,9 @@ def main() -> None:
         started = time.monotonic()
         steps = 0
         if todo:
-            with make_vector_simulator(cfg.backend, task, num_envs=num_envs, device=device, cameras=cfg.cameras) as sim:
+            scene = local_scene(cfg.scene) if cfg.scene else None  # the registered bytes, verified
+            run.info(f"scene {cfg.scene.ref if cfg.scene else 'the catalog scene as it is now (unregistered)'}")
+            with make_vector_simulator(cfg.backend, task, num_envs=num_envs, device=device, cameras=cfg.cameras, scene=scene) as sim:
                 fps = max(1, round(1.0 / sim.control_dt))
                 policy = load_batch_policy(cfg.policy, num_envs, task.max_steps)
                 index = {seed: i for i, seed in enumerate(cfg.seeds)}
@@ -116,6 +120,7 @@ def main() -> None:
                 "mean_return": round(float(np.mean([t["return"] for t in trials])), 3) if trials else 0.0,
                 "failure_modes": json.dumps(dict(Counter(t["failure_mode"] or "success" for t in trials))),
                 "backend": cfg.backend,
+                "scene_ref": cfg.scene.ref if cfg.scene else "",
                 "num_envs": num_envs if todo else 0,
                 "device": device,
                 "cameras": ", ".join(cfg.cameras) or "none",

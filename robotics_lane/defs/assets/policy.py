@@ -9,8 +9,11 @@ import dagster as dg
 from pydantic import Field
 import pandas as pd
 
-from robotics_lane.defs.assets.rollouts import SIM_ROLLOUTS, rollouts_version, sweep_imports
+from robotics_lane.defs.assets.rollouts import SIM_ROLLOUTS, rollouts_version, scene_for_run, sweep_imports
 from robotics_lane.defs.assets.teleop import TELEOP_EPISODES
+from robotics_lane.scenes.catalog import scene_for
+from robotics_lane.scenes.files import SceneFiles
+from robotics_lane.scenes.registration import scenes_upstream
 from robotics_lane.stats import wilson_interval
 from robotics_lane.workloads.config import PolicySettings, RolloutConfig, TrainPolicyConfig
 from robotics_lane.workloads.rollout_output import trial_uri
@@ -63,8 +66,8 @@ def policy(context: dg.AssetExecutionContext, config: PolicyLaunchpad, storage: 
 
     Trains on the pool with fast interconnect, on one process or data-parallel as a gang of
     `nodes` × `ranks_per_node` (launchpad); checkpoints and resumes after preemption.
-    `lineage` names every episode and rollout version it learnt from; `loss_curve` plots this
-    run beside the previous one.
+    `lineage` names every episode and rollout version it learnt from, and through the rollouts
+    the scene versions (`scene_ref`); `loss_curve` plots this run beside the previous one.
     """
     store = storage.get()
     datasets = training_datasets(store)
@@ -99,12 +102,15 @@ def policy(context: dg.AssetExecutionContext, config: PolicyLaunchpad, storage: 
     )
     tracked = track_run(store, run, step.final_checkpoint, step.result, config=settings, pool=step.pool.name, cost_usd=step.cost_usd, dagster_run_id=context.run_id)
     return dg.MaterializeResult(
-        metadata={**final, **provenance, **tracked, "run": run, "policy_version": version, "datasets": len(datasets), "dataset_refs": ", ".join(datasets)},
+        metadata={**final, **provenance, **tracked, "run": run, "policy_version": version, "datasets": len(datasets), "dataset_refs": ", ".join(datasets),
+                  "scene_ref": ", ".join(scenes_upstream(store, run))},
         data_version=dg.DataVersion(version),
     )
 
 
-def evaluation_spec(name: str, capacity: Capacity, backend: str, runtime: str, seeds: list[int], output_uri: str, policy_uri: str, task: dict) -> StepSpec:
+def evaluation_spec(
+    name: str, capacity: Capacity, backend: str, runtime: str, seeds: list[int], output_uri: str, policy_uri: str, task: dict, scene: SceneFiles | None = None
+) -> StepSpec:
     return StepSpec(
         name=name,
         entry_point="robotics_lane.workloads.rollouts",
@@ -115,7 +121,7 @@ def evaluation_spec(name: str, capacity: Capacity, backend: str, runtime: str, s
         checkpoint_seconds=0.5,
         expected_hours=0.05,
         imports=list(dict.fromkeys([*sweep_imports(backend), *TRAINING_IMPORTS])),  # the simulator, and torch for the policy
-        config=RolloutConfig(backend=backend, seeds=seeds, output_uri=output_uri, task=task, policy={"kind": "checkpoint", "uri": policy_uri}),
+        config=RolloutConfig(backend=backend, seeds=seeds, output_uri=output_uri, task=task, policy={"kind": "checkpoint", "uri": policy_uri}, scene=scene),
     )
 
 
@@ -142,7 +148,8 @@ def rate_metadata(trials: pd.DataFrame) -> dict:
 def sim_evaluation(context: dg.AssetExecutionContext, config: SimEvalSettings, storage: StorageResource, compute: ComputeResource) -> dg.MaterializeResult:
     """How often the current policy balances the pole in simulation, over seeded trials it never
     trained on, with a 95% Wilson interval; every trial's seed, outcome, return, length and
-    failure mode is kept. Runs on the evaluation pool, apart from training.
+    failure mode is kept. Runs on the evaluation pool, apart from training, in the backend's
+    scene at its current registered version (`scene_ref`).
     """
     store = storage.get()
     current = read_json(store.artifacts("robotics", "policy", "latest.json"))
@@ -150,7 +157,8 @@ def sim_evaluation(context: dg.AssetExecutionContext, config: SimEvalSettings, s
     output = store.uri("evaluations", "sim", current["version"], config.backend)
     runtime = "isaaclab" if config.backend == "isaaclab" else "default"
     task = {"name": "cartpole", "max_steps": 200, "params": {}}
-    spec = evaluation_spec("robotics.sim_evaluation", Capacity.evaluation, config.backend, runtime, seeds, output, current["checkpoint_uri"], task)
+    scene = scene_for_run(context, compute, store, scene_for(config.backend).version(), config.backend)
+    spec = evaluation_spec("robotics.sim_evaluation", Capacity.evaluation, config.backend, runtime, seeds, output, current["checkpoint_uri"], task, scene)
     step = compute.run(context, spec, lineage=f"robotics/sim_evaluation/{current['version']}-{config.backend}")
     trials = trials_table(output, seeds)
     buffer = io.BytesIO()
@@ -159,14 +167,14 @@ def sim_evaluation(context: dg.AssetExecutionContext, config: SimEvalSettings, s
     summary = rate_metadata(trials)
     provenance = record_result(
         store, f"robotics/sim_evaluation/{current['version']}-{config.backend}", "evaluation", f"{len(trials)} held-out trials in {config.backend}",
-        inputs=[current.get("run", f"robotics/policy/{current['version']}")], uri=posixpath.join(output, "trials.parquet"),
-        facts={"success_rate": summary["success_rate"].value, "ci95": f"{summary['ci95_low'].value:.2f}–{summary['ci95_high'].value:.2f}"},
+        inputs=[current.get("run", f"robotics/policy/{current['version']}"), scene.ref], uri=posixpath.join(output, "trials.parquet"),
+        facts={"scene_ref": scene.ref, "success_rate": summary["success_rate"].value, "ci95": f"{summary['ci95_low'].value:.2f}–{summary['ci95_high'].value:.2f}"},
     )
     track_evaluation(store, current.get("run", f"robotics/policy/{current['version']}"), f"sim-{config.backend}", {"sim_success_rate": summary["success_rate"], "sim_ci95_low": summary["ci95_low"], "sim_ci95_high": summary["ci95_high"]})
     write_json_atomic(
         store.artifacts("robotics", "sim_evaluation", "latest.json"),
-        {"policy_version": current["version"], "success_rate": summary["success_rate"].value, "ci95": [summary["ci95_low"].value, summary["ci95_high"].value], "trials": len(trials)},
+        {"policy_version": current["version"], "scene_ref": scene.ref, "success_rate": summary["success_rate"].value, "ci95": [summary["ci95_low"].value, summary["ci95_high"].value], "trials": len(trials)},
     )
     return dg.MaterializeResult(
-        metadata={**summary, **provenance, "policy_version": current["version"], "trial_records": dg.MetadataValue.path(posixpath.join(output, "trials.parquet")), "pool": step.pool.name, "cost_usd": dg.MetadataValue.float(round(step.cost_usd, 5))}
+        metadata={**summary, **provenance, "policy_version": current["version"], "scene_ref": scene.ref, "trial_records": dg.MetadataValue.path(posixpath.join(output, "trials.parquet")), "pool": step.pool.name, "cost_usd": dg.MetadataValue.float(round(step.cost_usd, 5))}
     )

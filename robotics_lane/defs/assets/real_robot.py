@@ -10,6 +10,7 @@ import pandas as pd
 from robotics_lane.defs.assets.policy import POLICY, SIM_EVALUATION, rate_metadata
 from robotics_lane.defs.checks import EPISODES_VALID_CHECK, RESULTS_MANIFEST_CHECK
 from robotics_lane.episodes.validation import validate_dataset
+from robotics_lane.scenes.registration import scenes_upstream
 from robotics_lane.defs.partitions import robot_evals
 from robotics_lane.stats import wilson_interval
 from shared_resources.intake.landing import DropIssue, read_drop, write_raw
@@ -148,6 +149,7 @@ def real_robot_evaluation(context: dg.AssetExecutionContext, storage: StorageRes
             "per_task": dg.MetadataValue.md(per_task.rename(columns={"sum": "successes", "count": "trials"}).to_markdown(index=False)),
             "failed_trials_flagged_for_relabelling": len(failures),
             "policy_version": policy_version,
+            "scene_ref": ", ".join(scenes_upstream(store, provenance["lineage_id"])),  # the scenes its policy's rollouts ran in
             **provenance,
             "episodes": dg.MetadataValue.path(posixpath.join(raw, "episodes")),
         },

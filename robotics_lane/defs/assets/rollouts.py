@@ -9,7 +9,9 @@ import dagster as dg
 import pandas as pd
 
 from robotics_lane.episodes.shards import assemble_dataset
-from robotics_lane.defs.partitions import nightly_sweeps
+from robotics_lane.defs.partitions import nightly_sweeps, sweep_of
+from robotics_lane.scenes.files import SceneFiles
+from robotics_lane.scenes.registration import resolve_scene, scene_build_spec
 from robotics_lane.sim.base import ACTION_NAMES, STATE_NAMES
 from robotics_lane.sweeps import SWEEPS, SweepConfig
 from robotics_lane.workloads.config import RolloutConfig
@@ -27,7 +29,7 @@ TASK_LABEL = "balance the pole"
 
 
 def rollouts_version(night: str, sweep: str) -> str:
-    """The registry version of one night's sweep: `robotics/rollouts@<night>_<sweep>`."""
+    """The registry version of one night's sweep: `robotics/rollouts@<night>_<sweep partition key>`."""
     return f"{night}_{sweep}"
 
 
@@ -41,7 +43,17 @@ def sweep_imports(backend: str) -> list[str]:
     return ["numpy", "pyarrow", "pandas", "torch" if backend == "isaaclab" else backend]
 
 
-def sweep_spec(sweep: SweepConfig, seeds: list[int], output_uri: str) -> StepSpec:
+def scene_for_run(context, compute: ComputeResource, store: Storage, version: str, backend: str) -> SceneFiles:
+    """The registered scene version a sweep or evaluation loads (registered first if new; a
+    generated scene is built by a step in its runtime, on the pool the run itself will use)."""
+
+    def build(source, uri: str) -> None:
+        compute.run(context, scene_build_spec(source, uri, sweep_imports(backend)), lineage=f"robotics/scenes/{version}")
+
+    return resolve_scene(store, version, build_step=build)
+
+
+def sweep_spec(sweep: SweepConfig, seeds: list[int], output_uri: str, scene: SceneFiles | None = None) -> StepSpec:
     return StepSpec(
         name="robotics.sim_rollouts",
         entry_point="robotics_lane.workloads.rollouts",
@@ -64,20 +76,21 @@ def sweep_spec(sweep: SweepConfig, seeds: list[int], output_uri: str) -> StepSpe
             num_envs=sweep.num_envs,
             device=sweep.device,
             cameras=list(sweep.cameras),
+            scene=scene,
         ),
     )
 
 
-def run_sweep(context, compute: ComputeResource, store: Storage, night: str, name: str) -> tuple[list[StepRun], list[dict], str]:
-    """Run every shard of one sweep (concurrently), then assemble one LeRobot dataset."""
-    sweep = SWEEPS[name]
+def run_sweep(context, compute: ComputeResource, store: Storage, night: str, key: str, scene: SceneFiles) -> tuple[list[StepRun], list[dict], str]:
+    """Run every shard of one sweep partition (concurrently) in `scene`, then assemble one LeRobot dataset."""
+    sweep = SWEEPS[sweep_of(key)[0]]
     seeds = sweep.seeds(night)
-    base = store.uri("rollouts", night, name)
+    base = store.uri("rollouts", night, key)
     shards = shard_seeds(seeds, sweep.shards)
 
     def run_shard(index: int) -> StepRun:
-        spec = sweep_spec(sweep, shards[index], posixpath.join(base, f"shard-{index}"))
-        return compute.run(context, spec, lineage=f"robotics/sim_rollouts/{night}/{name}/shard-{index}")
+        spec = sweep_spec(sweep, shards[index], posixpath.join(base, f"shard-{index}"), scene)
+        return compute.run(context, spec, lineage=f"robotics/sim_rollouts/{night}/{key}/shard-{index}")
 
     with ThreadPoolExecutor(max_workers=len(shards)) as pool:
         runs = list(pool.map(run_shard, range(len(shards))))
@@ -101,22 +114,27 @@ def sim_rollouts(context: dg.AssetExecutionContext, storage: StorageResource, co
 
     Runs on spot capacity, split into shards; each shard commits every finished episode, so a
     preempted shard resumes with exactly the episodes an uninterrupted run would have made.
-    The assembled set is registered as `robotics/rollouts@<night>_<sweep>`.
+    A sweep partition names its scene version (`<sweep>.<hash8>`): the shards load exactly that
+    registered `robotics/scenes` version. The assembled set is registered as
+    `robotics/rollouts@<night>_<sweep>.<hash8>`, with the scene among its inputs.
     """
     keys = context.partition_key.keys_by_dimension
-    night, name = keys["night"], keys["sweep"]
-    runs, trials, dataset_uri = run_sweep(context, compute, storage.get(), night, name)
+    night, key = keys["night"], keys["sweep"]
+    name, scene_version = sweep_of(key)
+    scene = scene_for_run(context, compute, storage.get(), scene_version, SWEEPS[name].backend)
+    runs, trials, dataset_uri = run_sweep(context, compute, storage.get(), night, key, scene)
     successes = sum(t["success"] for t in trials)
     modes = pd.Series([t["failure_mode"] or "success" for t in trials]).value_counts()
     _, version = publish_version(
-        storage.get(), "robotics/rollouts", rollouts_version(night, name), dataset_uri, title=f"simulated demonstrations, sweep {name} (LeRobot v3)",
-        inputs=[], facts={"backend": SWEEPS[name].backend, "episodes": len(trials), "night": night},
+        storage.get(), "robotics/rollouts", rollouts_version(night, key), dataset_uri, title=f"simulated demonstrations, sweep {name} (LeRobot v3)",
+        inputs=[scene.ref], facts={"backend": SWEEPS[name].backend, "episodes": len(trials), "night": night, "scene_ref": scene.ref},
     )
     return dg.MaterializeResult(
         metadata={
             "status": "valid",
             "dataset": dg.MetadataValue.path(dataset_uri),
             "backend": SWEEPS[name].backend,
+            "scene_ref": scene.ref,
             "episodes": len(trials),
             "successful_episodes": successes,
             "success_rate": dg.MetadataValue.float(round(successes / len(trials), 4)),
