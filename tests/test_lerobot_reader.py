@@ -1,0 +1,169 @@
+"""LeRobot's own reader opens every dataset we write, and sees what our reader sees.
+
+LeRobot 0.6.1 (`LeRobotDataset`, offline, video backend pyav) runs in its own Python 3.12 runtime
+(`.venv-lerobot`, mk/lerobot.mk) through tests/lerobot_reader/check_dataset.py; its view of each
+dataset (every frame's state, action, timestamp, indices and task, every video frame decoded) is
+held against `read_dataset`'s (tests/lerobot_reader/compare.py).
+
+- The demo's datasets (e2e, on the demo's worker): every folder holding `meta/info.json` under
+  its storage root, which must include each kind the demo writes.
+- Fast, without the demo: a dataset our writer writes; a camera dataset (H.264 made with PyAV in
+  LeRobot's runtime, until our writer records cameras) against an independent decode; and a
+  broken camera dataset, which the check must catch. Under `make test-fast` these skip only when
+  the runtime is missing; `make test` builds it and names it, and then they must run.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path, PurePosixPath
+
+import numpy as np
+import pyarrow.parquet as pq
+import pytest
+
+from robotics_lane.episodes import Episode, write_dataset
+from tests.lerobot_reader.compare import ADD_CAMERA, BUILD_HINT, Runtime, differences, find_datasets, load_dump, our_view
+
+# What the demo writes, by where it lies under the storage root: a kind missing from a demo run,
+# or a dataset of no known kind, fails the test (a new kind gets a line here).
+DEMO_DATASET_KINDS = {
+    "teleop session, landed": "landing/teleop/teleop-session-*",
+    "teleop session, raw (curated points at it)": "raw/teleop/teleop-session-*",
+    "relabelling session, landed": "landing/teleop/relabel-*",
+    "relabelling session, raw": "raw/teleop/relabel-*",
+    "quarantined teleop session": "quarantine/teleop/*/original",
+    "robot cell trials, landed": "landing/robot_eval/*/episodes",
+    "robot cell trials, raw": "raw/robot_eval/*/episodes",
+    "assembled sweep rollouts": "rollouts/*/*/dataset",
+}
+CAMERA = "observation.images.front"
+
+
+def kind_of(home: Path, dataset: Path) -> str | None:
+    rel = PurePosixPath(dataset.relative_to(home).as_posix())
+    for kind, pattern in DEMO_DATASET_KINDS.items():
+        if len(rel.parts) == len(PurePosixPath(pattern).parts) and rel.match(pattern):
+            return kind
+    return None
+
+
+@pytest.fixture(scope="module")
+def runtime() -> Runtime:
+    """LeRobot's runtime; the fast tests skip without it unless `make test` demanded it."""
+    found = Runtime.find()
+    if not found.present:
+        message = f"LeRobot's runtime is missing ({found.python}): {BUILD_HINT}"
+        if found.required:
+            pytest.fail(message)
+        pytest.skip(message)
+    return found
+
+
+def check_against_ours(runtime: Runtime, datasets: list[Path], scratch: Path, images: dict[Path, np.ndarray] | None = None) -> dict[Path, list[str]]:
+    """Open `datasets` with LeRobot in one process; what differs from our reader, per dataset.
+
+    `images` gives the camera frames to hold LeRobot's decode against, for a dataset whose video
+    our reader cannot decode yet; otherwise our reader decodes them.
+    """
+    problems: dict[Path, list[str]] = {}
+    for dataset, report in zip(datasets, runtime.check(datasets, scratch), strict=True):
+        if not report["ok"]:
+            problems[dataset] = [f"LeRobot cannot open it: {report['error']}\n{report.get('traceback', '')}"]
+            continue
+        ours = our_view(dataset, images=None if images is None else {CAMERA: images[dataset]})
+        found = differences(ours, load_dump(report["dump"]))
+        if report["frames"] != len(ours["index"]):
+            found.append(f"LeRobot counts {report['frames']} frames, our reader {len(ours['index'])}")
+        problems[dataset] = found
+    return problems
+
+
+def failures(problems: dict[Path, list[str]]) -> str:
+    return "\n".join(f"{dataset}:\n  " + "\n  ".join(lines) for dataset, lines in problems.items() if lines)
+
+
+# --- the demo's datasets ---------------------------------------------------------------------------
+
+
+def test_every_dataset_the_demo_writes_opens_in_lerobots_reader(tmp_path, demo_run):
+    found = Runtime.find()
+    assert found.present, f"LeRobot's runtime is missing ({found.python}): {BUILD_HINT}"
+    demo_run.require_success()
+    datasets = find_datasets(demo_run.home)
+    kinds = {dataset: kind_of(demo_run.home, dataset) for dataset in datasets}
+    unknown = [str(d.relative_to(demo_run.home)) for d, k in kinds.items() if k is None]
+    assert not unknown, f"datasets of no known kind (add them to DEMO_DATASET_KINDS): {unknown}"
+    missing = sorted(set(DEMO_DATASET_KINDS) - set(kinds.values()))
+    assert not missing, f"the demo wrote no dataset of these kinds: {missing}; it wrote {sorted(map(str, datasets))}"
+    curated = [Path(json.loads(p.read_text())["dataset"]) for p in sorted((demo_run.home / "curated").rglob("dataset.json"))]
+    assert curated, "the demo curated no teleop session (no curated/**/dataset.json)"
+    assert set(curated) <= set(datasets), f"curated datasets the walk did not find: {sorted(set(curated) - set(datasets))}"
+
+    problems = check_against_ours(found, datasets, tmp_path)
+    assert not failures(problems), "LeRobot's reader and ours disagree:\n" + failures(problems)
+    opened = [f"{kinds[d]}: {d.relative_to(demo_run.home)}" for d in datasets]
+    print(f"LeRobot opened {len(datasets)} datasets:\n  " + "\n  ".join(opened))
+
+
+# --- fast: datasets made here ------------------------------------------------------------------------
+
+
+def episodes(action_dim: int, n: int = 3, seed: int = 0) -> list[Episode]:
+    rng = np.random.default_rng(seed)
+    out = []
+    for i in range(n):
+        t = 17 + 5 * i
+        action = rng.uniform(-1, 1, size=(t, action_dim)).astype(np.float32)
+        if i == 2:
+            action[t // 2 :] = np.nan  # a recorder glitch travels as NaN, as the demo's glitch session does
+        out.append(Episode(task=["balance the pole", "swing up"][i % 2], observation_state=rng.normal(size=(t, 4)).astype(np.float32),
+                           action=action, reward=rng.normal(size=t).astype(np.float32), success=i == 1, metadata={"seed": i}))  # fmt: skip
+    return out
+
+
+def write(folder: Path, action_dim: int) -> Path:
+    names = ["cart_x", "cart_v", "pole_theta", "pole_omega"]
+    write_dataset(str(folder), episodes(action_dim), fps=25, robot_type="cartpole", state_names=names, action_names=[f"a{i}" for i in range(action_dim)])
+    return folder
+
+
+def test_datasets_our_writer_writes_open_in_lerobots_reader(runtime, tmp_path):
+    # A one-dimensional action is a plain scalar column, a wider one a list column: both paths.
+    datasets = [write(tmp_path / "scalar-action", 1), write(tmp_path / "vector-action", 2)]
+    problems = check_against_ours(runtime, datasets, tmp_path / "check")
+    assert not failures(problems), "LeRobot's reader and ours disagree:\n" + failures(problems)
+
+
+@pytest.fixture(scope="module")
+def camera_check(runtime, tmp_path_factory):
+    """A camera dataset and a copy whose episodes all claim to start at second 0 of the video,
+    checked by LeRobot in one run; the frames drawn and decoded independently."""
+    base = tmp_path_factory.mktemp("camera")
+    good = write(base / "camera", 1)
+    runtime.run(ADD_CAMERA, [str(good), "--frames-out", str(base / "frames.npz")], base)
+    broken = base / "camera-wrong-from-timestamp"
+    shutil.copytree(good, broken)
+    table_path = broken / "meta/episodes/chunk-000/file-000.parquet"
+    table = pq.read_table(table_path)
+    column = f"videos/{CAMERA}/from_timestamp"
+    table = table.set_column(table.schema.get_field_index(column), column, [np.zeros(table.num_rows)])
+    pq.write_table(table, table_path)
+    frames = load_dump(str(base / "frames.npz"))
+    problems = check_against_ours(runtime, [good, broken], base / "check", images={good: frames["decoded"], broken: frames["decoded"]})
+    return good, broken, frames, problems
+
+
+def test_lerobots_decoded_images_match_an_independent_decode(camera_check):
+    good, _, frames, problems = camera_check
+    assert not failures({good: problems[good]}), "LeRobot's reader and ours disagree:\n" + failures({good: problems[good]})
+    # and the decode is of the frames drawn (H.264 at crf 18 on yuv420p: close, not equal)
+    source, decoded = frames["source"].astype(np.int16), frames["decoded"].astype(np.int16)
+    assert source.shape == decoded.shape and np.abs(source - decoded).mean() < 4
+
+
+def test_the_check_catches_frames_from_the_wrong_place_in_the_video(camera_check):
+    _, broken, _, problems = camera_check
+    assert [line for line in problems[broken] if line.startswith(f"`{CAMERA}` frame 17 (episode 1)")], problems[broken]
+    assert all(line.startswith(f"`{CAMERA}`") for line in problems[broken]), "only the images are wrong in the broken copy"
