@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import shutil
+from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
 import numpy as np
@@ -61,18 +62,23 @@ def runtime() -> Runtime:
     return found
 
 
-def check_against_ours(runtime: Runtime, datasets: list[Path], scratch: Path, images: dict[Path, np.ndarray] | None = None) -> dict[Path, list[str]]:
+def check_against_ours(
+    runtime: Runtime, datasets: list[Path], scratch: Path, images: dict[Path, dict[str, np.ndarray]] | None = None, reports: list[dict] | None = None
+) -> dict[Path, list[str]]:
     """Open `datasets` with LeRobot in one process; what differs from our reader, per dataset.
 
-    `images` gives the camera frames to hold LeRobot's decode against, for a dataset whose video
-    our reader cannot decode yet; otherwise our reader decodes them.
+    `images[dataset]` gives the camera frames to hold LeRobot's decode against, for a dataset
+    whose video our reader did not write; otherwise our reader decodes them. LeRobot's report per
+    dataset (frames, episodes, cameras, seconds) is appended to `reports` when given.
     """
     problems: dict[Path, list[str]] = {}
     for dataset, report in zip(datasets, runtime.check(datasets, scratch), strict=True):
+        if reports is not None:
+            reports.append(report)
         if not report["ok"]:
             problems[dataset] = [f"LeRobot cannot open it: {report['error']}\n{report.get('traceback', '')}"]
             continue
-        ours = our_view(dataset, images=None if images is None else {CAMERA: images[dataset]})
+        ours = our_view(dataset, images=(images or {}).get(dataset))
         found = differences(ours, load_dump(report["dump"]))
         if report["frames"] != len(ours["index"]):
             found.append(f"LeRobot counts {report['frames']} frames, our reader {len(ours['index'])}")
@@ -101,9 +107,11 @@ def test_every_dataset_the_demo_writes_opens_in_lerobots_reader(tmp_path, demo_r
     assert curated, "the demo curated no teleop session (no curated/**/dataset.json)"
     assert set(curated) <= set(datasets), f"curated datasets the walk did not find: {sorted(set(curated) - set(datasets))}"
 
-    problems = check_against_ours(found, datasets, tmp_path)
+    reports: list[dict] = []
+    problems = check_against_ours(found, datasets, tmp_path, reports=reports)
     assert not failures(problems), "LeRobot's reader and ours disagree:\n" + failures(problems)
-    opened = [f"{kinds[d]}: {d.relative_to(demo_run.home)}" for d in datasets]
+    opened = [f"{kinds[d]}: {d.relative_to(demo_run.home)} ({r['episodes']} episodes, {r['frames']} frames, cameras {r['video_keys']}, {r['seconds']} s)"
+              for d, r in zip(datasets, reports, strict=True)]  # fmt: skip
     print(f"LeRobot opened {len(datasets)} datasets:\n  " + "\n  ".join(opened))
 
 
@@ -129,41 +137,50 @@ def write(folder: Path, action_dim: int) -> Path:
     return folder
 
 
-def test_datasets_our_writer_writes_open_in_lerobots_reader(runtime, tmp_path):
-    # A one-dimensional action is a plain scalar column, a wider one a list column: both paths.
-    datasets = [write(tmp_path / "scalar-action", 1), write(tmp_path / "vector-action", 2)]
-    problems = check_against_ours(runtime, datasets, tmp_path / "check")
-    assert not failures(problems), "LeRobot's reader and ours disagree:\n" + failures(problems)
+@dataclass(frozen=True)
+class MadeHere:
+    """Datasets made in this module, all checked by LeRobot in one run (its import costs ~5 s)."""
+
+    scalar_action: Path  # a one-dimensional action is a plain scalar column ...
+    vector_action: Path  # ... a wider one a list column: both paths
+    camera: Path  # a camera, every episode in one MP4 (H.264 by PyAV, in LeRobot's runtime)
+    broken_camera: Path  # the same, but every episode claims to start at second 0 of the video
+    frames: dict[str, np.ndarray]  # the camera's frames as drawn (`source`) and decoded start to end (`decoded`)
+    problems: dict[Path, list[str]]
 
 
 @pytest.fixture(scope="module")
-def camera_check(runtime, tmp_path_factory):
-    """A camera dataset and a copy whose episodes all claim to start at second 0 of the video,
-    checked by LeRobot in one run; the frames drawn and decoded independently."""
-    base = tmp_path_factory.mktemp("camera")
-    good = write(base / "camera", 1)
-    runtime.run(ADD_CAMERA, [str(good), "--frames-out", str(base / "frames.npz")], base)
+def made_here(runtime, tmp_path_factory) -> MadeHere:
+    base = tmp_path_factory.mktemp("made-here")
+    scalar_action, vector_action, camera = write(base / "scalar-action", 1), write(base / "vector-action", 2), write(base / "camera", 1)
+    runtime.run(ADD_CAMERA, [str(camera), "--frames-out", str(base / "frames.npz")], base)
     broken = base / "camera-wrong-from-timestamp"
-    shutil.copytree(good, broken)
+    shutil.copytree(camera, broken)
     table_path = broken / "meta/episodes/chunk-000/file-000.parquet"
     table = pq.read_table(table_path)
     column = f"videos/{CAMERA}/from_timestamp"
-    table = table.set_column(table.schema.get_field_index(column), column, [np.zeros(table.num_rows)])
-    pq.write_table(table, table_path)
+    pq.write_table(table.set_column(table.schema.get_field_index(column), column, [np.zeros(table.num_rows)]), table_path)
     frames = load_dump(str(base / "frames.npz"))
-    problems = check_against_ours(runtime, [good, broken], base / "check", images={good: frames["decoded"], broken: frames["decoded"]})
-    return good, broken, frames, problems
+    images = {camera: {CAMERA: frames["decoded"]}, broken: {CAMERA: frames["decoded"]}}
+    problems = check_against_ours(runtime, [scalar_action, vector_action, camera, broken], base / "check", images=images)
+    return MadeHere(scalar_action, vector_action, camera, broken, frames, problems)
 
 
-def test_lerobots_decoded_images_match_an_independent_decode(camera_check):
-    good, _, frames, problems = camera_check
-    assert not failures({good: problems[good]}), "LeRobot's reader and ours disagree:\n" + failures({good: problems[good]})
+def test_datasets_our_writer_writes_open_in_lerobots_reader(made_here):
+    problems = {d: made_here.problems[d] for d in (made_here.scalar_action, made_here.vector_action)}
+    assert not failures(problems), "LeRobot's reader and ours disagree:\n" + failures(problems)
+
+
+def test_lerobots_decoded_images_match_an_independent_decode(made_here):
+    problems = {made_here.camera: made_here.problems[made_here.camera]}
+    assert not failures(problems), "LeRobot's reader and ours disagree:\n" + failures(problems)
     # and the decode is of the frames drawn (H.264 at crf 18 on yuv420p: close, not equal)
-    source, decoded = frames["source"].astype(np.int16), frames["decoded"].astype(np.int16)
+    source, decoded = made_here.frames["source"].astype(np.int16), made_here.frames["decoded"].astype(np.int16)
     assert source.shape == decoded.shape and np.abs(source - decoded).mean() < 4
 
 
-def test_the_check_catches_frames_from_the_wrong_place_in_the_video(camera_check):
-    _, broken, _, problems = camera_check
-    assert [line for line in problems[broken] if line.startswith(f"`{CAMERA}` frame 17 (episode 1)")], problems[broken]
-    assert all(line.startswith(f"`{CAMERA}`") for line in problems[broken]), "only the images are wrong in the broken copy"
+def test_the_check_catches_frames_from_the_wrong_place_in_the_video(made_here):
+    found = made_here.problems[made_here.broken_camera]
+    # episode 0 has 17 frames: episode 1 starts at frame 17, and LeRobot now shows it episode 0's first frame
+    assert [line for line in found if line.startswith(f"`{CAMERA}` frame 17 (episode 1)")], found
+    assert all(line.startswith(f"`{CAMERA}`") for line in found), "only the images are wrong in the broken copy"

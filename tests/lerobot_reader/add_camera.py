@@ -72,13 +72,15 @@ def main() -> None:
     if len(decoded) != len(source):
         raise SystemExit(f"{video}: encoded {len(source)} frames but {len(decoded)} decode back")
 
-    ends = np.cumsum(lengths) / fps
+    ends = np.cumsum(lengths)
+    starts, ends = (ends - lengths) / fps, ends / fps  # episode e's frames lie at [starts[e], ends[e]) in the one file
     zeros = pa.array(np.zeros(len(lengths), np.int64))
-    for name, column in [("chunk_index", zeros), ("file_index", zeros), ("from_timestamp", pa.array(ends - np.asarray(lengths) / fps)), ("to_timestamp", pa.array(ends))]:
+    for name, column in [("chunk_index", zeros), ("file_index", zeros), ("from_timestamp", pa.array(starts)), ("to_timestamp", pa.array(ends))]:
         episodes = episodes.append_column(f"videos/{KEY}/{name}", column)
     pq.write_table(episodes, episodes_path)
     info["video_path"] = DEFAULT_VIDEO_PATH
-    info["features"][KEY] = {"dtype": "video", "shape": [args.height, args.width, 3], "names": ["height", "width", "channels"], "info": get_video_info(video)}
+    shape = [args.height, args.width, 3]
+    info["features"][KEY] = {"dtype": "video", "shape": shape, "names": ["height", "width", "channels"], "info": get_video_info(video)}
     info_path.write_text(json.dumps(info, indent=4))
     np.savez(args.frames_out, source=source, decoded=decoded)
 

@@ -1,6 +1,6 @@
 """Hold what LeRobot's reader sees (check_dataset.py's dumps) against what our reader returns.
 
-Our side is `robotics_lane.episodes.lerobot_v3.read_dataset`: its episodes give each frame's
+Our side is `robotics_lane.episodes.read_dataset`: its episodes give each frame's
 `observation.state`, `action`, `task`, reward and success, and the v3 contract gives the rest
 (frames numbered 0..T-1 in each episode, episodes 0..E-1, `index` 0..N-1 across the dataset,
 `timestamp` = frame_index / fps). Video features (`dtype: video` in info.json) are compared frame by
@@ -18,7 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
-from robotics_lane.episodes.lerobot_v3 import read_dataset
+from robotics_lane.episodes import read_dataset
 
 REPO = Path(__file__).resolve().parents[2]
 CHECKER = REPO / "tests" / "lerobot_reader" / "check_dataset.py"
