@@ -16,7 +16,7 @@ Written to `DUMP_DIR/<n>.npz`, one file per dataset, in the order given:
 
 `dataset[i]` itself is called on each episode's first, middle and last frame and must agree with
 the dump (columns, task, decoded images). Prints one JSON object on stdout:
-`{"lerobot": VERSION, "datasets": [{"root", "ok", "error", "frames", "episodes", "video_keys",
+`{"lerobot": VERSION, "import_seconds": S, "datasets": [{"root", "ok", "error", "frames", "episodes", "video_keys",
 "dump", "seconds"}, ...]}`; a dataset that fails has `ok: false` and the error, the others go on.
 Imports LeRobot, torch and numpy, nothing of the project.
 """
@@ -109,9 +109,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("datasets", nargs="+", type=Path, help="dataset folders (each holds meta/info.json)")
     args = parser.parse_args(argv)
     args.out.mkdir(parents=True, exist_ok=True)
+    started = time.perf_counter()
     import lerobot
+    import lerobot.datasets.lerobot_dataset  # noqa: F401  (the import is most of a small check's time: timed apart)
 
-    report = {"lerobot": getattr(lerobot, "__version__", "unknown"), "datasets": []}
+    report = {"lerobot": getattr(lerobot, "__version__", "unknown"), "import_seconds": round(time.perf_counter() - started, 3), "datasets": []}
     for n, root in enumerate(args.datasets):
         dump, started = args.out / f"{n:03d}.npz", time.perf_counter()
         entry = {"root": str(root), "dump": str(dump), "ok": True, "error": None}

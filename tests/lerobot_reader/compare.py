@@ -51,8 +51,11 @@ class Runtime:
         return self.python.is_file()
 
     def env(self, scratch: Path) -> dict[str, str]:
-        """Offline (a file LeRobot misses must fail, not go to the Hub), Hugging Face's caches in `scratch`."""
-        return {**os.environ, "HF_HUB_OFFLINE": "1", "HF_HOME": str(scratch / "hf-home"), "PYTHONNOUSERSITE": "1"}
+        """Offline (a file LeRobot misses must fail, not go to the Hub), Hugging Face's caches in
+        `scratch`, and no PYTHONPATH: the runtime imports only its own packages (a path meant for
+        the project's Python 3.11 venv would shadow them)."""
+        inherited = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME")}
+        return {**inherited, "HF_HUB_OFFLINE": "1", "HF_HOME": str(scratch / "hf-home"), "PYTHONNOUSERSITE": "1"}
 
     def run(self, script: Path, args: list[str], scratch: Path, timeout: float = 900) -> subprocess.CompletedProcess:
         """`script ARGS` in the runtime, working in `scratch`; fails with its output when it fails."""
