@@ -43,7 +43,7 @@ from benchmarks.tables import (
 )
 
 RESULTS_FILE = Path(__file__).resolve().parent / "results" / "latest.json"
-PACKAGES = ("numpy", "pandas", "pyarrow", "zarr", "anndata", "scanpy", "mujoco", "gymnasium")
+PACKAGES = ("numpy", "pandas", "pyarrow", "zarr", "anndata", "scanpy", "mujoco", "gymnasium", "av")
 
 
 def machine_facts() -> dict[str, Any]:
@@ -71,7 +71,7 @@ def machine_facts() -> dict[str, Any]:
 
 FIGURES = {
     "1": "validation", "2": "omics", "3a": "rollouts", "3b": "isaaclab", "4": "ingest", "5": "dispatch",
-    "6": "planner", "7": "registry", "8": "gang", "9": "sealing", "10": "gateway",
+    "6": "planner", "7": "registry", "8": "gang", "9": "sealing", "10": "gateway", "11": "camera",
 }
 """Figure number -> name; `--only` takes either (and '3' for both 3a and 3b)."""
 
@@ -148,7 +148,8 @@ def main(argv: list[str] | None = None) -> int:
     console.print(machine_table(facts))
 
     from benchmarks import (
-        dispatch, episode_ingest, gang, gateway, isaaclab_overhead, omics_write, planner, registry, rollouts, sealing, validation,
+        camera_ingest, dispatch, episode_ingest, gang, gateway, isaaclab_overhead, omics_write, planner, registry, rollouts, sealing,
+        validation,
     )
 
     figures: dict[str, Any] = {}
@@ -248,6 +249,13 @@ def main(argv: list[str] | None = None) -> int:
             f"{gateway.CALLS} calls per column per repeat, the four columns alternating call by call, distinct payloads; "
             f"p50 and p99 per repeat, median over repeats; a {gateway.SETTLE_S * 1e3:.0f} ms pause after each call, outside the timing"
         )
+
+    if "11" in chosen:
+        with console.status("Measuring camera episode ingest (encodes the datasets first, about two minutes)…"):
+            camera_results = camera_ingest.run(repeats=args.repeats)
+        console.print(camera_ingest.table(camera_results, args.repeats))
+        figures["camera_ingest_frames_per_s"] = [r.to_dict() for r in camera_results]
+        method["camera_ingest"] = "validate, read decoded, plain PyAV decode and decode + RGB alternate; one call per repeat unless faster than the minimum"
 
     total_s = time.perf_counter() - started
     created = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")

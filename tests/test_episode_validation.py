@@ -197,11 +197,23 @@ def test_issues_are_capped_per_rule(tmp_path: Path) -> None:
     assert "and 10 more" in issues[-1].message
 
 
-def test_features_camera_feature_not_accepted(dataset: Path) -> None:
-    camera = {"dtype": "video", "shape": [480, 640, 3], "names": ["height", "width", "channel"]}
+def test_features_camera_stored_as_images_or_without_a_frame_size_is_refused(dataset: Path) -> None:
+    cameras = {
+        "observation.images.wrist": {"dtype": "image", "shape": [480, 640, 3], "names": ["height", "width", "channels"]},
+        "observation.images.top": {"dtype": "video", "shape": [480, 640], "names": ["height", "width"]},
+    }
+    edit_json(dataset / "meta/info.json", lambda d: d["features"].update(cameras))
+    issues = {i.column: i.message for i in issues_for(dataset, "features")}
+    assert set(issues) == set(cameras)
+    assert "only video features are accepted" in issues["observation.images.wrist"] and "use_videos=True" in issues["observation.images.wrist"]
+    assert "[height, width, 3]" in issues["observation.images.top"]
+
+
+def test_a_video_feature_needs_a_video_path(dataset: Path) -> None:
+    camera = {"dtype": "video", "shape": [48, 64, 3], "names": ["height", "width", "channels"]}
     edit_json(dataset / "meta/info.json", lambda d: d["features"].update({"observation.images.wrist": camera}))
-    (issue,) = issues_for(dataset, "features")
-    assert issue.column == "observation.images.wrist" and "state-only" in issue.message
+    (issue,) = issues_for(dataset, "video")
+    assert issue.file == "meta/info.json" and "video_path is None" in issue.message and "{video_key}" in issue.message
 
 
 def test_tasks_table_without_task_index(dataset: Path) -> None:

@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from robotics_lane.episodes.lerobot_v3 import Episode
+from robotics_lane.episodes.layout import Episode
 
 # |action| at or above this is the actuator's full force (actions are clipped to [-1, 1]).
 SATURATED_FORCE = 0.99

@@ -6,7 +6,8 @@ index (the `index` column) and `column` the feature. Rules (docs/teleop-protocol
 
 - `info_json`: meta/info.json missing, not JSON, not codebase_version v3.0, keys missing.
 - `features`: standard features missing or with the wrong dtype/shape; state/action
-  width in the data unlike info.json or the expected dimensions; camera features.
+  width in the data unlike info.json or the expected dimensions; a camera declared as
+  `image` (frames in the data files) or with a shape other than [H, W, 3].
 - `unreadable_parquet`: a parquet file that is missing or cannot be read.
 - `episode_index`: episodes not 0..N-1, or the episode table disagrees with the frames.
 - `frame_index`: frame_index is not 0..length-1 within an episode.
@@ -16,6 +17,8 @@ index (the `index` column) and `column` the feature. Rules (docs/teleop-protocol
 - `episode_length`: fewer than min_length or more than max_length frames; an episode with no frames.
 - `no_episodes`: the dataset holds no episodes at all.
 - `tasks`: tasks.parquet missing, or a frame's task_index not in it.
+- `video`: a camera's MP4 file missing, undecodable, at another resolution or fps, or an
+  episode's frames in it missing, extra or out of step with its rows (`video_checks`).
 
 Each rule reports at most 20 issues, then one "… and N more". The per-frame rules run over
 all frames of a data file at once (`frames`); only offending episodes are looked at one by one.
@@ -32,7 +35,7 @@ import numpy as np
 import pyarrow as pa
 
 from robotics_lane.episodes.frames import TIMESTAMP_TOLERANCE_S, Limits, check_frames  # noqa: F401 - TIMESTAMP_TOLERANCE_S is part of this module's API
-from robotics_lane.episodes.lerobot_v3 import (
+from robotics_lane.episodes.layout import (
     ACTION,
     CODEBASE_VERSION,
     DATA_PATH,
@@ -52,6 +55,7 @@ from robotics_lane.episodes.lerobot_v3 import (
     read_table,
     read_tasks,
 )
+from robotics_lane.episodes.video_checks import check_videos, declared_camera_problem
 from shared_resources.intake.landing import DropIssue
 
 MAX_ISSUES_PER_RULE = 20
@@ -102,6 +106,7 @@ def validate_dataset(
         int(info["fps"]), (action_low, action_high), (min_length, max_length), names, set(task_by_index) if not task_issues else None, uri
     )
     issues += _check_data(fs, root, info, episodes, limits)
+    issues += check_videos(fs, root, info, episodes.to_pylist(), uri)
     return ds_info, _cap(issues)
 
 
@@ -170,9 +175,8 @@ def _check_declared_features(features: dict, state_dim: int | None, action_dim: 
         issues.append(DropIssue("features", msg, INFO_PATH, column=name))
         fatal = True
     for name, ft in features.items():
-        if ft.get("dtype") in CAMERA_DTYPES:
-            msg = f"`{name}` is a camera feature ({ft['dtype']}); only state-only datasets are accepted for now. Send it without cameras."
-            issues.append(DropIssue("features", msg, INFO_PATH, column=name))
+        if ft.get("dtype") in CAMERA_DTYPES and (problem := declared_camera_problem(ft)):
+            issues.append(DropIssue("features", f"`{name}` {problem}", INFO_PATH, column=name))
     for name, expected in ((STATE, state_dim), (ACTION, action_dim)):
         shape = (features.get(name) or {}).get("shape")
         if expected is not None and _shape_ok(shape, vector=True) and shape[0] != expected:
