@@ -7,10 +7,11 @@ held against `read_dataset`'s (tests/lerobot_reader/compare.py).
 
 - The demo's datasets (e2e, on the demo's worker): every folder holding `meta/info.json` under
   its storage root, which must include each kind the demo writes.
-- Fast, without the demo: a dataset our writer writes; a camera dataset (H.264 made with PyAV in
-  LeRobot's runtime, until our writer records cameras) against an independent decode; and a
-  broken camera dataset, which the check must catch. Under `make test-fast` these skip only when
-  the runtime is missing; `make test` builds it and names it, and then they must run.
+- Fast, without the demo: datasets our writer writes (a camera included: AV1, one MP4 per
+  episode); a camera dataset laid out as LeRobot records one (every episode in one MP4, H.264
+  made with PyAV in LeRobot's runtime), which both readers must read the same; and a broken copy
+  of it, which the check must catch. Under `make test-fast` these skip only when the runtime is
+  missing; `make test` builds it and names it, and then they must run.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from robotics_lane.episodes import Episode, write_dataset
-from tests.lerobot_reader.compare import ADD_CAMERA, BUILD_HINT, Runtime, differences, find_datasets, load_dump, our_view
+from tests.lerobot_reader.compare import ADD_CAMERA, BUILD_HINT, IMAGE_TOLERANCE, Runtime, differences, find_datasets, load_dump, our_view, video_keys
 
 # What the demo writes, by where it lies under the storage root: a kind missing from a demo run,
 # or a dataset of no known kind, fails the test (a new kind gets a line here).
@@ -118,7 +119,18 @@ def test_every_dataset_the_demo_writes_opens_in_lerobots_reader(tmp_path, demo_r
 # --- fast: datasets made here ------------------------------------------------------------------------
 
 
-def episodes(action_dim: int, n: int = 3, seed: int = 0) -> list[Episode]:
+def camera_frames(episode: int, length: int, height: int = 48, width: int = 64) -> np.ndarray:
+    """A colour gradient with a bright box that moves with the frame: uint8 (T, H, W, 3)."""
+    y, x = np.mgrid[0:height, 0:width]
+    background = np.stack([x * 255 // (width - 1), y * 255 // (height - 1), np.full_like(x, 40 * episode)], axis=-1)
+    frames = np.repeat(background[None], length, axis=0)
+    for t in range(length):
+        top, left = (3 * t) % (height - 12), (5 * t + 7 * episode) % (width - 12)
+        frames[t, top : top + 12, left : left + 12] = 250
+    return frames.astype(np.uint8)
+
+
+def episodes(action_dim: int, camera: bool = False, n: int = 3, seed: int = 0) -> list[Episode]:
     rng = np.random.default_rng(seed)
     out = []
     for i in range(n):
@@ -127,13 +139,15 @@ def episodes(action_dim: int, n: int = 3, seed: int = 0) -> list[Episode]:
         if i == 2:
             action[t // 2 :] = np.nan  # a recorder glitch travels as NaN, as the demo's glitch session does
         out.append(Episode(task=["balance the pole", "swing up"][i % 2], observation_state=rng.normal(size=(t, 4)).astype(np.float32),
-                           action=action, reward=rng.normal(size=t).astype(np.float32), success=i == 1, metadata={"seed": i}))  # fmt: skip
+                           action=action, reward=rng.normal(size=t).astype(np.float32), success=i == 1, metadata={"seed": i},
+                           images={CAMERA: camera_frames(i, t)} if camera else {}))  # fmt: skip
     return out
 
 
-def write(folder: Path, action_dim: int) -> Path:
+def write(folder: Path, action_dim: int, camera: bool = False) -> Path:
     names = ["cart_x", "cart_v", "pole_theta", "pole_omega"]
-    write_dataset(str(folder), episodes(action_dim), fps=25, robot_type="cartpole", state_names=names, action_names=[f"a{i}" for i in range(action_dim)])
+    actions = [f"a{i}" for i in range(action_dim)]
+    write_dataset(str(folder), episodes(action_dim, camera), fps=25, robot_type="cartpole", state_names=names, action_names=actions)
     return folder
 
 
@@ -143,39 +157,55 @@ class MadeHere:
 
     scalar_action: Path  # a one-dimensional action is a plain scalar column ...
     vector_action: Path  # ... a wider one a list column: both paths
-    camera: Path  # a camera, every episode in one MP4 (H.264 by PyAV, in LeRobot's runtime)
+    our_camera: Path  # a camera as our writer records it (AV1, one MP4 per episode)
+    concatenated_camera: Path  # a camera as LeRobot records it: every episode in one MP4 (H.264 by PyAV, in LeRobot's runtime)
     broken_camera: Path  # the same, but every episode claims to start at second 0 of the video
-    frames: dict[str, np.ndarray]  # the camera's frames as drawn (`source`) and decoded start to end (`decoded`)
+    frames: dict[str, np.ndarray]  # the concatenated camera's frames as drawn (`source`) and decoded start to end (`decoded`)
     problems: dict[Path, list[str]]
 
 
 @pytest.fixture(scope="module")
 def made_here(runtime, tmp_path_factory) -> MadeHere:
     base = tmp_path_factory.mktemp("made-here")
-    scalar_action, vector_action, camera = write(base / "scalar-action", 1), write(base / "vector-action", 2), write(base / "camera", 1)
-    runtime.run(ADD_CAMERA, [str(camera), "--frames-out", str(base / "frames.npz")], base)
+    scalar_action, vector_action = write(base / "scalar-action", 1), write(base / "vector-action", 2)
+    our_camera, concatenated = write(base / "our-camera", 2, camera=True), write(base / "concatenated-camera", 1)
+    runtime.run(ADD_CAMERA, [str(concatenated), "--frames-out", str(base / "frames.npz")], base)
     broken = base / "camera-wrong-from-timestamp"
-    shutil.copytree(camera, broken)
+    shutil.copytree(concatenated, broken)
     table_path = broken / "meta/episodes/chunk-000/file-000.parquet"
     table = pq.read_table(table_path)
     column = f"videos/{CAMERA}/from_timestamp"
     pq.write_table(table.set_column(table.schema.get_field_index(column), column, [np.zeros(table.num_rows)]), table_path)
     frames = load_dump(str(base / "frames.npz"))
-    images = {camera: {CAMERA: frames["decoded"]}, broken: {CAMERA: frames["decoded"]}}
-    problems = check_against_ours(runtime, [scalar_action, vector_action, camera, broken], base / "check", images=images)
-    return MadeHere(scalar_action, vector_action, camera, broken, frames, problems)
+    # The broken copy is held against the independent decode: our reader follows its wrong from_timestamp as LeRobot's does.
+    images = {broken: {CAMERA: frames["decoded"]}}
+    datasets = [scalar_action, vector_action, our_camera, concatenated, broken]
+    problems = check_against_ours(runtime, datasets, base / "check", images=images)
+    return MadeHere(scalar_action, vector_action, our_camera, concatenated, broken, frames, problems)
+
+
+def agree(made_here: MadeHere, *datasets: Path) -> None:
+    problems = {d: made_here.problems[d] for d in datasets}
+    assert not failures(problems), "LeRobot's reader and ours disagree:\n" + failures(problems)
 
 
 def test_datasets_our_writer_writes_open_in_lerobots_reader(made_here):
-    problems = {d: made_here.problems[d] for d in (made_here.scalar_action, made_here.vector_action)}
-    assert not failures(problems), "LeRobot's reader and ours disagree:\n" + failures(problems)
+    agree(made_here, made_here.scalar_action, made_here.vector_action)
 
 
-def test_lerobots_decoded_images_match_an_independent_decode(made_here):
-    problems = {made_here.camera: made_here.problems[made_here.camera]}
-    assert not failures(problems), "LeRobot's reader and ours disagree:\n" + failures(problems)
-    # and the decode is of the frames drawn (H.264 at crf 18 on yuv420p: close, not equal)
+def test_a_camera_dataset_our_writer_writes_opens_in_lerobots_reader_images_included(made_here):
+    assert video_keys(made_here.our_camera) == [CAMERA]
+    agree(made_here, made_here.our_camera)
+
+
+def test_lerobots_layout_of_one_video_for_all_episodes_reads_the_same_in_both(made_here):
+    assert video_keys(made_here.concatenated_camera) == [CAMERA]
+    agree(made_here, made_here.concatenated_camera)
+    # both readers see what an independent start-to-end decode sees, and that is the frames drawn
+    # (H.264 at crf 18 on yuv420p: close to them, not equal)
+    ours = our_view(made_here.concatenated_camera)[f"video:{CAMERA}"]
     source, decoded = made_here.frames["source"].astype(np.int16), made_here.frames["decoded"].astype(np.int16)
+    assert ours.shape == decoded.shape and np.abs(ours - decoded).max() <= IMAGE_TOLERANCE[0]
     assert source.shape == decoded.shape and np.abs(source - decoded).mean() < 4
 
 
