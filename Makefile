@@ -51,8 +51,13 @@ demo: $(STAMP) isaaclab-runtime
 # sharing the Slurm cluster and the Ray head, or the demo's instance, stay on one worker, and so
 # does each module (tests/conftest.py, `_worker_group`).
 TEST_WORKERS ?= 3
-test: $(STAMP) isaaclab-runtime slurm-packages postgres-packages ui-packages
+test: $(STAMP) isaaclab-runtime lerobot-runtime slurm-packages postgres-packages ui-packages
 	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadgroup --no-loadscope-reorder
+
+# LeRobot's own reader opens every dataset the demo writes (tests/test_lerobot_reader.py), in its
+# own Python 3.12 runtime (mk/lerobot.mk). Under `make test` that test must run, never skip: the
+# runtime is a prerequisite and named here. `make test-fast` skips it only where the runtime is missing.
+test test-random: export SINEWGRID_LEROBOT_PYTHON = $(CURDIR)/$(LEROBOT_PY)
 
 # Tiers (pyproject.toml): `engines` start Slurm, Ray, PostgreSQL or the S3 API server, `e2e`
 # run workloads or a loop end to end, `ui` drives the Dagster UI. None of them here.
@@ -61,7 +66,7 @@ test-fast: $(STAMP)
 
 # Every test passes alone and in any order: modules and the tests in each, shuffled.
 SEED ?= $(shell echo $$RANDOM)
-test-random: $(STAMP) isaaclab-runtime slurm-packages postgres-packages ui-packages
+test-random: $(STAMP) isaaclab-runtime lerobot-runtime slurm-packages postgres-packages ui-packages
 	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadgroup --no-loadscope-reorder -p random_order --random-order-bucket=module --random-order-seed=$(SEED)
 
 ui: $(STAMP)
@@ -79,5 +84,6 @@ clean: clean-home
 	rm -rf $(VENV) *.egg-info
 
 include mk/isaaclab.mk
+include mk/lerobot.mk
 include mk/engines.mk
 include mk/ui.mk
