@@ -30,9 +30,10 @@ from robotics_lane.sim.vector import CART_OUT_OF_BOUNDS, NO_FAILURE, POLE_FELL, 
 ENV_ID = "InvertedPendulum-v5"
 POLE_FELL_RAD = 0.2  # gymnasium's own termination threshold for this env
 CART_LIMIT_M = 0.95  # the slider's range is ±1 m; stop just before the end stop takes over
+RESET_NOISE = 0.01  # gymnasium's own half-width of the uniform initial state (positions and velocities)
 
 
-def make_vector_env(num_envs: int, max_steps: int):  # -> gymnasium.vector.SyncVectorEnv
+def make_vector_env(num_envs: int, max_steps: int, start_disturbance_scale: float = 1.0):  # -> gymnasium.vector.SyncVectorEnv
     """gymnasium's own vector env of ``num_envs`` InvertedPendulum-v5 copies (what the adapter steps)."""
     try:
         import gymnasium as gym
@@ -42,18 +43,21 @@ def make_vector_env(num_envs: int, max_steps: int):  # -> gymnasium.vector.SyncV
             f"({exc}); install them with `pip install mujoco 'gymnasium[mujoco]'`"
         ) from exc
     # gymnasium's TimeLimit must never end an episode before the adapter does.
-    return gym.make_vec(ENV_ID, num_envs=num_envs, vectorization_mode="sync", max_episode_steps=max_steps + 1)
+    return gym.make_vec(
+        ENV_ID, num_envs=num_envs, vectorization_mode="sync", max_episode_steps=max_steps + 1,
+        reset_noise_scale=RESET_NOISE * start_disturbance_scale,
+    )
 
 
 class MujocoCartpoleVec(VectorSimulatorBase):
     """``num_envs`` cart-poles on MuJoCo (gymnasium ``InvertedPendulum-v5``); every physics param."""
 
     backend = "mujoco"
-    supported_physics_params = frozenset({"pole_mass_scale", "cart_mass_scale", "gravity_scale"})
+    supported_physics_params = frozenset({"pole_mass_scale", "cart_mass_scale", "gravity_scale", "start_disturbance_scale"})
 
     def __init__(self, task: TaskSpec, num_envs: int = 1) -> None:
         super().__init__(task, num_envs)
-        self._env = make_vector_env(self.num_envs, task.max_steps)
+        self._env = make_vector_env(self.num_envs, task.max_steps, task.param("start_disturbance_scale"))
         first = self._env.envs[0].unwrapped
         self.control_dt = float(first.dt)
         low, high = self._env.single_action_space.low[0], self._env.single_action_space.high[0]

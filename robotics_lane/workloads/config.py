@@ -50,6 +50,11 @@ class RolloutConfig(BaseModel):
     seeds: list[int] = Field(min_length=1)
     output_uri: str = Field(description="Where episodes and trial records are committed (see rollout_output.py).")
     task: dict[str, Any] = Field(default_factory=dict, description="The task (`TaskSpec` fields).")
+    randomize: dict[str, tuple[float, float]] = Field(
+        default_factory=dict,
+        description="Domain randomisation: a [low, high] range per task parameter, drawn per episode from its seed "
+        "(see `robotics_lane.sim.randomization`). MuJoCo only: each draw is its own simulator.",
+    )
     policy: dict[str, Any] = Field(default_factory=lambda: {"kind": "scripted"}, description="`scripted` (with `operator_noise`) or `checkpoint` (with `uri`).")
     task_label: str = "balance the pole"
     num_envs: Annotated[int, Field(ge=1, le=65_536)] | None = Field(
@@ -67,4 +72,13 @@ class RolloutConfig(BaseModel):
     def _device_fits_backend(self) -> RolloutConfig:
         if self.backend == "mujoco" and self.device not in ("auto", "cpu"):
             raise ValueError(f"device {self.device!r}: the MuJoCo backend runs on the CPU only; set device to 'cpu' or 'auto'")
+        if self.randomize and self.backend != "mujoco":
+            raise ValueError(
+                f"randomize: per-episode randomisation builds one simulator per draw, which the {self.backend!r} backend "
+                "cannot do in one process; randomise on the 'mujoco' backend, or drop `randomize` for fixed task params"
+            )
+        if self.randomize:
+            from robotics_lane.sim.randomization import check_ranges
+
+            check_ranges(self.task.get("name", "cartpole"), self.randomize)
         return self

@@ -11,6 +11,7 @@ import pandas as pd
 
 from robotics_lane.defs.assets.rollouts import SIM_ROLLOUTS, rollouts_version, sweep_imports
 from robotics_lane.defs.assets.teleop import TELEOP_EPISODES
+from robotics_lane.robot_cell_protocol import SIM_EVAL_FIRST_SEED
 from robotics_lane.stats import wilson_interval
 from robotics_lane.workloads.config import PolicySettings, RolloutConfig, TrainPolicyConfig
 from robotics_lane.workloads.rollout_output import trial_uri
@@ -23,7 +24,6 @@ from shared_resources.runtime.storage import Storage, glob_uris, read_json, writ
 
 POLICY = dg.AssetKey(["robotics", "policy"])
 SIM_EVALUATION = dg.AssetKey(["robotics", "sim_evaluation"])
-EVAL_SEED_BASE = 9_000_000  # held-out seeds: never used by a sweep or an operator
 
 
 def training_datasets(store: Storage) -> dict[str, str]:
@@ -146,7 +146,7 @@ def sim_evaluation(context: dg.AssetExecutionContext, config: SimEvalSettings, s
     """
     store = storage.get()
     current = read_json(store.artifacts("robotics", "policy", "latest.json"))
-    seeds = [EVAL_SEED_BASE + i for i in range(config.trials)]
+    seeds = [SIM_EVAL_FIRST_SEED + i for i in range(config.trials)]
     output = store.uri("evaluations", "sim", current["version"], config.backend)
     runtime = "isaaclab" if config.backend == "isaaclab" else "default"
     task = {"name": "cartpole", "max_steps": 200, "params": {}}

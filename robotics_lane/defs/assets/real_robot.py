@@ -11,6 +11,7 @@ from robotics_lane.defs.assets.policy import POLICY, SIM_EVALUATION, rate_metada
 from robotics_lane.defs.checks import EPISODES_VALID_CHECK, RESULTS_MANIFEST_CHECK
 from robotics_lane.episodes.validation import validate_dataset
 from robotics_lane.defs.partitions import robot_evals
+from robotics_lane.robot_cell_protocol import HELD_OUT_TASKS, TRIALS_PER_TASK, eval_request, relabel_request
 from robotics_lane.stats import wilson_interval
 from shared_resources.intake.landing import DropIssue, read_drop, write_raw
 from shared_resources.data.provenance import drop_id, record_drop, record_result, track_evaluation
@@ -22,15 +23,10 @@ KIND = "robot_eval"
 EVAL_REQUEST = dg.AssetKey(["robotics", "real_robot_eval_request"])
 REAL_EVALUATION = dg.AssetKey(["robotics", "real_robot_evaluation"])
 TRIAL_FIELDS = ("trial", "task_id", "seed", "success", "return", "length", "failure_mode", "episode_index")
-# Tasks the policy never trained on, run on the real robot only.
-HELD_OUT_TASKS = [
-    {"task_id": "balance-nominal", "task": {"name": "cartpole", "max_steps": 200, "params": {}}, "first_seed": 7_000_000},
-    {"task_id": "balance-long-horizon", "task": {"name": "cartpole", "max_steps": 300, "params": {}}, "first_seed": 7_100_000},
-]
 
 
 class EvalRequestSettings(dg.Config):
-    trials_per_task: int = 5
+    trials_per_task: int = TRIALS_PER_TASK
 
 
 @dg.asset(key=EVAL_REQUEST, deps=[POLICY, SIM_EVALUATION], group_name="robotics_policy", kinds={"json"})
@@ -42,14 +38,7 @@ def real_robot_eval_request(context: dg.AssetExecutionContext, config: EvalReque
     store = storage.get()
     current = read_json(store.artifacts("robotics", "policy", "latest.json"))
     eval_id = f"eval-{current['version']}"
-    request = {
-        "eval_id": eval_id,
-        "policy_version": current["version"],
-        "policy_checkpoint_uri": current["checkpoint_uri"],
-        "trials_per_task": config.trials_per_task,
-        "tasks": HELD_OUT_TASKS,
-        "respond_to": store.landing(KIND, eval_id),
-    }
+    request = eval_request(eval_id, current["version"], current["checkpoint_uri"], config.trials_per_task, store.landing(KIND, eval_id))
     uri = store.outbox("robot_eval", eval_id, "request.json")
     if not exists(uri):
         write_json_atomic(uri, request)
@@ -120,11 +109,9 @@ def real_robot_evaluation(context: dg.AssetExecutionContext, storage: StorageRes
     failures = trials[~trials["success"].astype(bool)]
     request = read_json(store.outbox("robot_eval", eval_id, "request.json")) if exists(store.outbox("robot_eval", eval_id, "request.json")) else {"tasks": HELD_OUT_TASKS}
     tasks = {t["task_id"]: t["task"] for t in request["tasks"]}
-    if len(failures):
-        write_json_atomic(
-            store.outbox("relabel", eval_id, "request.json"),
-            {"request_id": eval_id, "reason": "failed real-robot trials", "trials": [{"task_id": r.task_id, "task": tasks.get(r.task_id, {}), "seed": int(r.seed), "failure_mode": r.failure_mode} for r in failures.itertuples()]},
-        )
+    relabel = relabel_request(eval_id, trials, tasks)
+    if relabel is not None:
+        write_json_atomic(store.outbox("relabel", eval_id, "request.json"), relabel)
     buffer = io.BytesIO()
     trials.to_parquet(buffer, index=False)
     write_bytes_atomic(store.curated(KIND, eval_id, "trials.parquet"), buffer.getvalue())
