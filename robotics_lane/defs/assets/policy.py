@@ -20,7 +20,7 @@ from shared_resources.catalog.pools import Capacity
 from shared_resources.data.provenance import dataset_ref, find_version, record_result, track_evaluation, track_run, trained_on
 from shared_resources.resources import StorageResource
 from shared_resources.catalog.step_spec import TRAINING_IMPORTS, StepSpec
-from shared_resources.runtime.storage import Storage, glob_uris, read_json, write_bytes_atomic, write_json_atomic
+from shared_resources.runtime.storage import Storage, exists, glob_uris, read_json, write_bytes_atomic, write_json_atomic
 
 POLICY = dg.AssetKey(["robotics", "policy"])
 SIM_EVALUATION = dg.AssetKey(["robotics", "sim_evaluation"])
@@ -41,6 +41,17 @@ def training_datasets(store: Storage) -> dict[str, str]:
     return {**teleop, **rollouts}
 
 
+def corrective_episodes(uris: list[str]) -> int:
+    """How many episodes of these datasets are corrective demonstrations: teleop sessions that
+    answer a relabelling request (their manifest says `in_reply_to`)."""
+    count = 0
+    for uri in uris:
+        manifest = posixpath.join(uri, "manifest.json")
+        if exists(manifest) and read_json(manifest).get("in_reply_to"):
+            count += int(read_json(posixpath.join(uri, "meta", "info.json"))["total_episodes"])
+    return count
+
+
 class PolicyLaunchpad(dg.Config, PolicySettings):
     """Behaviour-cloning settings (change them in the launchpad)."""
 
@@ -59,7 +70,8 @@ class SimEvalSettings(dg.Config):
 @dg.asset(key=POLICY, deps=[TELEOP_EPISODES, SIM_ROLLOUTS], group_name="robotics_policy", kinds={"pytorch", "safetensors"})
 def policy(context: dg.AssetExecutionContext, config: PolicyLaunchpad, storage: StorageResource, compute: ComputeResource) -> dg.MaterializeResult:
     """The robot's policy: a network that maps the cart-pole state to a force, learnt by
-    imitating every validated teleop demonstration and every successful simulated rollout.
+    imitating every validated teleop demonstration (corrective demonstrations of failed
+    real-robot trials among them: `corrective_episodes`) and every successful simulated rollout.
 
     Trains on the pool with fast interconnect, on one process or data-parallel as a gang of
     `nodes` × `ranks_per_node` (launchpad); checkpoints and resumes after preemption.
@@ -99,7 +111,10 @@ def policy(context: dg.AssetExecutionContext, config: PolicyLaunchpad, storage: 
     )
     tracked = track_run(store, run, step.final_checkpoint, step.result, config=settings, pool=step.pool.name, cost_usd=step.cost_usd, dagster_run_id=context.run_id)
     return dg.MaterializeResult(
-        metadata={**final, **provenance, **tracked, "run": run, "policy_version": version, "datasets": len(datasets), "dataset_refs": ", ".join(datasets)},
+        metadata={
+            **final, **provenance, **tracked, "run": run, "policy_version": version, "datasets": len(datasets),
+            "corrective_episodes": corrective_episodes(list(datasets.values())), "dataset_refs": ", ".join(datasets),
+        },
         data_version=dg.DataVersion(version),
     )
 

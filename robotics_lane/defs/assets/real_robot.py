@@ -11,8 +11,10 @@ from robotics_lane.defs.assets.policy import POLICY, SIM_EVALUATION, rate_metada
 from robotics_lane.defs.checks import EPISODES_VALID_CHECK, RESULTS_MANIFEST_CHECK
 from robotics_lane.episodes.validation import validate_dataset
 from robotics_lane.defs.partitions import robot_evals
+from robotics_lane.defs.policy_versions import policy_versions, success_chart_png, verdict, versions_markdown
 from robotics_lane.robot_cell_protocol import HELD_OUT_TASKS, TRIALS_PER_TASK, eval_request, relabel_request
 from robotics_lane.stats import wilson_interval
+from shared_resources.data.run_comparison import image_markdown
 from shared_resources.intake.landing import DropIssue, read_drop, write_raw
 from shared_resources.data.provenance import drop_id, record_drop, record_result, track_evaluation
 from shared_resources.intake.quarantine import quarantined
@@ -78,7 +80,9 @@ def real_robot_evaluation(context: dg.AssetExecutionContext, storage: StorageRes
     """How often the policy succeeded on the real robot on held-out tasks, with a 95% Wilson
     interval, next to its success in simulation: the sim-to-real gap. One partition per
     evaluation the robot cell ran. Failed trials are flagged for relabelling: the operator
-    demonstrates them again and they join the next training set.
+    demonstrates them again on the real robot and they join the next training set.
+    `success_by_version` plots sim and real success of every policy version so far, with their
+    intervals, and says whether real success rose.
     """
     store = storage.get()
     eval_id = context.partition_key
@@ -104,8 +108,10 @@ def real_robot_evaluation(context: dg.AssetExecutionContext, storage: StorageRes
         return quarantined(context, store, KIND, eval_id, problems, stage="validation", check_results=[manifest_ok, episodes_bad])
 
     real = rate_metadata(trials)
+    policy_version = str(manifest.fields["policy_version"])
     sim_uri = store.artifacts("robotics", "sim_evaluation", "latest.json")
     sim = read_json(sim_uri) if exists(sim_uri) else None
+    sim = sim if sim and sim.get("policy_version") == policy_version else None  # the gap is this version's
     failures = trials[~trials["success"].astype(bool)]
     request = read_json(store.outbox("robot_eval", eval_id, "request.json")) if exists(store.outbox("robot_eval", eval_id, "request.json")) else {"tasks": HELD_OUT_TASKS}
     tasks = {t["task_id"]: t["task"] for t in request["tasks"]}
@@ -118,25 +124,27 @@ def real_robot_evaluation(context: dg.AssetExecutionContext, storage: StorageRes
     per_task = trials.groupby("task_id")["success"].agg(["sum", "count"]).reset_index()
     per_task["ci95"] = [f"{lo:.2f}–{hi:.2f}" for lo, hi in (wilson_interval(int(s), int(c)) for s, c in zip(per_task["sum"], per_task["count"], strict=True))]
     gap = (sim["success_rate"] - real["success_rate"].value) if sim else float("nan")
-    policy_version = str(manifest.fields["policy_version"])
     provenance = record_result(
         store, f"robotics/real_robot_evaluation/{eval_id}", "evaluation", f"{len(trials)} held-out trials on the real robot",
         inputs=[f"robotics/policy/{policy_version}", drop_id(KIND, eval_id)], uri=store.curated(KIND, eval_id, "trials.parquet"),
         facts={"success_rate": real["success_rate"].value, "failed_trials": len(failures)},
     )
     track_evaluation(store, f"robotics/policy/{policy_version}", "real", {"real_success_rate": real["success_rate"], "real_ci95_low": real["ci95_low"], "real_ci95_high": real["ci95_high"]})
-    return dg.MaterializeResult(
-        metadata={
-            "status": "valid",
-            **{f"real_{k}": v for k, v in real.items()},
-            "sim_success_rate": dg.MetadataValue.float(round(sim["success_rate"], 4) if sim else float("nan")),
-            "sim_ci95": f"{sim['ci95'][0]:.2f}–{sim['ci95'][1]:.2f}" if sim else "no sim evaluation yet",
-            "sim_to_real_gap": dg.MetadataValue.float(round(gap, 4)),
-            "per_task": dg.MetadataValue.md(per_task.rename(columns={"sum": "successes", "count": "trials"}).to_markdown(index=False)),
-            "failed_trials_flagged_for_relabelling": len(failures),
-            "policy_version": policy_version,
-            **provenance,
-            "episodes": dg.MetadataValue.path(posixpath.join(raw, "episodes")),
-        },
-        check_results=[manifest_ok, dg.AssetCheckResult(check_name=EPISODES_VALID_CHECK, passed=True)],
+    metadata = {
+        "status": "valid",
+        **{f"real_{k}": v for k, v in real.items()},
+        "sim_success_rate": dg.MetadataValue.float(round(sim["success_rate"], 4) if sim else float("nan")),
+        "sim_ci95": f"{sim['ci95'][0]:.2f}–{sim['ci95'][1]:.2f}" if sim else "no sim evaluation of this version yet",
+        "sim_to_real_gap": dg.MetadataValue.float(round(gap, 4)),
+        "per_task": dg.MetadataValue.md(per_task.rename(columns={"sum": "successes", "count": "trials"}).to_markdown(index=False)),
+        "failed_trials_flagged_for_relabelling": len(failures),
+        "policy_version": policy_version,
+        **provenance,
+        "episodes": dg.MetadataValue.path(posixpath.join(raw, "episodes")),
+    }
+    versions = policy_versions(context.instance, evaluated=metadata)
+    metadata["success_by_version"] = dg.MetadataValue.md(
+        image_markdown(success_chart_png(versions), "sim and real success by policy version") + "\n\n" + versions_markdown(versions) + "\n\n" + verdict(versions)
     )
+    metadata["real_success_verdict"] = verdict(versions)
+    return dg.MaterializeResult(metadata=metadata, check_results=[manifest_ok, dg.AssetCheckResult(check_name=EPISODES_VALID_CHECK, passed=True)])
