@@ -101,3 +101,57 @@ class LoopRehearsal:
             done = subprocess.run([sys.executable, "-m", module, "--extras", str(extras)], stdout=out, stderr=subprocess.STDOUT, check=False)
         if done.returncode != 0:
             raise RuntimeError(f"{module} ({label}) exited with {done.returncode}; its output ({log}):\n{log.read_text(errors='replace')[-3000:]}")
+
+
+def rehearse(root: Path, night: str, versions: int, randomise: bool = True) -> list[dict]:
+    """Teleop sessions and one night of the MuJoCo sweep (randomised or not), then ``versions``
+    policy versions, each trained on everything so far and evaluated in simulation and on the
+    robot cell, its failed trials relabelled for the next (until one fails no trial): one row per
+    version."""
+    from dataclasses import replace
+
+    from robotics_lane.robot_cell_protocol import TRIALS_PER_TASK
+    from robotics_lane.stats import wilson_interval
+    from robotics_lane.sweeps import SWEEPS
+
+    rehearsal = LoopRehearsal(Storage.at(str(root / "home")), root / "work")
+    sweep = SWEEPS["cartpole-mujoco-randomized"]
+    data = rehearsal.teleop_sessions() + [rehearsal.sweep("mujoco", sweep if randomise else replace(sweep, randomize={}), night)]
+    rows = []
+    for number in range(1, versions + 1):
+        checkpoint = rehearsal.train(f"v{number}", data)
+        real, sim = rehearsal.real_evaluation(f"v{number}", checkpoint, TRIALS_PER_TASK), rehearsal.sim_evaluation(f"v{number}", checkpoint)
+        row = {"night": night, "randomised": randomise, "version": number, "trained_on": len(data)}
+        for where, trials in (("sim", sim), ("real", real)):
+            successes = int(trials["success"].sum())
+            low, high = wilson_interval(successes, len(trials))
+            row[where] = f"{successes}/{len(trials)} [{low:.0%}–{high:.0%}]"
+        rows.append(row)
+        corrective = rehearsal.corrective_demonstrations(real)
+        if not corrective:
+            break  # every trial succeeded: nothing to relabel, the next version would be this one
+        data = data + corrective
+    return rows
+
+
+def main(argv: list[str] | None = None) -> None:
+    """`python -m robotics_lane.standins.loop_rehearsal --night 2026-11-20 --night 2026-11-21`:
+    the loop's real success version by version for each night, with and without randomisation."""
+    import argparse
+    import tempfile
+
+    parser = argparse.ArgumentParser(description=main.__doc__)
+    parser.add_argument("--night", action="append", default=None, help="a sweep night (repeat); default 2026-11-20")
+    parser.add_argument("--versions", type=int, default=3)
+    parser.add_argument("--no-baseline", action="store_true", help="skip the policy trained on the sweep without randomisation")
+    args = parser.parse_args(argv)
+    rows = []
+    for night in args.night or ["2026-11-20"]:
+        for randomise in (True,) if args.no_baseline else (True, False):
+            with tempfile.TemporaryDirectory(prefix="sinewgrid-rehearsal-") as tmp:
+                rows += rehearse(Path(tmp), night, args.versions if randomise else 1, randomise)
+    print(pd.DataFrame(rows).to_string(index=False))
+
+
+if __name__ == "__main__":
+    main()
