@@ -15,6 +15,7 @@ import pandas as pd
 import pytest
 from pydantic import ValidationError
 
+from robotics_lane.defs.policy_versions import PolicyVersion, Rate, success_chart_png, verdict, versions_markdown
 from robotics_lane.episodes.lerobot_v3 import read_dataset
 from robotics_lane.robot_cell_protocol import HELD_OUT_TASKS, TRIALS_PER_TASK
 from robotics_lane.sim.base import TaskSpec
@@ -120,3 +121,23 @@ def test_corrective_demonstrations_raise_real_success_version_by_version(first_v
     for earlier, later in zip(rates[1:], rates[2:]):
         assert later[0] >= earlier[1], rates  # and later versions keep it
     assert set(evaluations[0]["task_id"]) == {t["task_id"] for t in HELD_OUT_TASKS}
+
+
+def test_the_verdict_says_whether_real_success_rose_and_why_not():
+    def version(number: int, real: tuple[int, int] | None, corrective: int, failed: int | None = None) -> PolicyVersion:
+        rate = None if real is None else Rate(real[0] / real[1], *wilson_interval(*real), real[1])
+        return PolicyVersion(number, f"{number:02d}abcdef1234", 4 + number, corrective, Rate(1.0, 0.84, 1.0, 20), rate,
+                             None if real is None else (failed if failed is not None else real[1] - real[0]))
+
+    assert verdict([version(1, (14, 40), 0)]).startswith("Only one policy version has been evaluated")
+    assert verdict([version(1, (14, 40), 0), version(2, (40, 40), 26)]) == (
+        "Real success rose from 35% [22%–50%] of 40 (v1 01abcdef) to 100% [91%–100%] of 40 (v2 02abcdef), "
+        "after 26 corrective episodes on the real robot; the 95% intervals do not overlap."
+    )
+    assert "intervals overlap: more trials per task" in verdict([version(1, (30, 40), 0), version(2, (34, 40), 10)])
+    assert "failed no trial, so there was nothing to relabel" in verdict([version(1, (40, 40), 0), version(2, (39, 40), 0)])
+    assert "learnt from no corrective demonstrations" in verdict([version(1, (20, 40), 0), version(2, (20, 40), 0)])
+    assert "the gap is not one they teach" in verdict([version(1, (20, 40), 0), version(2, (18, 40), 20)])
+    chart = success_chart_png([version(1, (14, 40), 0), version(2, None, 26)])
+    assert chart.startswith(b"\x89PNG")
+    assert "| v2 02abcdef | 26 | 100% [84%–100%] of 20 | pending |" in versions_markdown([version(1, (14, 40), 0), version(2, None, 26)])
