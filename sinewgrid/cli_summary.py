@@ -9,7 +9,7 @@ from rich.table import Table
 
 from shared_resources.runtime.storage import Storage
 from shared_resources.settings import settings
-from sinewgrid.summary import ledger_by_step, ledger_by_tenant, model_tasks, policy_rounds, quarantined, training_rounds, truth_rmse
+from sinewgrid.summary import ledger_by_step, ledger_by_tenant, model_tasks, quarantined, training_rounds, truth_rmse
 
 
 def tag(tenant: str) -> str:
@@ -106,14 +106,24 @@ def print_quarantined(console: Console, storage: Storage, labs: dict[str, Storag
             console.print(f"    - {escape(issue.get('file') or 'drop')} ({issue['rule']}): {escape(issue['message'])}")
 
 
-def print_policy_rounds(console: Console, instance) -> None:
-    rows = policy_rounds(instance)
-    if not rows:
+def print_policy_versions(console: Console, instance) -> None:
+    from robotics_lane.defs.policy_versions import policy_versions, verdict
+
+    versions = policy_versions(instance)
+    if not versions:
         return
-    table = _table("The policy, version by version (success rate with 95% Wilson interval)", ("policy", "trained on", "sim success", "real success", "sim-to-real gap", "failed real trials → relabel"), 1)
-    for r in rows:
-        table.add_row(r["policy_version"], f"{r['datasets']} datasets", r.get("sim", "—"), r.get("real", "pending (robot cell)"), r.get("gap", "—"), str(r.get("relabel", "—")))
+    table = _table(
+        "The policy, version by version (success rate with 95% Wilson interval)",
+        ("policy", "trained on", "corrective episodes", "sim success", "real success", "sim-to-real gap", "failed real trials → relabel"), 1,
+    )
+    for v in versions:
+        gap = f"{v.sim.rate - v.real.rate:+.0%}" if v.sim and v.real else "—"
+        table.add_row(
+            v.label, f"{v.datasets} datasets" if v.datasets is not None else "?", str(v.corrective_episodes if v.corrective_episodes is not None else "—"),
+            str(v.sim or "—"), str(v.real or "pending (robot cell)"), gap, str(v.failed_real_trials if v.failed_real_trials is not None else "—"),
+        )
     console.print(table)
+    console.print(f"  {escape(verdict(versions))}")
 
 
 def print_summary(console: Console, storage: Storage, instance, labs: dict[str, Storage], *, truth=None, robotics_rows: bool = True) -> None:
@@ -124,6 +134,6 @@ def print_summary(console: Console, storage: Storage, instance, labs: dict[str, 
     print_lab_rounds(console, instance, truth)
     print_quarantined(console, storage, labs)
     if robotics_rows:
-        print_policy_rounds(console, instance)
+        print_policy_versions(console, instance)
     console.print(f"\nStorage root: {storage.root}   Dagster instance: {settings().dagster_home}")
     console.print("Open the UI on the same instance with [bold]make ui[/] (http://127.0.0.1:3000).")

@@ -156,38 +156,3 @@ def truth_rmse(predictions_uri: str, truth: pd.Series) -> float:
     unassayed = table[~table["assayed"]]
     true = truth.reindex(unassayed["gene"]).to_numpy()
     return float(np.sqrt(np.nanmean((unassayed["predicted_effect"].to_numpy() - true) ** 2)))
-
-
-SIM_EVALUATION = dg.AssetKey(["robotics", "sim_evaluation"])
-REAL_EVALUATION = dg.AssetKey(["robotics", "real_robot_evaluation"])
-POLICY = dg.AssetKey(["robotics", "policy"])
-
-
-def _rate(md: dict, prefix: str = "") -> str:
-    rate, low, high = (_value(md, f"{prefix}{k}") for k in ("success_rate", "ci95_low", "ci95_high"))
-    trials = _value(md, f"{prefix}trials")
-    return f"{rate:.0%} [{low:.0%}–{high:.0%}] of {trials}"
-
-
-def policy_rounds(instance: dg.DagsterInstance) -> list[dict]:
-    """One row per policy version: its data, sim success and real success (if evaluated)."""
-    rows: dict[str, dict] = {}
-    for record in instance.fetch_materializations(dg.AssetRecordsFilter(asset_key=POLICY), limit=1000, ascending=True).records:
-        md = record.asset_materialization.metadata
-        version = str(_value(md, "policy_version"))
-        rows.setdefault(version, {"policy_version": version, "datasets": _value(md, "datasets")})
-    for record in instance.fetch_materializations(dg.AssetRecordsFilter(asset_key=SIM_EVALUATION), limit=1000, ascending=True).records:
-        md = record.asset_materialization.metadata
-        version = str(_value(md, "policy_version"))
-        rows.setdefault(version, {"policy_version": version, "datasets": "?"})["sim"] = _rate(md)
-    for record in instance.fetch_materializations(dg.AssetRecordsFilter(asset_key=REAL_EVALUATION), limit=1000, ascending=True).records:
-        md = record.asset_materialization.metadata
-        if _value(md, "status") != "valid":
-            continue
-        version = str(_value(md, "policy_version"))
-        row = rows.setdefault(version, {"policy_version": version, "datasets": "?"})
-        row["real"] = _rate(md, "real_")
-        gap = _value(md, "sim_to_real_gap")
-        row["gap"] = f"{gap:+.0%}" if gap == gap else "—"
-        row["relabel"] = _value(md, "failed_trials_flagged_for_relabelling")
-    return list(rows.values())

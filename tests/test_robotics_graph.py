@@ -21,6 +21,7 @@ from robotics_lane.defs.sensors import robot_eval_sensor, teleop_session_sensor
 from robotics_lane.episodes.lerobot_v3 import read_dataset
 from robotics_lane.standins.robot_cell import RobotCellStandIn
 from robotics_lane.standins.teleop_operator import TeleopOperatorStandIn
+from robotics_lane.sweeps import SWEEPS
 from shared_resources.data.registry.registry import DataRegistry
 from shared_resources.data.experiments import load_run
 from shared_resources.accounting.ledger import read_ledger
@@ -71,10 +72,11 @@ def test_robotics_loop_end_to_end(instance, resources, root, storage, tmp_path):
         partition_key=dg.MultiPartitionKey({"night": NIGHT, "sweep": MUJOCO_SWEEP}),
     )
     rollouts = _md(sweep, "robotics/sim_rollouts")
-    assert rollouts["episodes"] == 8 and rollouts["shards"] == 2 and rollouts["pools"] == "robot-sim-spot"
+    episodes_per_night = SWEEPS["cartpole-mujoco-randomized"].episodes
+    assert rollouts["episodes"] == episodes_per_night and rollouts["shards"] == 2 and rollouts["pools"] == "robot-sim-spot"
     assert rollouts["dataset"].startswith(root)
     info, episodes = read_dataset(rollouts["dataset"])
-    assert info.total_episodes == 8 and [e.metadata["seed"] for e in episodes] == sorted(e.metadata["seed"] for e in episodes)
+    assert info.total_episodes == episodes_per_night and [e.metadata["seed"] for e in episodes] == sorted(e.metadata["seed"] for e in episodes)
 
     trained = dg.materialize([policy, sim_evaluation, real_robot_eval_request], instance=instance, resources=resources, run_config=FAST)
     assert trained.success
@@ -91,6 +93,9 @@ def test_robotics_loop_end_to_end(instance, resources, root, storage, tmp_path):
     real = instance.get_latest_materialization_event(real_robot_evaluation.key)
     md = {k: getattr(v, "value", v) for k, v in real.asset_materialization.metadata.items()}
     assert md["real_trials"] == 4 and md["sim_success_rate"] == sim["success_rate"]
+    assert _md(trained, "robotics/policy")["corrective_episodes"] == 0  # the first version learnt from no real-robot data
+    assert md["success_by_version"].startswith("![sim and real success by policy version](data:image/png;base64,")
+    assert "Only one policy version has been evaluated on the real robot" in md["real_success_verdict"]
     failed = md["failed_trials_flagged_for_relabelling"]
     assert exists(storage.outbox("relabel", answered[0], "request.json")) == (failed > 0)
     if failed:
@@ -115,7 +120,7 @@ def test_robotics_loop_end_to_end(instance, resources, root, storage, tmp_path):
     assert rollouts["dataset_ref"] == f"robotics/rollouts@{NIGHT}_{MUJOCO_SWEEP}"
     registry.get("robotics/rollouts", f"{NIGHT}_{MUJOCO_SWEEP}", str(tmp_path / "rollouts"))
     back, back_episodes = read_dataset(str(tmp_path / "rollouts"))
-    assert back.total_episodes == 8 and [e.metadata["seed"] for e in back_episodes] == [e.metadata["seed"] for e in episodes]
+    assert back.total_episodes == episodes_per_night and [e.metadata["seed"] for e in back_episodes] == [e.metadata["seed"] for e in episodes]
 
     # From the real-robot evaluation back to the policy, the episode and rollout versions it was
     # trained on, the code, and the raw sessions and the robot cell's results drop.

@@ -50,6 +50,7 @@ PHYSICS_PARAMS: dict[str, str] = {
     "pole_mass_scale": "multiplies the pole's mass",
     "cart_mass_scale": "multiplies the cart's mass",
     "gravity_scale": "multiplies gravity",
+    "start_disturbance_scale": "multiplies the spread of the random initial state (how far from upright and rest an episode starts)",
 }
 # The tasks that exist, with the parameters each accepts and their default values.
 KNOWN_TASKS: dict[str, dict[str, float]] = {
@@ -59,6 +60,7 @@ KNOWN_TASKS: dict[str, dict[str, float]] = {
         "pole_mass_scale": 1.0,
         "cart_mass_scale": 1.0,
         "gravity_scale": 1.0,
+        "start_disturbance_scale": 1.0,
     },
 }
 

@@ -10,11 +10,11 @@ perfect, like a human's.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
-from robotics_lane.sim.base import Policy
+from robotics_lane.sim.base import Policy, TaskSpec
 
 
 @dataclass
@@ -33,6 +33,20 @@ class BalancingController:
     k_position: float = 0.3
     k_velocity: float = 1.0
     target_position: float = 0.0  # metres; a target past the rail's end drives the cart out of bounds
+
+    def adapted_to(self, task: TaskSpec) -> BalancingController:
+        """This controller as an expert who knows the robot's actuator drives it: a teleoperator
+        at a robot whose motor is weaker feels the cart respond late and pushes harder; a
+        privileged expert in a randomised simulation is told each episode's actuator gain. Every
+        gain is divided by the task's ``actuator_gain`` (the force commanded is then the force the
+        nominal controller would have asked for, up to the actuator's limit)."""
+        gain = task.param("actuator_gain")
+        if gain <= 0:
+            raise ValueError(f"task {task.key()}: actuator_gain is 0; no operator can balance a robot whose motor gives no force")
+        return replace(
+            self, k_angle=self.k_angle / gain, k_angular_velocity=self.k_angular_velocity / gain,
+            k_position=self.k_position / gain, k_velocity=self.k_velocity / gain,
+        )
 
     def __call__(self, observation: np.ndarray) -> np.ndarray:
         """One observation (4,) -> one action (1,)."""

@@ -38,11 +38,13 @@ from robotics_lane.sim.vector import CART_OUT_OF_BOUNDS, NO_FAILURE, POLE_FELL, 
 ENV_ID = "InvertedPendulum-v5"
 POLE_FELL_RAD = 0.2  # gymnasium's own termination threshold for this env
 CART_LIMIT_M = 0.95  # the slider's range is ±1 m; stop just before the end stop takes over
+RESET_NOISE = 0.01  # gymnasium's own half-width of the uniform initial state (positions and velocities)
 
 
-def make_vector_env(num_envs: int, max_steps: int, scene: Path | None = None):  # -> gymnasium.vector.SyncVectorEnv
+def make_vector_env(num_envs: int, max_steps: int, scene: Path | None = None, start_disturbance_scale: float = 1.0):  # -> gymnasium.vector.SyncVectorEnv
     """gymnasium's own vector env of ``num_envs`` InvertedPendulum-v5 copies (what the adapter steps),
-    loading the MJCF ``scene`` (default: the catalog's ``cartpole-mujoco`` as committed)."""
+    loading the MJCF ``scene`` (default: the catalog's ``cartpole-mujoco`` as committed), with its
+    initial state drawn ``start_disturbance_scale`` times as far from upright and rest as gymnasium's."""
     try:
         import gymnasium as gym
     except ImportError as exc:  # pragma: no cover - depends on the venv
@@ -55,18 +57,21 @@ def make_vector_env(num_envs: int, max_steps: int, scene: Path | None = None):  
     from robotics_lane.scenes.files import catalog_scene
 
     xml_file = str(scene if scene is not None else catalog_scene(scene_for("mujoco")))
-    return gym.make_vec(ENV_ID, num_envs=num_envs, vectorization_mode="sync", max_episode_steps=max_steps + 1, xml_file=xml_file)
+    return gym.make_vec(
+        ENV_ID, num_envs=num_envs, vectorization_mode="sync", max_episode_steps=max_steps + 1,
+        xml_file=xml_file, reset_noise_scale=RESET_NOISE * start_disturbance_scale,
+    )
 
 
 class MujocoCartpoleVec(VectorSimulatorBase):
     """``num_envs`` cart-poles on MuJoCo (gymnasium ``InvertedPendulum-v5``); every physics param."""
 
     backend = "mujoco"
-    supported_physics_params = frozenset({"pole_mass_scale", "cart_mass_scale", "gravity_scale"})
+    supported_physics_params = frozenset({"pole_mass_scale", "cart_mass_scale", "gravity_scale", "start_disturbance_scale"})
 
     def __init__(self, task: TaskSpec, num_envs: int = 1, cameras: Sequence[str] = (), scene: Path | None = None) -> None:
         super().__init__(task, num_envs, cameras)
-        self._env = make_vector_env(self.num_envs, task.max_steps, scene)
+        self._env = make_vector_env(self.num_envs, task.max_steps, scene, task.param("start_disturbance_scale"))
         first = self._env.envs[0].unwrapped
         self.control_dt = float(first.dt)
         low, high = self._env.single_action_space.low[0], self._env.single_action_space.high[0]

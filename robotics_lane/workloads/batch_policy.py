@@ -2,6 +2,8 @@
 
 ``{"kind": "scripted", "operator_noise": 0.15}`` is the scripted balancing controller with
 operator noise seeded per episode (``ScriptedOperator``, the batch form of ``NoisyOperator``);
+with ``"adapt_to_task": true`` it is a privileged expert that knows the task's actuator gain
+(``BalancingController.adapted_to``), as a randomised sweep's expert must be;
 ``{"kind": "checkpoint", "uri": ...}`` is a trained ``MLPPolicy`` from its newest valid
 checkpoint, one forward pass for every env per step (torch is imported only for this one).
 
@@ -14,6 +16,7 @@ from typing import Any
 
 import numpy as np
 
+from robotics_lane.sim.base import TaskSpec
 from robotics_lane.sim.batch_rollout import BatchPolicy
 
 
@@ -37,15 +40,16 @@ class MLPBatchPolicy:
 
 
 def load_batch_policy(
-    spec: dict[str, Any], num_envs: int, max_steps: int
+    spec: dict[str, Any], num_envs: int, max_steps: int, task: TaskSpec | None = None
 ) -> BatchPolicy:
-    """Build the policy a rollout config asks for, for ``num_envs`` envs."""
+    """Build the policy a rollout config asks for, for ``num_envs`` envs of ``task``."""
     kind = spec.get("kind")
     if kind == "scripted":
         from robotics_lane.sim.controllers import BalancingController, ScriptedOperator
 
+        controller = BalancingController()
         return ScriptedOperator(
-            BalancingController(),
+            controller.adapted_to(task or TaskSpec()) if spec.get("adapt_to_task") else controller,
             float(spec.get("operator_noise", 0.0)),
             num_envs,
             max_steps,

@@ -53,6 +53,11 @@ class RolloutConfig(BaseModel):
     seeds: list[int] = Field(min_length=1)
     output_uri: str = Field(description="Where episodes and trial records are committed (see rollout_output.py).")
     task: dict[str, Any] = Field(default_factory=dict, description="The task (`TaskSpec` fields).")
+    randomize: dict[str, tuple[float, float]] = Field(
+        default_factory=dict,
+        description="Domain randomisation: a [low, high] range per task parameter, drawn per episode from its seed "
+        "(see `robotics_lane.sim.randomization`). MuJoCo only: each draw is its own simulator.",
+    )
     policy: dict[str, Any] = Field(default_factory=lambda: {"kind": "scripted"}, description="`scripted` (with `operator_noise`) or `checkpoint` (with `uri`).")
     task_label: str = "balance the pole"
     scene: SceneFiles | None = Field(
@@ -85,4 +90,13 @@ class RolloutConfig(BaseModel):
                 f"cameras {self.cameras}: the {self.backend!r} backend renders no cameras yet (docs/simulators.md, Cameras on Isaac Lab); "
                 f"set cameras to [] or use a backend of {list(CAMERA_BACKENDS)}"
             )
+        if self.randomize and self.backend != "mujoco":
+            raise ValueError(
+                f"randomize: per-episode randomisation builds one simulator per draw, which the {self.backend!r} backend "
+                "cannot do in one process; randomise on the 'mujoco' backend, or drop `randomize` for fixed task params"
+            )
+        if self.randomize:
+            from robotics_lane.sim.randomization import check_ranges
+
+            check_ranges(self.task.get("name", "cartpole"), self.randomize)
         return self

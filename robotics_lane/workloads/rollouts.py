@@ -35,6 +35,7 @@ from robotics_lane.sim.base import Episode, TaskSpec
 from robotics_lane.sim.batch_rollout import run_episodes
 from robotics_lane.sim.camera import image_features
 from robotics_lane.sim.factory import default_num_envs, make_vector_simulator, resolve_device
+from robotics_lane.sim.randomization import randomized_task
 from robotics_lane.workloads.batch_policy import load_batch_policy
 from robotics_lane.workloads.config import RolloutConfig
 from robotics_lane.workloads.rollout_output import committed_seeds, episodes_folder, trial_uri
@@ -78,6 +79,16 @@ def commit_episode(cfg: RolloutConfig, task: TaskSpec, episode: Episode, episode
     write_bytes_atomic(trial_uri(cfg.output_uri, episode.seed), json.dumps(record).encode())
 
 
+def seeds_by_task(task: TaskSpec, randomize: dict, seeds: list[int]) -> list[tuple[TaskSpec, list[int]]]:
+    """The seeds to run, grouped by the task each runs on: one group without randomisation, else
+    one per draw (``robotics_lane.sim.randomization``), in seed order."""
+    groups: dict[str, tuple[TaskSpec, list[int]]] = {}
+    for seed in seeds:
+        drawn = randomized_task(task, randomize, seed)
+        groups.setdefault(drawn.key(), (drawn, []))[1].append(seed)
+    return list(groups.values())
+
+
 def main() -> None:
     with WorkloadRun() as run:
         cfg = run.config_as(RolloutConfig)
@@ -93,15 +104,18 @@ def main() -> None:
         run.start_work(len(done))
         started = time.monotonic()
         steps = 0
+        index = {seed: i for i, seed in enumerate(cfg.seeds)}
+        scene = local_scene(cfg.scene) if cfg.scene and todo else None  # the registered bytes, verified
         if todo:
-            scene = local_scene(cfg.scene) if cfg.scene else None  # the registered bytes, verified
             run.info(f"scene {cfg.scene.ref if cfg.scene else 'the catalog scene as it is now (unregistered)'}")
-            with make_vector_simulator(cfg.backend, task, num_envs=num_envs, device=device, cameras=cfg.cameras, scene=scene) as sim:
+        for episode_task, seeds in seeds_by_task(task, cfg.randomize, todo):
+            with make_vector_simulator(
+                cfg.backend, episode_task, num_envs=min(num_envs, len(seeds)), device=device, cameras=cfg.cameras, scene=scene
+            ) as sim:
                 fps = max(1, round(1.0 / sim.control_dt))
-                policy = load_batch_policy(cfg.policy, num_envs, task.max_steps)
-                index = {seed: i for i, seed in enumerate(cfg.seeds)}
-                for episode in run_episodes(sim, policy, todo):
-                    commit_episode(cfg, task, episode, index[episode.seed], fps)
+                policy = load_batch_policy(cfg.policy, sim.num_envs, episode_task.max_steps, episode_task)
+                for episode in run_episodes(sim, policy, seeds):
+                    commit_episode(cfg, episode_task, episode, index[episode.seed], fps)
                     steps += episode.length
                     done.add(episode.seed)
                     run.commit(len(done), seed=episode.seed)

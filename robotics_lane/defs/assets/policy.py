@@ -11,6 +11,7 @@ import pandas as pd
 
 from robotics_lane.defs.assets.rollouts import SIM_ROLLOUTS, rollouts_version, scene_for_run, sweep_imports
 from robotics_lane.defs.assets.teleop import TELEOP_EPISODES
+from robotics_lane.robot_cell_protocol import SIM_EVAL_FIRST_SEED
 from robotics_lane.scenes.catalog import scene_for
 from robotics_lane.scenes.files import SceneFiles
 from robotics_lane.scenes.registration import scenes_upstream
@@ -22,11 +23,10 @@ from shared_resources.catalog.pools import Capacity
 from shared_resources.data.provenance import dataset_ref, find_version, record_result, track_evaluation, track_run, trained_on
 from shared_resources.resources import StorageResource
 from shared_resources.catalog.step_spec import TRAINING_IMPORTS, StepSpec
-from shared_resources.runtime.storage import Storage, glob_uris, read_json, write_bytes_atomic, write_json_atomic
+from shared_resources.runtime.storage import Storage, exists, glob_uris, read_json, write_bytes_atomic, write_json_atomic
 
 POLICY = dg.AssetKey(["robotics", "policy"])
 SIM_EVALUATION = dg.AssetKey(["robotics", "sim_evaluation"])
-EVAL_SEED_BASE = 9_000_000  # held-out seeds: never used by a sweep or an operator
 
 
 def training_datasets(store: Storage) -> dict[str, str]:
@@ -42,6 +42,17 @@ def training_datasets(store: Storage) -> dict[str, str]:
         night, sweep = posixpath.basename(posixpath.dirname(sweep_dir)), posixpath.basename(sweep_dir)
         rollouts[f"robotics/rollouts@{rollouts_version(night, sweep)}"] = dataset
     return {**teleop, **rollouts}
+
+
+def corrective_episodes(uris: list[str]) -> int:
+    """How many episodes of these datasets are corrective demonstrations: teleop sessions that
+    answer a relabelling request (their manifest says `in_reply_to`)."""
+    count = 0
+    for uri in uris:
+        manifest = posixpath.join(uri, "manifest.json")
+        if exists(manifest) and read_json(manifest).get("in_reply_to"):
+            count += int(read_json(posixpath.join(uri, "meta", "info.json"))["total_episodes"])
+    return count
 
 
 class PolicyLaunchpad(dg.Config, PolicySettings):
@@ -62,7 +73,8 @@ class SimEvalSettings(dg.Config):
 @dg.asset(key=POLICY, deps=[TELEOP_EPISODES, SIM_ROLLOUTS], group_name="robotics_policy", kinds={"pytorch", "safetensors"})
 def policy(context: dg.AssetExecutionContext, config: PolicyLaunchpad, storage: StorageResource, compute: ComputeResource) -> dg.MaterializeResult:
     """The robot's policy: a network that maps the cart-pole state to a force, learnt by
-    imitating every validated teleop demonstration and every successful simulated rollout.
+    imitating every validated teleop demonstration (corrective demonstrations of failed
+    real-robot trials among them: `corrective_episodes`) and every successful simulated rollout.
 
     Trains on the pool with fast interconnect, on one process or data-parallel as a gang of
     `nodes` × `ranks_per_node` (launchpad); checkpoints and resumes after preemption.
@@ -102,8 +114,11 @@ def policy(context: dg.AssetExecutionContext, config: PolicyLaunchpad, storage: 
     )
     tracked = track_run(store, run, step.final_checkpoint, step.result, config=settings, pool=step.pool.name, cost_usd=step.cost_usd, dagster_run_id=context.run_id)
     return dg.MaterializeResult(
-        metadata={**final, **provenance, **tracked, "run": run, "policy_version": version, "datasets": len(datasets), "dataset_refs": ", ".join(datasets),
-                  "scene_ref": ", ".join(scenes_upstream(store, run))},
+        metadata={
+            **final, **provenance, **tracked, "run": run, "policy_version": version, "datasets": len(datasets),
+            "corrective_episodes": corrective_episodes(list(datasets.values())), "dataset_refs": ", ".join(datasets),
+            "scene_ref": ", ".join(scenes_upstream(store, run)),
+        },
         data_version=dg.DataVersion(version),
     )
 
@@ -153,7 +168,7 @@ def sim_evaluation(context: dg.AssetExecutionContext, config: SimEvalSettings, s
     """
     store = storage.get()
     current = read_json(store.artifacts("robotics", "policy", "latest.json"))
-    seeds = [EVAL_SEED_BASE + i for i in range(config.trials)]
+    seeds = [SIM_EVAL_FIRST_SEED + i for i in range(config.trials)]
     output = store.uri("evaluations", "sim", current["version"], config.backend)
     runtime = "isaaclab" if config.backend == "isaaclab" else "default"
     task = {"name": "cartpole", "max_steps": 200, "params": {}}

@@ -12,7 +12,10 @@ from robotics_lane.defs.checks import EPISODES_VALID_CHECK, RESULTS_MANIFEST_CHE
 from robotics_lane.episodes.validation import validate_dataset
 from robotics_lane.scenes.registration import scenes_upstream
 from robotics_lane.defs.partitions import robot_evals
+from robotics_lane.defs.policy_versions import policy_versions, success_chart_png, verdict, versions_markdown
+from robotics_lane.robot_cell_protocol import HELD_OUT_TASKS, TRIALS_PER_TASK, eval_request, relabel_request
 from robotics_lane.stats import wilson_interval
+from shared_resources.data.run_comparison import image_markdown
 from shared_resources.intake.landing import DropIssue, read_drop, write_raw
 from shared_resources.data.provenance import drop_id, record_drop, record_result, track_evaluation
 from shared_resources.intake.quarantine import quarantined
@@ -23,15 +26,10 @@ KIND = "robot_eval"
 EVAL_REQUEST = dg.AssetKey(["robotics", "real_robot_eval_request"])
 REAL_EVALUATION = dg.AssetKey(["robotics", "real_robot_evaluation"])
 TRIAL_FIELDS = ("trial", "task_id", "seed", "success", "return", "length", "failure_mode", "episode_index")
-# Tasks the policy never trained on, run on the real robot only.
-HELD_OUT_TASKS = [
-    {"task_id": "balance-nominal", "task": {"name": "cartpole", "max_steps": 200, "params": {}}, "first_seed": 7_000_000},
-    {"task_id": "balance-long-horizon", "task": {"name": "cartpole", "max_steps": 300, "params": {}}, "first_seed": 7_100_000},
-]
 
 
 class EvalRequestSettings(dg.Config):
-    trials_per_task: int = 5
+    trials_per_task: int = TRIALS_PER_TASK
 
 
 @dg.asset(key=EVAL_REQUEST, deps=[POLICY, SIM_EVALUATION], group_name="robotics_policy", kinds={"json"})
@@ -43,14 +41,7 @@ def real_robot_eval_request(context: dg.AssetExecutionContext, config: EvalReque
     store = storage.get()
     current = read_json(store.artifacts("robotics", "policy", "latest.json"))
     eval_id = f"eval-{current['version']}"
-    request = {
-        "eval_id": eval_id,
-        "policy_version": current["version"],
-        "policy_checkpoint_uri": current["checkpoint_uri"],
-        "trials_per_task": config.trials_per_task,
-        "tasks": HELD_OUT_TASKS,
-        "respond_to": store.landing(KIND, eval_id),
-    }
+    request = eval_request(eval_id, current["version"], current["checkpoint_uri"], config.trials_per_task, store.landing(KIND, eval_id))
     uri = store.outbox("robot_eval", eval_id, "request.json")
     if not exists(uri):
         write_json_atomic(uri, request)
@@ -90,7 +81,9 @@ def real_robot_evaluation(context: dg.AssetExecutionContext, storage: StorageRes
     """How often the policy succeeded on the real robot on held-out tasks, with a 95% Wilson
     interval, next to its success in simulation: the sim-to-real gap. One partition per
     evaluation the robot cell ran. Failed trials are flagged for relabelling: the operator
-    demonstrates them again and they join the next training set.
+    demonstrates them again on the real robot and they join the next training set.
+    `success_by_version` plots sim and real success of every policy version so far, with their
+    intervals, and says whether real success rose.
     """
     store = storage.get()
     eval_id = context.partition_key
@@ -116,42 +109,44 @@ def real_robot_evaluation(context: dg.AssetExecutionContext, storage: StorageRes
         return quarantined(context, store, KIND, eval_id, problems, stage="validation", check_results=[manifest_ok, episodes_bad])
 
     real = rate_metadata(trials)
+    policy_version = str(manifest.fields["policy_version"])
     sim_uri = store.artifacts("robotics", "sim_evaluation", "latest.json")
     sim = read_json(sim_uri) if exists(sim_uri) else None
+    sim = sim if sim and sim.get("policy_version") == policy_version else None  # the gap is this version's
     failures = trials[~trials["success"].astype(bool)]
     request = read_json(store.outbox("robot_eval", eval_id, "request.json")) if exists(store.outbox("robot_eval", eval_id, "request.json")) else {"tasks": HELD_OUT_TASKS}
     tasks = {t["task_id"]: t["task"] for t in request["tasks"]}
-    if len(failures):
-        write_json_atomic(
-            store.outbox("relabel", eval_id, "request.json"),
-            {"request_id": eval_id, "reason": "failed real-robot trials", "trials": [{"task_id": r.task_id, "task": tasks.get(r.task_id, {}), "seed": int(r.seed), "failure_mode": r.failure_mode} for r in failures.itertuples()]},
-        )
+    relabel = relabel_request(eval_id, trials, tasks)
+    if relabel is not None:
+        write_json_atomic(store.outbox("relabel", eval_id, "request.json"), relabel)
     buffer = io.BytesIO()
     trials.to_parquet(buffer, index=False)
     write_bytes_atomic(store.curated(KIND, eval_id, "trials.parquet"), buffer.getvalue())
     per_task = trials.groupby("task_id")["success"].agg(["sum", "count"]).reset_index()
     per_task["ci95"] = [f"{lo:.2f}–{hi:.2f}" for lo, hi in (wilson_interval(int(s), int(c)) for s, c in zip(per_task["sum"], per_task["count"], strict=True))]
     gap = (sim["success_rate"] - real["success_rate"].value) if sim else float("nan")
-    policy_version = str(manifest.fields["policy_version"])
     provenance = record_result(
         store, f"robotics/real_robot_evaluation/{eval_id}", "evaluation", f"{len(trials)} held-out trials on the real robot",
         inputs=[f"robotics/policy/{policy_version}", drop_id(KIND, eval_id)], uri=store.curated(KIND, eval_id, "trials.parquet"),
         facts={"success_rate": real["success_rate"].value, "failed_trials": len(failures)},
     )
     track_evaluation(store, f"robotics/policy/{policy_version}", "real", {"real_success_rate": real["success_rate"], "real_ci95_low": real["ci95_low"], "real_ci95_high": real["ci95_high"]})
-    return dg.MaterializeResult(
-        metadata={
-            "status": "valid",
-            **{f"real_{k}": v for k, v in real.items()},
-            "sim_success_rate": dg.MetadataValue.float(round(sim["success_rate"], 4) if sim else float("nan")),
-            "sim_ci95": f"{sim['ci95'][0]:.2f}–{sim['ci95'][1]:.2f}" if sim else "no sim evaluation yet",
-            "sim_to_real_gap": dg.MetadataValue.float(round(gap, 4)),
-            "per_task": dg.MetadataValue.md(per_task.rename(columns={"sum": "successes", "count": "trials"}).to_markdown(index=False)),
-            "failed_trials_flagged_for_relabelling": len(failures),
-            "policy_version": policy_version,
-            "scene_ref": ", ".join(scenes_upstream(store, provenance["lineage_id"])),  # the scenes its policy's rollouts ran in
-            **provenance,
-            "episodes": dg.MetadataValue.path(posixpath.join(raw, "episodes")),
-        },
-        check_results=[manifest_ok, dg.AssetCheckResult(check_name=EPISODES_VALID_CHECK, passed=True)],
+    metadata = {
+        "status": "valid",
+        **{f"real_{k}": v for k, v in real.items()},
+        "sim_success_rate": dg.MetadataValue.float(round(sim["success_rate"], 4) if sim else float("nan")),
+        "sim_ci95": f"{sim['ci95'][0]:.2f}–{sim['ci95'][1]:.2f}" if sim else "no sim evaluation of this version yet",
+        "sim_to_real_gap": dg.MetadataValue.float(round(gap, 4)),
+        "per_task": dg.MetadataValue.md(per_task.rename(columns={"sum": "successes", "count": "trials"}).to_markdown(index=False)),
+        "failed_trials_flagged_for_relabelling": len(failures),
+        "policy_version": policy_version,
+        "scene_ref": ", ".join(scenes_upstream(store, provenance["lineage_id"])),  # the scenes its policy's rollouts ran in
+        **provenance,
+        "episodes": dg.MetadataValue.path(posixpath.join(raw, "episodes")),
+    }
+    versions = policy_versions(context.instance, evaluated=metadata)
+    metadata["success_by_version"] = dg.MetadataValue.md(
+        image_markdown(success_chart_png(versions), "sim and real success by policy version") + "\n\n" + versions_markdown(versions) + "\n\n" + verdict(versions)
     )
+    metadata["real_success_verdict"] = verdict(versions)
+    return dg.MaterializeResult(metadata=metadata, check_results=[manifest_ok, dg.AssetCheckResult(check_name=EPISODES_VALID_CHECK, passed=True)])

@@ -13,8 +13,7 @@ from robotics_lane.defs.partitions import nightly_sweeps, sweep_of
 from robotics_lane.scenes.files import SceneFiles
 from robotics_lane.scenes.registration import resolve_scene, scene_build_spec
 from robotics_lane.sim.base import ACTION_NAMES, STATE_NAMES
-from robotics_lane.sweeps import SWEEPS, SweepConfig
-from robotics_lane.workloads.config import RolloutConfig
+from robotics_lane.sweeps import SWEEPS, TASK_LABEL, SweepConfig
 from robotics_lane.workloads.rollout_output import trial_uri
 from shared_resources.compute.resource import ComputeResource
 from shared_resources.compute.step_run import StepRun
@@ -25,7 +24,6 @@ from shared_resources.catalog.step_spec import StepSpec
 from shared_resources.runtime.storage import Storage, read_json, write_bytes_atomic
 
 SIM_ROLLOUTS = dg.AssetKey(["robotics", "sim_rollouts"])
-TASK_LABEL = "balance the pole"
 
 
 def rollouts_version(night: str, sweep: str) -> str:
@@ -66,18 +64,7 @@ def sweep_spec(sweep: SweepConfig, seeds: list[int], output_uri: str, scene: Sce
         expected_hours=0.05,
         max_preemptions=5,
         imports=sweep_imports(sweep.backend),
-        config=RolloutConfig(
-            backend=sweep.backend,
-            seeds=seeds,
-            output_uri=output_uri,
-            task=sweep.task(),
-            policy={"kind": "scripted", "operator_noise": sweep.operator_noise},
-            task_label=TASK_LABEL,
-            num_envs=sweep.num_envs,
-            device=sweep.device,
-            cameras=list(sweep.cameras),
-            scene=scene,
-        ),
+        config=sweep.rollout_config(seeds, output_uri, scene),
     )
 
 

@@ -9,9 +9,11 @@ What it does, deterministically for a seed:
    centring the cart off the middle of the track (a policy that drifts).
 2. Writes one evaluation request per version, as `robotics/real_robot_eval_request` does (the
    asset's held-out tasks and seeds, `--trials` trials per task), to a storage root in memory,
-   and lets `RobotCellStandIn` answer them: its own real-robot physics (heavier pole, weaker
-   actuator, sensor noise), its own `trials.jsonl` and LeRobot episodes. The one thing swapped
-   is the policy loader: the requests name these scripted versions instead of checkpoints.
+   and lets `RobotCellStandIn` answer them: its own `trials.jsonl` and LeRobot episodes, on the
+   real-robot physics the set was built with (`EVAL_ROBOT_PHYSICS`: heavier pole, weaker
+   actuator, sensor noise; the cell's own physics has changed since, and a set of labelled
+   failures does not need to follow it). The other thing swapped is the policy loader: the
+   requests name these scripted versions instead of checkpoints.
 3. Reads the results back as `robotics/real_robot_evaluation` does, sums every failed trial up
    with `robotics_lane.episodes.summaries.episode_summary`, labels it with the task's rule
    (`standin_skill.answer`), and keeps `--per-class` trials of each failure mode (in a seeded
@@ -35,6 +37,8 @@ from unittest import mock
 HERE = Path(__file__).resolve().parent
 EVAL_PATH = HERE / "eval.jsonl"
 ROOT = "memory://sinewgrid-label-failure-eval"
+# The robot cell's physics when eval.jsonl was built (its failures cover every class evenly).
+EVAL_ROBOT_PHYSICS = {"pole_mass_scale": 1.35, "actuator_gain": 0.5, "observation_noise": 0.09}
 
 
 def load_skill() -> Any:
@@ -109,7 +113,7 @@ def run_cell(versions: list[dict[str, Any]], trials_per_task: int, root: str = R
                     "respond_to": storage.landing(robot_cell.KIND, eval_id),
                 },
             )
-        with mock.patch.object(robot_cell, "load_policy", _scripted_loader(versions)):
+        with mock.patch.object(robot_cell, "load_policy", _scripted_loader(versions)), mock.patch.object(robot_cell, "REAL_ROBOT_PHYSICS", EVAL_ROBOT_PHYSICS):
             answered = robot_cell.RobotCellStandIn(storage, cameras=()).answer_requests()  # states only: no frames to render
         tasks = {t["task_id"]: t["task"] for t in HELD_OUT_TASKS}
         trials = []
