@@ -6,7 +6,9 @@ dataset (every frame's state, action, timestamp, indices and task, every video f
 held against `read_dataset`'s (tests/lerobot_reader/compare.py).
 
 - The demo's datasets (e2e, on the demo's worker): every folder holding `meta/info.json` under
-  its storage root, which must include each kind the demo writes.
+  its storage root, which must include each kind the demo writes, with the front camera's video
+  where the demo films; LeRobot reads each distinct one (a drop's raw and quarantined copies hold
+  the very bytes of the landed drop, and are checked to).
 - Fast, without the demo: datasets our writer writes (a camera included: AV1, one MP4 per
   episode); a camera dataset laid out as LeRobot records one (every episode in one MP4, H.264
   made with PyAV in LeRobot's runtime), which both readers must read the same; and a broken copy
@@ -16,6 +18,7 @@ held against `read_dataset`'s (tests/lerobot_reader/compare.py).
 
 from __future__ import annotations
 
+import hashlib
 import json
 import shutil
 from dataclasses import dataclass
@@ -41,6 +44,8 @@ DEMO_DATASET_KINDS = {
     "assembled sweep rollouts": "rollouts/*/*/dataset",
 }
 CAMERA = "observation.images.front"
+# The kinds that carry the front camera's video (the Isaac Lab sweep is state-only: docs/simulators.md).
+FILMED_KINDS = {"teleop session, landed", "relabelling session, landed", "robot cell trials, landed", "assembled sweep rollouts"}
 
 
 def kind_of(home: Path, dataset: Path) -> str | None:
@@ -108,12 +113,29 @@ def test_every_dataset_the_demo_writes_opens_in_lerobots_reader(tmp_path, demo_r
     assert curated, "the demo curated no teleop session (no curated/**/dataset.json)"
     assert set(curated) <= set(datasets), f"curated datasets the walk did not find: {sorted(set(curated) - set(datasets))}"
 
+    filmed = {kinds[d] for d in datasets if CAMERA in video_keys(d)}
+    assert FILMED_KINDS <= filmed, f"no {CAMERA} video in the demo's {sorted(FILMED_KINDS - filmed)}"
+
+    # A landed drop and its raw copy hold the same bytes: LeRobot reads one of them, the others must be copies.
+    checked: dict[str, Path] = {}
+    for dataset in datasets:
+        checked.setdefault(content_digest(dataset), dataset)
     reports: list[dict] = []
-    problems = check_against_ours(found, datasets, tmp_path, reports=reports)
+    problems = check_against_ours(found, list(checked.values()), tmp_path, reports=reports)
     assert not failures(problems), "LeRobot's reader and ours disagree:\n" + failures(problems)
     opened = [f"{kinds[d]}: {d.relative_to(demo_run.home)} ({r['episodes']} episodes, {r['frames']} frames, cameras {r['video_keys']}, {r['seconds']} s)"
-              for d, r in zip(datasets, reports, strict=True)]  # fmt: skip
-    print(f"LeRobot opened {len(datasets)} datasets:\n  " + "\n  ".join(opened))
+              for d, r in zip(checked.values(), reports, strict=True)]  # fmt: skip
+    copies = [f"{kinds[d]}: {d.relative_to(demo_run.home)}, the same bytes as {checked[content_digest(d)].relative_to(demo_run.home)}"
+              for d in datasets if d not in checked.values()]  # fmt: skip
+    print(f"LeRobot opened {len(checked)} datasets:\n  " + "\n  ".join(opened) + f"\nand {len(copies)} byte-identical copies:\n  " + "\n  ".join(copies))
+
+
+def content_digest(dataset: Path) -> str:
+    """One digest of every file of a dataset folder (paths and bytes), a drop's own manifest.json left out."""
+    digest = hashlib.sha256()
+    for path in sorted(p for p in dataset.rglob("*") if p.is_file() and p.relative_to(dataset).as_posix() != "manifest.json"):
+        digest.update(path.relative_to(dataset).as_posix().encode() + b"\0" + hashlib.sha256(path.read_bytes()).digest())
+    return digest.hexdigest()
 
 
 # --- fast: datasets made here ------------------------------------------------------------------------
