@@ -90,8 +90,10 @@ def dagster_ui(demo_run: DemoRun) -> Iterator[str]:
         yield url
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def browser():
+    """Chromium for this module only: while Playwright's sync API is open it marks the worker's asyncio loop as
+    running, so any later test on the same worker that calls `asyncio.run` (LiteLLM's batch client does) would fail."""
     if not CHROMIUM.exists():
         pytest.fail(f"The UI test drives Debian's Chromium at {CHROMIUM}, which is missing. Install it: `make ui-packages` (as root).")
     expect.set_options(timeout=UI_TIMEOUT_MS)
