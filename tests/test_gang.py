@@ -130,6 +130,7 @@ def test_the_one_slow_rank_is_found_among_its_peers_and_named_with_its_node():
     [
         [_report(0.02, 0.021, 0.02, 0.11)] * 2,  # not yet `patience` reports
         [_report(0.02, 0.021, 0.02, 0.11), _report(0.02, 0.021, 0.02, 0.02), _report(0.02, 0.021, 0.02, 0.02)],  # one slow report in three
+        [_report(0.02, 0.021, 0.02, 0.5), _report(0.02, 0.021, 0.02, 0.02), _report(0.02, 0.021, 0.02, 0.02)],  # one long stall: no straggler
         [_report(0.02, 0.021, 0.02, 0.05)] * 3,  # under the factor
         [_report(0.001, 0.001, 0.001, 0.008)] * 3,  # 8× but a few milliseconds: noise
         [_report(0.02, 0.021, 0.11, 0.11)] * 3,  # two slow ranks: a slow gang, not one rank

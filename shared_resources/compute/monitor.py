@@ -75,22 +75,23 @@ MIN_SLOWER_SECONDS = 0.01
 class SlowRank:
     rank: int
     node: str
-    seconds: float  # its busy time per step, over the reports it was judged on
+    seconds: float  # its busy time per step, the median of the reports it was judged on
     peers: float  # the median of its peers' over the same reports
 
 
 def slow_rank(reports: Sequence[Telemetry], factor: float, patience: int) -> SlowRank | None:
     """The one rank of a gang whose busy time per step, over the last `patience` reports, is over
-    `factor` × its peers' median (and `MIN_SLOWER_SECONDS` more), or None. Over the reports
-    together rather than each one: a slow rank that waited on a stalled peer in one window (a
-    busy machine) is still the slow one."""
+    `factor` × its peers' median (and `MIN_SLOWER_SECONDS` more), or None. Each rank is judged
+    by its median report of the window, neither each report nor their mean: a slow rank that
+    waited on a stalled peer in one window (a busy machine) is still the slow one, and a healthy
+    rank descheduled once for a long moment (one outsized report) is not made one."""
     recent = [m for m in reports if m.rank_seconds and len(m.rank_seconds) > 1][-patience:]
     if patience < 1 or len(recent) < patience or len({len(m.rank_seconds or []) for m in recent}) != 1:
         return None
-    means = [statistics.fmean(column) for column in zip(*(m.rank_seconds or [] for m in recent), strict=True)]
+    typical = [statistics.median(column) for column in zip(*(m.rank_seconds or [] for m in recent), strict=True)]
     slow = []
-    for rank, seconds in enumerate(means):
-        peers = statistics.median(means[:rank] + means[rank + 1 :])
+    for rank, seconds in enumerate(typical):
+        peers = statistics.median(typical[:rank] + typical[rank + 1 :])
         if seconds > factor * peers and seconds - peers > MIN_SLOWER_SECONDS:
             slow.append((rank, seconds, peers))
     if len(slow) != 1:
