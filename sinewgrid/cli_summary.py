@@ -80,6 +80,8 @@ def print_tenants(console: Console, storage: Storage) -> None:
 
 def print_lab_rounds(console: Console, instance, truth=None) -> None:
     rounds = training_rounds(instance)
+    if not rounds:  # the robotics lane alone (`demo --lane robotics`) trains no lab's model
+        return
     table = _table("The model of each lab, round by round (held-out error: lower is better)", ("tenant", "round", "assayed genes", "held-out RMSE", "baseline RMSE", "Spearman", "pool", "cost"), 1)
     if truth is not None:
         table.add_column("RMSE vs lab truth*", justify="right")
