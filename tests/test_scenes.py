@@ -23,7 +23,7 @@ from robotics_lane.scenes.files import SceneFiles, local_scene
 from robotics_lane.scenes.registration import register_scene, registered_scene, resolve_scene, scenes_upstream
 from robotics_lane.sim.base import TaskSpec
 from robotics_lane.sim.factory import make_vector_simulator
-from robotics_lane.sweeps import SWEEPS
+from robotics_lane.sweeps import SWEEPS, SweepConfig
 from robotics_lane.workloads.config import RolloutConfig
 from shared_resources.data.lineage import LineageStore
 from shared_resources.data.provenance import publish_version, record_result
@@ -104,6 +104,26 @@ def test_changing_a_scene_makes_a_new_version_and_partition_and_keeps_the_old(ed
     assert second.files != first.files
     with pytest.raises(SceneError, match="not registered, and the catalog's 'cartpole-mujoco' is now"):
         resolve_scene(storage, "cartpole-mujoco-0badc0de")
+
+
+def test_a_sweep_that_pins_a_scene_version_keeps_running_it_after_the_scene_changes(editable_sources, storage, monkeypatch):
+    pinned = register_scene(storage, MUJOCO).version
+    _heavier_motor(editable_sources)
+    assert MUJOCO.version() != pinned
+    monkeypatch.setitem(SWEEPS, "nominal-motor", SweepConfig(backend="mujoco", scene=pinned, description="the motor as first registered"))
+    monkeypatch.setitem(SWEEPS, "current-motor", SweepConfig(backend="mujoco", scene="cartpole-mujoco", description="the scene as it is now"))
+    keys = sweep_partition_keys()
+    assert sweep_key("nominal-motor", pinned) in keys and sweep_key("current-motor", MUJOCO.version()) in keys
+    name, version = sweep_of(sweep_key("nominal-motor", pinned))
+    assert (name, version) == ("nominal-motor", pinned)
+    scene = resolve_scene(storage, version)
+    assert b'gear="100"' in local_scene(scene).read_bytes()  # the pinned bytes, not the edited checkout's
+    # A pin the registry has never seen cannot be made any more: refused with what to do.
+    with pytest.raises(SceneError, match=r"must pin a registered version \(`sinewgrid data list robotics/scenes`\)"):
+        resolve_scene(storage, "cartpole-mujoco-0badc0de")
+    monkeypatch.setitem(SWEEPS, "wrong-simulator", SweepConfig(backend="isaaclab", scene=pinned, description="x"))
+    with pytest.raises(SceneError, match="backend 'isaaclab' cannot load it"):
+        sweep_partition_keys()
 
 
 def test_the_simulator_loads_exactly_the_registered_bytes(editable_sources, storage):

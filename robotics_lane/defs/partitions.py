@@ -2,7 +2,7 @@
 
 import dagster as dg
 
-from robotics_lane.scenes.catalog import scene_for, split_sweep_key, sweep_key
+from robotics_lane.scenes.catalog import scene_version_for, split_sweep_key, sweep_key
 from robotics_lane.sweeps import SWEEPS
 
 teleop_sessions = dg.DynamicPartitionsDefinition(name="teleop_sessions")
@@ -10,9 +10,9 @@ robot_evals = dg.DynamicPartitionsDefinition(name="robot_evals")
 
 
 def sweep_scene_version(name: str) -> str:
-    """The scene version sweep `name` runs now: `<scene>-<hash8>` of its scene's content."""
+    """The scene version sweep `name` runs: `<scene>-<hash8>`, the one it pins or its scene's now."""
     sweep = SWEEPS[name]
-    return scene_for(sweep.backend, sweep.scene).version()
+    return scene_version_for(sweep.backend, sweep.scene)
 
 
 def sweep_partition_keys() -> list[str]:
@@ -27,7 +27,7 @@ def sweep_of(key: str) -> tuple[str, str]:
     if name not in SWEEPS:
         raise KeyError(f"sweep partition {key!r}: no sweep {name!r} in robotics_lane/sweeps.py (known: {sorted(SWEEPS)})")
     sweep = SWEEPS[name]
-    return name, f"{scene_for(sweep.backend, sweep.scene).name}-{digest}"
+    return name, f"{scene_version_for(sweep.backend, sweep.scene).rpartition('-')[0]}-{digest}"
 
 
 # One partition per night × sweep configuration at its scene version.

@@ -136,6 +136,22 @@ def scene_for(backend: str, scene: str | None = None) -> SceneSource:
     return source
 
 
+def is_version(scene: str) -> bool:
+    """Whether ``scene`` names a version (``cartpole-mujoco-1a2b3c4d``) rather than a catalog scene."""
+    name, _, digest = scene.rpartition("-")
+    return name in SCENES and len(digest) == HASH_CHARS and all(c in "0123456789abcdef" for c in digest)
+
+
+def scene_version_for(backend: str, scene: str | None = None) -> str:
+    """The scene version a sweep on ``backend`` runs: ``scene`` itself when it names a version
+    (pinned: it runs those registered bytes whatever the catalog has since become), else the
+    current version of the catalog scene it names, or of the backend's own."""
+    if scene is not None and is_version(scene):
+        scene_for(backend, split_version(scene)[0].name)  # a scene that backend loads
+        return scene
+    return scene_for(backend, scene).version()
+
+
 def sweep_key(sweep: str, scene_version: str) -> str:
     """A sweep's partition key: ``<sweep>.<hash8 of its scene>``. A changed scene is a new key, so
     the old nights keep their results under the old scene."""

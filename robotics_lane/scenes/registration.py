@@ -83,7 +83,9 @@ def resolve_scene(store: Storage, version: str, *, build_step: BuildStep | None 
     if source.version() != version:
         raise SceneError(
             f"scene version {version} is not registered, and the catalog's {source.name!r} is now {source.version()}: "
-            f"nothing can make {version}'s files any more. Reload the code location: its sweeps then run {source.version()}."
+            f"nothing can make {version}'s files any more. A sweep that pins it (`SweepConfig.scene`) must pin a registered "
+            f"version (`sinewgrid data list {SCENES_DATASET}`) or name {source.name!r} to run its current version; "
+            f"a partition made before the scene changed: reload the code location, its sweeps then run {source.version()}."
         )
     return register_scene(store, source, build_step=build_step)
 
