@@ -22,7 +22,9 @@ from robotics_lane.sim import (
     zero_policy,
 )
 from robotics_lane.sim.base import BackendUnavailableError
-from robotics_lane.sim.isaaclab_assets import patch_cartpole_usda
+from robotics_lane.scenes.catalog import SceneError
+from robotics_lane.scenes.newton_cartpole import fix_default_prim
+from robotics_lane.sim.isaaclab_assets import scale_masses
 
 REPO = Path(__file__).resolve().parents[1]
 ISAACLAB_PYTHON = REPO / ".venv-isaaclab" / "bin" / "python"
@@ -89,16 +91,19 @@ def test_sim_package_imports_no_dagster_and_no_backend():
     assert out.stdout.strip() == "[]"
 
 
-def test_asset_patch_fixes_default_prim_and_scales_masses():
+def test_the_isaaclab_scene_fixes_newtons_default_prim_and_a_task_scales_its_masses():
     usda = (
         '(\n    defaultPrim = "cartPole"\n)\n'
         'def Xform "cartpole" {\n'
         '    def Xform "cart" (\n        apiSchemas = ["PhysicsMassAPI"]\n    )\n    {\n        float physics:mass = 1\n    }\n'
         '    def Xform "pole" (\n        apiSchemas = ["PhysicsMassAPI"]\n    )\n    {\n        float physics:mass = 1\n    }\n}\n'
     )
-    patched = patch_cartpole_usda(usda, {"cart": 1.0, "pole": 2.5})
-    assert 'defaultPrim = "cartpole"' in patched
-    assert patched.count("float physics:mass = 1\n") == 1 and "float physics:mass = 2.5" in patched
+    scene = fix_default_prim(usda)  # the registered scene: newton's robot, loadable by Isaac Lab
+    assert 'defaultPrim = "cartpole"' in scene and scene.replace('"cartpole"', '"cartPole"', 1) == usda
+    with pytest.raises(SceneError, match="expected one"):
+        fix_default_prim(scene)  # a file that is not newton's as we know it is refused, not passed through
+    scaled = scale_masses(scene, {"cart": 1.0, "pole": 2.5})  # what a task's mass scales load
+    assert scaled.count("float physics:mass = 1\n") == 1 and "float physics:mass = 2.5" in scaled
 
 
 # --- MuJoCo ----------------------------------------------------------------------------------

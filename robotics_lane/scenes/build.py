@@ -17,12 +17,11 @@ import posixpath
 from collections.abc import Callable
 
 from robotics_lane.scenes.catalog import SceneError, SceneSource
+from robotics_lane.scenes.newton_cartpole import generate_cartpole_usda
 from shared_resources.runtime.storage import write_bytes_atomic
 
 
 def _isaaclab_cartpole() -> dict[str, bytes]:
-    from robotics_lane.sim.isaaclab_assets import generate_cartpole_usda
-
     return {"cartpole.usda": generate_cartpole_usda()}
 
 
