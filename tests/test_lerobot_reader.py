@@ -10,7 +10,7 @@ held against `read_dataset`'s (tests/lerobot_reader/compare.py).
   where the demo films; LeRobot reads each distinct one (a drop's raw and quarantined copies hold
   the very bytes of the landed drop, and are checked to).
 - Fast, without the demo: datasets our writer writes (a camera included: AV1, one MP4 per
-  episode); a camera dataset laid out as LeRobot records one (every episode in one MP4, H.264
+  episode; and over several chunk folders); a camera dataset laid out as LeRobot records one (every episode in one MP4, H.264
   made with PyAV in LeRobot's runtime), which both readers must read the same; and a broken copy
   of it, which the check must catch. Under `make test-fast` these skip only when the runtime is
   missing; `make test` builds it and names it, and then they must run.
@@ -28,7 +28,7 @@ import numpy as np
 import pyarrow.parquet as pq
 import pytest
 
-from robotics_lane.episodes import Episode, write_dataset
+from robotics_lane.episodes import Episode, layout, validate_dataset, write_dataset, writing
 from tests.lerobot_reader.compare import ADD_CAMERA, BUILD_HINT, IMAGE_TOLERANCE, Runtime, differences, find_datasets, load_dump, our_view, video_keys
 
 # What the demo writes, by where it lies under the storage root: a kind missing from a demo run,
@@ -166,10 +166,10 @@ def episodes(action_dim: int, camera: bool = False, n: int = 3, seed: int = 0) -
     return out
 
 
-def write(folder: Path, action_dim: int, camera: bool = False) -> Path:
+def write(folder: Path, action_dim: int, camera: bool = False, n: int = 3) -> Path:
     names = ["cart_x", "cart_v", "pole_theta", "pole_omega"]
     actions = [f"a{i}" for i in range(action_dim)]
-    write_dataset(str(folder), episodes(action_dim, camera), fps=25, robot_type="cartpole", state_names=names, action_names=actions)
+    write_dataset(str(folder), episodes(action_dim, camera, n), fps=25, robot_type="cartpole", state_names=names, action_names=actions)
     return folder
 
 
@@ -182,6 +182,7 @@ class MadeHere:
     our_camera: Path  # a camera as our writer records it (AV1, one MP4 per episode)
     concatenated_camera: Path  # a camera as LeRobot records it: every episode in one MP4 (H.264 by PyAV, in LeRobot's runtime)
     broken_camera: Path  # the same, but every episode claims to start at second 0 of the video
+    chunked_camera: Path  # our writer's videos over several chunk folders (2 files a chunk instead of 1,000)
     frames: dict[str, np.ndarray]  # the concatenated camera's frames as drawn (`source`) and decoded start to end (`decoded`)
     problems: dict[Path, list[str]]
 
@@ -191,6 +192,10 @@ def made_here(runtime, tmp_path_factory) -> MadeHere:
     base = tmp_path_factory.mktemp("made-here")
     scalar_action, vector_action = write(base / "scalar-action", 1), write(base / "vector-action", 2)
     our_camera, concatenated = write(base / "our-camera", 2, camera=True), write(base / "concatenated-camera", 1)
+    with pytest.MonkeyPatch.context() as mp:  # a chunk boundary without encoding 1,001 episodes
+        mp.setattr(layout, "CHUNKS_SIZE", 2)
+        mp.setattr(writing, "CHUNKS_SIZE", 2)
+        chunked = write(base / "chunked-camera", 1, camera=True, n=5)
     runtime.run(ADD_CAMERA, [str(concatenated), "--frames-out", str(base / "frames.npz")], base)
     broken = base / "camera-wrong-from-timestamp"
     shutil.copytree(concatenated, broken)
@@ -201,9 +206,9 @@ def made_here(runtime, tmp_path_factory) -> MadeHere:
     frames = load_dump(str(base / "frames.npz"))
     # The broken copy is held against the independent decode: our reader follows its wrong from_timestamp as LeRobot's does.
     images = {broken: {CAMERA: frames["decoded"]}}
-    datasets = [scalar_action, vector_action, our_camera, concatenated, broken]
+    datasets = [scalar_action, vector_action, our_camera, concatenated, broken, chunked]
     problems = check_against_ours(runtime, datasets, base / "check", images=images)
-    return MadeHere(scalar_action, vector_action, our_camera, concatenated, broken, frames, problems)
+    return MadeHere(scalar_action, vector_action, our_camera, concatenated, broken, chunked, frames, problems)
 
 
 def agree(made_here: MadeHere, *datasets: Path) -> None:
@@ -236,3 +241,15 @@ def test_the_check_catches_frames_from_the_wrong_place_in_the_video(made_here):
     # episode 0 has 17 frames: episode 1 starts at frame 17, and LeRobot now shows it episode 0's first frame
     assert [line for line in found if line.startswith(f"`{CAMERA}` frame 17 (episode 1)")], found
     assert all(line.startswith(f"`{CAMERA}`") for line in found), "only the images are wrong in the broken copy"
+
+
+def test_videos_past_a_chunk_boundary_are_found_by_both_readers(made_here):
+    """Episode 2 of a 2-files-a-chunk dataset is chunk 1, file 0: both readers follow the episodes table there."""
+    videos = made_here.chunked_camera / "videos" / CAMERA
+    assert sorted(p.relative_to(videos).as_posix() for p in videos.rglob("*.mp4")) == [
+        "chunk-000/file-000.mp4", "chunk-000/file-001.mp4", "chunk-001/file-000.mp4", "chunk-001/file-001.mp4", "chunk-002/file-000.mp4",
+    ]
+    assert json.loads((made_here.chunked_camera / "meta/info.json").read_text())["chunks_size"] == 2
+    _, issues = validate_dataset(str(made_here.chunked_camera))
+    assert [i.rule for i in issues] == ["non_finite"]  # episode 2's recorder glitch (NaN actions), nothing about its video
+    agree(made_here, made_here.chunked_camera)
