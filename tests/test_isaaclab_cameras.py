@@ -57,6 +57,16 @@ def cart_columns(frames: np.ndarray) -> np.ndarray:
     return (cart.sum(axis=1) * columns).sum(axis=1) / cart.sum(axis=(1, 2))
 
 
+def pole_leans(frames: np.ndarray) -> np.ndarray:
+    """How far right of the cart's centre (pixels) the pole's pixels lie, on average, in each frame."""
+    dark = frames.astype(int).sum(axis=-1) < 500
+    top_of_cart = (dark.sum(axis=2) >= 4).argmax(axis=1)  # (T,): the first row the cart fills
+    rows = np.arange(frames.shape[1])[None, :, None]
+    pole = dark & (rows < top_of_cart[:, None, None])
+    columns = np.arange(frames.shape[2])
+    return (pole.sum(axis=1) * columns).sum(axis=1) / np.maximum(pole.sum(axis=(1, 2)), 1) - cart_columns(frames)
+
+
 def test_every_episode_has_one_front_frame_per_step_of_the_shape_asked(runs):
     assert FRONT == (96, 128, 3)
     for run in ("slots", "single", *DRIVE_SEEDS):
@@ -66,7 +76,7 @@ def test_every_episode_has_one_front_frame_per_step_of_the_shape_asked(runs):
             assert frames.dtype == np.uint8 and frames.shape == (len(episode["observations"]), *FRONT), (run, seed)
 
 
-def test_the_cart_seen_by_the_camera_is_where_cart_position_says_in_every_frame(runs):
+def test_the_cart_and_pole_seen_by_the_camera_are_where_the_state_says_in_every_frame(runs):
     # Balancing towards ±2.5 m: the cart crosses the image to both sides, pole up.
     positions = np.concatenate([runs[run][seed]["observations"][:, 0] for run, (seed, _) in DRIVE_SEEDS.items()])
     columns = np.concatenate([cart_columns(runs[run][seed]["front"]) for run, (seed, _) in DRIVE_SEEDS.items()])
@@ -80,6 +90,10 @@ def test_the_cart_seen_by_the_camera_is_where_cart_position_says_in_every_frame(
             seen = cart_columns(episode["front"])
             expected = slope * episode["observations"][:, 0] + intercept
             assert np.abs(seen - expected).max() < 1.0, (run, seed)
+            # The pole's tip leans right as pole_angle grows, as in MuJoCo's front camera.
+            angles, leans = episode["observations"][:, 1], pole_leans(episode["front"])
+            tilted = np.abs(angles) > 0.1
+            assert tilted.any() and (np.sign(leans[tilted]) == np.sign(angles[tilted])).all(), (run, seed)
 
 
 def test_frames_depend_only_on_the_seed_not_on_env_slot_or_count(runs):

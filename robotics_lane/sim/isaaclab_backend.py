@@ -30,6 +30,9 @@ Mapping to the common layout, as Isaac Lab 3.0's Direct task defines it:
   else the catalog's ``cartpole-isaaclab`` made here from ``newton`` (hand runs, the self-test).
 - physics params: ``pole_mass_scale``/``cart_mass_scale`` written into a copy of the scene at
   load time (see ``isaaclab_assets``), ``gravity_scale`` through ``cfg.sim.gravity``.
+- cameras (``cameras=("front",)``): Isaac Lab camera sensors ray-traced by Newton's Warp
+  renderer, added to the scene only when asked (``isaaclab_camera``); ``render(envs)`` traces
+  the state now.
 
 Self-test (a real rollout, JSON on the last line): ``python -m robotics_lane.sim.isaaclab_backend --selftest``.
 """

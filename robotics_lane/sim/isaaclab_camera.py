@@ -3,7 +3,7 @@
 Isaac Lab 3.0 renders a camera kit-less, without Isaac Sim, through Newton's Warp ray tracer
 (``isaaclab_newton.renderers.NewtonWarpRendererCfg`` over ``newton.sensors.SensorTiledCamera``):
 one ``isaaclab.sensors.Camera`` per camera name, with one view per env, all envs traced in one
-call. It runs on the CPU (``device="cpu"``) as on a GPU. Frames have the name and resolution of
+call, on ``device="cpu"`` here (a GPU's ``cuda:0`` is untested in this project). Frames have the name and resolution of
 MuJoCo's (``camera.image_shape``), uint8 RGB, top row first.
 
 Placement: Isaac's cart-pole rail runs along world ``y`` (±4 m, the task ends an episode past
@@ -17,8 +17,9 @@ forces a fresh trace of the state *now* (``Camera.update(0, force_recompute=True
 is the one the camera sees at the instant of the observation, also right after the adapter's own
 seeded reset (which writes joint states after Isaac's reset). Stepping never renders: a simulator
 with cameras that is not asked for frames costs only a timestamp kernel per physics step.
-Rendering reads the physics state and writes none of it: states with and without cameras are
-bit-identical (``tests/test_isaaclab_cameras.py``).
+Rendering changes no physics: states with and without cameras are bit-identical, and frames
+depend only on the episode's seed, not on the env slot (``tests/test_isaaclab_cameras.py``).
+Cost: ~1.3 ms per frame on this 2-core CPU (``benchmarks/isaaclab_cameras.py``).
 """
 
 from __future__ import annotations
