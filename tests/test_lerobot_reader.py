@@ -44,7 +44,7 @@ DEMO_DATASET_KINDS = {
     "assembled sweep rollouts": "rollouts/*/*/dataset",
 }
 CAMERA = "observation.images.front"
-# The kinds that carry the front camera's video (the Isaac Lab sweep is state-only: docs/simulators.md).
+# The kinds that carry the front camera's video (both sweeps film it: docs/simulators.md).
 FILMED_KINDS = {"teleop session, landed", "relabelling session, landed", "robot cell trials, landed", "assembled sweep rollouts"}
 
 

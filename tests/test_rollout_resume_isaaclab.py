@@ -1,6 +1,6 @@
 """Exactly-once on Isaac Lab too: a rollout shard on the Isaac Lab backend, signalled (SIGTERM or
 SIGKILL) and relaunched, ends with exactly the episodes of an uninterrupted run — none lost,
-none twice, the same states and actions bit for bit.
+none twice, the same states, actions and front-camera videos bit for bit.
 
 The shards run as the platform runs an Isaac Lab shard: `robotics_lane.workloads.rollouts` under
 the Isaac Lab runtime's own interpreter (`.venv-isaaclab/bin/python`, the `isaaclab` runtime of
@@ -11,6 +11,10 @@ interrupted shard four, its relaunch three. The task is made hard enough (strong
 heavier gravity) that episodes end at different steps, by failing or at `max_steps`, so envs
 take new seeds at different times. The interruption lands on an event: the shard is armed with
 the `hold` failpoint and signalled once it waits there, its third episode committed.
+
+The shards film the sweep's `front` camera (Newton's Warp ray tracer, `isaaclab_camera.py`), as
+the demo's `cartpole-isaaclab` sweep does; the reference's episodes assemble into a LeRobot v3
+dataset that validates, with the camera's video.
 
 Each Isaac Lab start costs ~12 s warm (~45 s with Warp's kernel cache cold): few seeds, short
 episodes, one reference per module."""
@@ -27,8 +31,11 @@ import pandas as pd
 import pytest
 
 from robotics_lane.defs.assets.rollouts import sweep_imports
+from robotics_lane.episodes import assemble_dataset, read_dataset, validate_dataset
 from robotics_lane.scenes.catalog import SCENES
 from robotics_lane.scenes.files import SceneFiles
+from robotics_lane.sim.base import ACTION_NAMES, STATE_NAMES
+from robotics_lane.sim.camera import feature_name, image_shape
 from robotics_lane.workloads.rollout_output import committed_seeds
 from shared_resources.compute.backends.warm_start import start_process
 from shared_resources.runtime.inputs import Failpoint
@@ -96,6 +103,7 @@ def _extras(tmp_path: Path, name: str, num_envs: int, scene: dict, hold: Path | 
             "policy": POLICY,
             "num_envs": num_envs,
             "scene": scene,
+            "cameras": ["front"],
         },
         "checkpoint_uri": str(tmp_path / f"{name}-ck"),
         "checkpoint_every_steps": 1,
@@ -107,13 +115,20 @@ def _extras(tmp_path: Path, name: str, num_envs: int, scene: dict, hold: Path | 
 
 
 @pytest.fixture(scope="module")
-def uninterrupted(tmp_path_factory, scene) -> dict:
+def reference_output(tmp_path_factory, scene) -> Path:
+    """The output folder of an uninterrupted shard (one env)."""
     tmp = tmp_path_factory.mktemp("reference")
     reference = IsaacLabShard(_extras(tmp, "reference", num_envs=1, scene=scene), "run", cold=True)  # by hand: a fresh interpreter
     assert reference.wait() == 0, reference.tail()
-    assert "1 envs on cpu" in reference.log.read_text()
-    episodes = committed_episodes(tmp / "reference")
+    assert "1 envs on cpu, cameras ['front']" in reference.log.read_text()
+    return tmp / "reference"
+
+
+@pytest.fixture(scope="module")
+def uninterrupted(reference_output) -> dict:
+    episodes = committed_episodes(reference_output)
     assert sorted(episodes) == SEEDS
+    assert all(list(videos) == ["observation.images.front.mp4"] for *_, videos in episodes.values())
     return episodes
 
 
@@ -129,7 +144,7 @@ def test_interrupted_isaaclab_shard_resumes_to_exactly_the_same_episodes(tmp_pat
     partial = committed_seeds(str(tmp_path / "shard"))
     # Episodes commit in the order they end (a failing one ends early), so which three is not fixed.
     assert len(partial) == HELD_AT and partial <= set(SEEDS), "interrupted mid-shard, with exactly the episodes committed before it"
-    assert "isaaclab cartpole rollouts" in victim.log.read_text() and "4 envs on cpu" in victim.log.read_text()
+    assert "isaaclab cartpole rollouts" in victim.log.read_text() and "4 envs on cpu, cameras ['front']" in victim.log.read_text()
 
     extras = _extras(tmp_path, "shard", num_envs=3, scene=scene, hold=held)  # the marker exists: no hold this time
     resumed = IsaacLabShard(extras, "resumed")
@@ -149,3 +164,17 @@ def test_isaaclab_trials_record_outcomes(uninterrupted, scene):
     assert records.loc[~records["success"], "failure_mode"].isin(["pole_fell", "cart_out_of_bounds"]).all()
     # Both kinds of episode ending, so envs take new seeds at different steps in the shards above.
     assert records["success"].any() and not records["success"].all()
+
+
+def test_isaaclab_episodes_with_the_camera_assemble_into_a_valid_lerobot_dataset(reference_output, tmp_path):
+    records = [json.loads(trial.read_text()) for trial in sorted((reference_output / "trials").glob("seed-*.json"))]
+    dataset = str(tmp_path / "dataset")
+    assemble_dataset(dataset, [r["episode_file"] for r in records], tasks=["balance the pole"], fps=records[0]["fps"],
+                     robot_type="cartpole", state_names=STATE_NAMES, action_names=ACTION_NAMES)
+    assert validate_dataset(dataset, expected_state_dim=len(STATE_NAMES), expected_action_dim=len(ACTION_NAMES))[1] == []
+    _, episodes = read_dataset(dataset, decode_images=True)
+    assert sorted(e.metadata["seed"] for e in episodes) == SEEDS
+    for episode in episodes:
+        frames = episode.images[feature_name("front")]
+        assert frames.shape == (episode.length, *image_shape("front"))
+        assert len({frame.tobytes() for frame in frames}) > 1  # the video shows the cart-pole moving

@@ -24,8 +24,8 @@ DEFAULT_NUM_ENVS: dict[tuple[str, str], int] = {
     ("isaaclab", "cuda"): 4096,
 }
 MAX_NUM_ENVS = 65_536
-# The backends that render cameras (Isaac Lab's could, not wired yet: docs/simulators.md, Cameras on Isaac Lab).
-CAMERA_BACKENDS: tuple[str, ...] = ("mujoco",)
+# The backends that render cameras: MuJoCo's renderer (EGL), Isaac Lab's Newton Warp ray tracer.
+CAMERA_BACKENDS: tuple[str, ...] = ("mujoco", "isaaclab")
 
 
 def resolve_device(backend: str, device: str = "auto") -> str:
@@ -62,19 +62,20 @@ def make_vector_simulator(
 
     ``device`` is where Isaac Lab simulates ("cpu", or "cuda:0" on a GPU node; ``resolve_device``
     picks one); MuJoCo runs on the CPU only. ``cameras`` (``camera.CAMERAS``) are rendered
-    offscreen by ``render()``; only MuJoCo renders them (``CAMERA_BACKENDS``). ``scene`` is the
+    offscreen by ``render()`` (``CAMERA_BACKENDS``: MuJoCo and Isaac Lab). ``scene`` is the
     local file of the scene to load (a registered version, ``robotics_lane.scenes.files.local_scene``);
     unset, the catalog's scene for the backend as it is now.
     """
     task = task or TaskSpec()
     if isinstance(num_envs, bool) or not isinstance(num_envs, int) or not 1 <= num_envs <= MAX_NUM_ENVS:
         raise ValueError(f"num_envs must be an integer from 1 to {MAX_NUM_ENVS}, got {num_envs!r}")
+    if backend not in KNOWN_BACKENDS:
+        raise ValueError(f"make_simulator: unknown backend {backend!r}; known backends: {list(KNOWN_BACKENDS)}")
     cameras = check_cameras(cameras)
     if cameras and backend not in CAMERA_BACKENDS:
         raise ValueError(
-            f"cameras {list(cameras)}: the {backend!r} backend renders no cameras yet (Isaac Lab's Newton Warp "
-            "camera renders on the CPU but is not wired into this backend; see docs/simulators.md, Cameras on Isaac Lab); "
-            f"ask for none (state-only episodes) or use a backend of {list(CAMERA_BACKENDS)}"
+            f"cameras {list(cameras)}: the {backend!r} backend renders no cameras; ask for none (state-only "
+            f"episodes) or use a backend of {list(CAMERA_BACKENDS)}"
         )
     if backend == "mujoco":
         if device != "cpu":
@@ -82,11 +83,9 @@ def make_vector_simulator(
         from robotics_lane.sim.mujoco_backend import MujocoCartpoleVec
 
         return MujocoCartpoleVec(task, num_envs, cameras, scene=scene)
-    if backend == "isaaclab":
-        from robotics_lane.sim.isaaclab_backend import IsaacLabCartpoleVec
+    from robotics_lane.sim.isaaclab_backend import IsaacLabCartpoleVec
 
-        return IsaacLabCartpoleVec(task, num_envs, device=device, scene=scene)
-    raise ValueError(f"make_simulator: unknown backend {backend!r}; known backends: {list(KNOWN_BACKENDS)}")
+    return IsaacLabCartpoleVec(task, num_envs, device=device, scene=scene, cameras=cameras)
 
 
 def make_simulator(

@@ -30,6 +30,9 @@ Mapping to the common layout, as Isaac Lab 3.0's Direct task defines it:
   else the catalog's ``cartpole-isaaclab`` made here from ``newton`` (hand runs, the self-test).
 - physics params: ``pole_mass_scale``/``cart_mass_scale`` written into a copy of the scene at
   load time (see ``isaaclab_assets``), ``gravity_scale`` through ``cfg.sim.gravity``.
+- cameras (``cameras=("front",)``): Isaac Lab camera sensors ray-traced by Newton's Warp
+  renderer, added to the scene only when asked (``isaaclab_camera``); ``render(envs)`` traces
+  the state now.
 
 Self-test (a real rollout, JSON on the last line): ``python -m robotics_lane.sim.isaaclab_backend --selftest``.
 """
@@ -43,6 +46,7 @@ import json
 import math
 import sys
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -77,8 +81,10 @@ class IsaacLabCartpoleVec(VectorSimulatorBase):
     backend = "isaaclab"
     supported_physics_params = frozenset({"pole_mass_scale", "cart_mass_scale", "gravity_scale"})
 
-    def __init__(self, task: TaskSpec, num_envs: int = 1, device: str = "cpu", scene: Path | None = None) -> None:
-        super().__init__(task, num_envs)
+    def __init__(
+        self, task: TaskSpec, num_envs: int = 1, device: str = "cpu", scene: Path | None = None, cameras: Sequence[str] = ()
+    ) -> None:
+        super().__init__(task, num_envs, cameras)
         require_isaaclab_runtime()
         import gymnasium as gym
         import isaaclab_tasks  # noqa: F401  (registers the Isaac-* gym ids)
@@ -89,6 +95,7 @@ class IsaacLabCartpoleVec(VectorSimulatorBase):
         from robotics_lane.scenes.catalog import scene_for
         from robotics_lane.scenes.files import catalog_scene
         from robotics_lane.sim.isaaclab_assets import loadable_usd
+        from robotics_lane.sim.isaaclab_camera import IsaacLabCameras, add_cameras
 
         cfg = parse_env_cfg(TASK_ID, device=device, num_envs=self.num_envs)
         cfg.scene.ground = None  # newton's cart-pole needs no floor; Isaac's ground asset is remote
@@ -99,6 +106,7 @@ class IsaacLabCartpoleVec(VectorSimulatorBase):
         # same coordinates whatever its slot, so an episode is bit-identical in any slot.
         cfg.scene.env_spacing = 0.0
         cfg.compute_final_obs = True  # the observation a terminated env ended in, before auto-reset
+        add_cameras(cfg, self.cameras)  # none asked, no sensor in the scene
         self.control_dt = float(cfg.sim.dt * cfg.decimation)
         # Isaac's time-out must never come first: truncation at task.max_steps is the adapter's.
         cfg.episode_length_s = (task.max_steps + 10) * self.control_dt
@@ -116,6 +124,7 @@ class IsaacLabCartpoleVec(VectorSimulatorBase):
         env = self._env.unwrapped
         self._task_env = env
         self._cartpole = env.cartpole
+        self._cameras = IsaacLabCameras(env.scene, self.cameras)
         self._joints = [int(env._cart_dof_idx[0]), int(env._pole_dof_idx[0])]
         # The first reset after start-up leaves the sampled joint velocities unwritten
         # (Isaac Lab 3.0.0); one throw-away reset of every env makes later resets reproducible.
@@ -194,6 +203,9 @@ class IsaacLabCartpoleVec(VectorSimulatorBase):
         codes = np.where(out, CART_OUT_OF_BOUNDS, np.where(fell, POLE_FELL, NO_FAILURE)).astype(np.int8)
         self._state = state
         return state, codes
+
+    def _physics_render(self, envs: np.ndarray) -> dict[str, np.ndarray]:
+        return self._cameras.render(envs)
 
     def _physics_close(self) -> None:
         try:

@@ -77,7 +77,7 @@ class RolloutConfig(BaseModel):
     cameras: list[str] = Field(
         default_factory=list,
         description="Cameras rendered offscreen into every episode, e.g. `[\"front\"]` (stored as `observation.images.<name>` videos). "
-        "Empty: state-only episodes. MuJoCo only.",
+        "Empty: state-only episodes.",
     )
 
     @model_validator(mode="after")
@@ -87,7 +87,7 @@ class RolloutConfig(BaseModel):
         check_cameras(self.cameras, where="RolloutConfig.cameras")
         if self.cameras and self.backend not in CAMERA_BACKENDS:
             raise ValueError(
-                f"cameras {self.cameras}: the {self.backend!r} backend renders no cameras yet (docs/simulators.md, Cameras on Isaac Lab); "
+                f"cameras {self.cameras}: the {self.backend!r} backend renders no cameras; "
                 f"set cameras to [] or use a backend of {list(CAMERA_BACKENDS)}"
             )
         if self.randomize and self.backend != "mujoco":
