@@ -21,9 +21,10 @@ class SweepConfig:
     Each shard steps `num_envs` environments together (unset: the backend's default for the
     device the shard lands on, see `robotics_lane.sim.factory.DEFAULT_NUM_ENVS`) on `device`
     (`auto`: the node's GPU for Isaac Lab when it has one, else the CPU). `cameras` are
-    rendered into every episode (`robotics_lane.sim.camera.CAMERAS`; MuJoCo only). `scene` names
-    the scene of `robotics_lane/scenes/catalog.py` it runs in (unset: the backend's); its version,
-    the scene's content hash, is part of the sweep's partition key (`robotics_lane.defs.partitions`).
+    rendered into every episode (`robotics_lane.sim.camera.CAMERAS`; MuJoCo and Isaac Lab). `scene`
+    names the scene of `robotics_lane/scenes/catalog.py` it runs in (unset: the backend's), at its
+    current version, or pins one version, `<scene>-<hash8>` (a registered one); the version is
+    part of the sweep's partition key (`robotics_lane.defs.partitions`).
     """
 
     backend: str
