@@ -2,7 +2,7 @@
 
 import dagster as dg
 
-from robotics_lane.scenes.catalog import scene_version_for, split_sweep_key, sweep_key
+from robotics_lane.scenes.catalog import scene_for, scene_version_for, split_sweep_key, sweep_key
 from robotics_lane.sweeps import SWEEPS
 
 teleop_sessions = dg.DynamicPartitionsDefinition(name="teleop_sessions")
@@ -27,7 +27,7 @@ def sweep_of(key: str) -> tuple[str, str]:
     if name not in SWEEPS:
         raise KeyError(f"sweep partition {key!r}: no sweep {name!r} in robotics_lane/sweeps.py (known: {sorted(SWEEPS)})")
     sweep = SWEEPS[name]
-    return name, f"{scene_version_for(sweep.backend, sweep.scene).rpartition('-')[0]}-{digest}"
+    return name, f"{scene_for(sweep.backend, sweep.scene).name}-{digest}"
 
 
 # One partition per night × sweep configuration at its scene version.

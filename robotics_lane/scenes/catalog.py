@@ -114,17 +114,29 @@ def scene_source(name: str) -> SceneSource:
         raise SceneError(f"unknown scene {name!r}; the catalog (robotics_lane/scenes/catalog.py) has {sorted(SCENES)}") from None
 
 
+def _is_hash8(digest: str) -> bool:
+    return len(digest) == HASH_CHARS and all(c in "0123456789abcdef" for c in digest)
+
+
+def is_version(scene: str) -> bool:
+    """Whether ``scene`` names a version of a catalog scene (``cartpole-mujoco-1a2b3c4d``), not the scene."""
+    name, _, digest = scene.rpartition("-")
+    return name in SCENES and _is_hash8(digest)
+
+
 def split_version(version: str) -> tuple[SceneSource, str]:
     """``cartpole-mujoco-1a2b3c4d`` -> (its catalog scene, ``1a2b3c4d``)."""
     name, _, digest = version.rpartition("-")
-    if len(digest) != HASH_CHARS or not all(c in "0123456789abcdef" for c in digest):
+    if not _is_hash8(digest):
         raise SceneError(f"{version!r} is not a scene version: write <scene>-<{HASH_CHARS} hex digits>, e.g. {SCENES['cartpole-mujoco'].version()}")
     return scene_source(name), digest
 
 
 def scene_for(backend: str, scene: str | None = None) -> SceneSource:
-    """The scene a run on ``backend`` uses: ``scene`` if named (it must be one that backend loads),
-    else the backend's own (``SCENE_OF_BACKEND``)."""
+    """The scene a run on ``backend`` uses: ``scene`` if named (it must be one that backend loads;
+    a version, ``<scene>-<hash8>``, names its scene), else the backend's own (``SCENE_OF_BACKEND``)."""
+    if scene is not None and is_version(scene):
+        scene = scene.rpartition("-")[0]
     if scene is None:
         if backend not in SCENE_OF_BACKEND:
             raise SceneError(f"no scene for backend {backend!r}; backends with a scene: {sorted(SCENE_OF_BACKEND)}")
@@ -136,20 +148,12 @@ def scene_for(backend: str, scene: str | None = None) -> SceneSource:
     return source
 
 
-def is_version(scene: str) -> bool:
-    """Whether ``scene`` names a version (``cartpole-mujoco-1a2b3c4d``) rather than a catalog scene."""
-    name, _, digest = scene.rpartition("-")
-    return name in SCENES and len(digest) == HASH_CHARS and all(c in "0123456789abcdef" for c in digest)
-
-
 def scene_version_for(backend: str, scene: str | None = None) -> str:
     """The scene version a sweep on ``backend`` runs: ``scene`` itself when it names a version
     (pinned: it runs those registered bytes whatever the catalog has since become), else the
     current version of the catalog scene it names, or of the backend's own."""
-    if scene is not None and is_version(scene):
-        scene_for(backend, split_version(scene)[0].name)  # a scene that backend loads
-        return scene
-    return scene_for(backend, scene).version()
+    source = scene_for(backend, scene)
+    return scene if scene is not None and is_version(scene) else source.version()
 
 
 def sweep_key(sweep: str, scene_version: str) -> str:

@@ -24,8 +24,6 @@ DEFAULT_NUM_ENVS: dict[tuple[str, str], int] = {
     ("isaaclab", "cuda"): 4096,
 }
 MAX_NUM_ENVS = 65_536
-# The backends that render cameras: MuJoCo's renderer (EGL), Isaac Lab's Newton Warp ray tracer.
-CAMERA_BACKENDS: tuple[str, ...] = ("mujoco", "isaaclab")
 
 
 def resolve_device(backend: str, device: str = "auto") -> str:
@@ -62,7 +60,7 @@ def make_vector_simulator(
 
     ``device`` is where Isaac Lab simulates ("cpu", or "cuda:0" on a GPU node; ``resolve_device``
     picks one); MuJoCo runs on the CPU only. ``cameras`` (``camera.CAMERAS``) are rendered
-    offscreen by ``render()`` (``CAMERA_BACKENDS``: MuJoCo and Isaac Lab). ``scene`` is the
+    offscreen by ``render()`` (MuJoCo's renderer through EGL, Isaac Lab's Newton Warp ray tracer). ``scene`` is the
     local file of the scene to load (a registered version, ``robotics_lane.scenes.files.local_scene``);
     unset, the catalog's scene for the backend as it is now.
     """
@@ -72,11 +70,6 @@ def make_vector_simulator(
     if backend not in KNOWN_BACKENDS:
         raise ValueError(f"make_simulator: unknown backend {backend!r}; known backends: {list(KNOWN_BACKENDS)}")
     cameras = check_cameras(cameras)
-    if cameras and backend not in CAMERA_BACKENDS:
-        raise ValueError(
-            f"cameras {list(cameras)}: the {backend!r} backend renders no cameras; ask for none (state-only "
-            f"episodes) or use a backend of {list(CAMERA_BACKENDS)}"
-        )
     if backend == "mujoco":
         if device != "cpu":
             raise ValueError(f"make_simulator: the MuJoCo backend runs on the CPU only, got device={device!r}")

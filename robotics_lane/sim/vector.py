@@ -129,11 +129,9 @@ class VectorSimulatorBase(abc.ABC):
     @abc.abstractmethod
     def _physics_close(self) -> None: ...
 
+    @abc.abstractmethod
     def _physics_render(self, envs: np.ndarray) -> dict[str, np.ndarray]:
-        """Each camera's frames of the envs at the indices ``envs``: {camera: (k, H, W, 3) uint8}.
-
-        Only backends of ``factory.CAMERA_BACKENDS`` implement it; the factory refuses cameras for the others."""
-        raise NotImplementedError(f"the {self.backend!r} backend renders no cameras")
+        """Each camera's frames of the envs at the indices ``envs``: {camera: (k, H, W, 3) uint8}."""
 
     # --- the interface ---------------------------------------------------------------------
 

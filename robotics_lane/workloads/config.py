@@ -12,9 +12,8 @@ from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from robotics_lane.sim.camera import check_cameras
-from robotics_lane.sim.factory import CAMERA_BACKENDS
 from robotics_lane.scenes.files import SceneFiles
+from robotics_lane.sim.camera import check_cameras
 from shared_resources.runtime.setting_ranges import RangedSettings
 
 Positive = Annotated[int, Field(ge=1)]
@@ -85,11 +84,6 @@ class RolloutConfig(BaseModel):
         if self.backend == "mujoco" and self.device not in ("auto", "cpu"):
             raise ValueError(f"device {self.device!r}: the MuJoCo backend runs on the CPU only; set device to 'cpu' or 'auto'")
         check_cameras(self.cameras, where="RolloutConfig.cameras")
-        if self.cameras and self.backend not in CAMERA_BACKENDS:
-            raise ValueError(
-                f"cameras {self.cameras}: the {self.backend!r} backend renders no cameras; "
-                f"set cameras to [] or use a backend of {list(CAMERA_BACKENDS)}"
-            )
         if self.randomize and self.backend != "mujoco":
             raise ValueError(
                 f"randomize: per-episode randomisation builds one simulator per draw, which the {self.backend!r} backend "
