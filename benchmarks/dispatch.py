@@ -96,9 +96,9 @@ def _measure(
 ) -> DispatchResult:
     import json
 
-    from shared_resources.compute.health import Qualifications
-    from shared_resources.runtime.storage import Storage
+    from control_plane.compute.health import Qualifications
     from testbed.counting_step import counting_spec, materialize_counting
+    from workload_runtime.storage import Storage
 
     result = DispatchResult(backend, baselines={label: [] for label in baselines})
     with tempfile.TemporaryDirectory(prefix=f"bench-dispatch-{backend}-") as tmp:

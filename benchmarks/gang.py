@@ -16,7 +16,7 @@ same ranks started by hand, and how long a gang takes to resume after it lost a 
   workload having loaded its sharded checkpoint and started again). One run each.
 
 On Ray (a head and a second raylet on this machine, each on its own loopback address) the
-platform's gang is a Ray job running `runtime/ray_gang.py`; by hand, a Ray job whose driver
+platform's gang is a Ray job running `workload_runtime/ray_gang.py`; by hand, a Ray job whose driver
 creates the placement group itself and runs each rank as a task in its bundle
 (`RAY_BY_HAND` below), polled through the Jobs API every 0.1 s. The resume after a node loss
 on Ray runs on a head and 3 worker nodes: the whole Ray node of rank 1 is killed, and the gang
@@ -40,7 +40,7 @@ import dagster as dg
 import yaml
 
 from benchmarks.dispatch import DispatchResult
-from shared_resources.compute.resource import ComputeResource
+from shared_resources.compute import ComputeResource
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 GANG = "testbed.gang_workload"
@@ -87,7 +87,7 @@ def _extras(folder: Path) -> Path:
 
 
 def _torchrun_by_hand(folder: Path, nodes: int) -> Callable[[], None]:
-    from shared_resources.compute.backends.gang import free_port
+    from control_plane.compute.backends.gang import free_port
 
     def call() -> None:
         extras, port = _extras(folder), free_port()
@@ -182,7 +182,7 @@ def _resume_after_node_loss(name: str, home: Path, catalog: Path, spec, kill: Ca
     """One gang of the pretraining, one node killed when it holds at step 30: the seconds from
     the kill to the relaunched gang's first step back, and their split."""
     from drills.faults import Injector
-    from shared_resources.runtime.inputs import Failpoint
+    from workload_runtime.inputs import Failpoint
 
     marker = home.parent / f"held-{name}.json"
     failpoint = Failpoint(kind="hold", at_step=30, marker=str(marker))
@@ -210,8 +210,8 @@ def run(repeats: int = 3) -> dict[str, Any]:
     import pandas as pd
 
     from cell_lane.omics import join_labels, load_reference_expression, publish_dataset
-    from shared_resources.catalog.step_spec import StepSpec
-    from shared_resources.compute.backends.gang import kill_node
+    from control_plane.catalog.step_spec import StepSpec
+    from control_plane.compute.backends.gang import kill_node
 
     launches: list[DispatchResult] = []
     resumes: list[dict[str, Any]] = []
@@ -230,8 +230,8 @@ def run(repeats: int = 3) -> dict[str, Any]:
         launches.append(_launch("local (2 nodes × 1 rank)", folder / "home-local", catalog, probe, {"two `torchrun` agents by hand": _torchrun_by_hand(folder, 2)}, repeats))
 
         def kill_local(home: Path) -> None:
-            from shared_resources.compute.inflight import InFlight
-            from shared_resources.runtime.storage import Storage
+            from control_plane.compute.inflight import InFlight
+            from workload_runtime.storage import Storage
 
             (record,) = InFlight(Storage.at(str(home))).records()
             kill_node(record["handle"]["info"]["nodes"][1][0])

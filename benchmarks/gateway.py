@@ -123,7 +123,7 @@ class GatewayResult:
 def bench_catalog(folder: Path) -> Path:
     """The packaged catalog plus one stand-in provider (OpenAI API, no rate limit) serving one
     model that answers at once and always right; written to `folder`."""
-    from shared_resources.catalog.models import DEFAULT_MODELS
+    from control_plane.catalog.models import DEFAULT_MODELS
 
     raw = yaml.safe_load(DEFAULT_MODELS.read_text())
     raw["providers"][PROVIDER] = {
@@ -143,10 +143,10 @@ class Setup:
         import httpx
         import openai
 
-        from shared_resources.catalog.models import load_models
-        from shared_resources.gateway import standin_hub
-        from shared_resources.gateway.client import ModelClient
-        from shared_resources.gateway.tasks import Task
+        from control_plane.catalog.models import load_models
+        from model_gateway.client import ModelClient
+        from model_gateway.tasks import Task
+        from testbed.model_providers import hub as standin_hub
 
         self.work = Path(tempfile.mkdtemp(prefix="sinewgrid-bench-gateway-"))
         self.standins: dict[str, Any] = {}
@@ -174,7 +174,7 @@ class Setup:
         return self
 
     def __exit__(self, *exc: object) -> None:
-        from shared_resources.gateway.client import litellm
+        from model_gateway.client import litellm
 
         for close in self.closing:
             close()

@@ -26,12 +26,12 @@ import numpy as np
 from scipy.optimize import Bounds, LinearConstraint, milp
 from scipy.sparse import coo_matrix
 
-from shared_resources.placement.cost_model import PlanContext, assess
-from shared_resources.placement.exact import solver_output_to_stderr
-from shared_resources.placement.greedy import SLOT_HOURS, assign, plan_cost
-from shared_resources.placement.planner import InfeasiblePlanError, plan_job
-from shared_resources.catalog.pools import Catalog, EgressRates, EgressTable, Pool, Purchasing
-from shared_resources.catalog.step_spec import DatasetRef, StepSpec
+from control_plane.placement.cost_model import PlanContext, assess
+from control_plane.placement.exact import solver_output_to_stderr
+from control_plane.placement.greedy import SLOT_HOURS, assign, plan_cost
+from control_plane.placement.planner import InfeasiblePlanError, plan_job
+from control_plane.catalog.pools import Catalog, EgressRates, EgressTable, Pool, Purchasing
+from control_plane.catalog.step_spec import DatasetRef, StepSpec
 
 T0 = dt.datetime(2026, 12, 7, tzinfo=dt.UTC)
 REGIONS = [("aws", "us-east-1"), ("aws", "us-west-2"), ("gcp", "us-central1"), ("azure", "eastus")]
@@ -275,8 +275,8 @@ def cli_memory(steps: list[StepSpec], catalog: Catalog) -> tuple[float, float, f
         )
         plan = [sys.executable, "-m", "sinewgrid.cli", "plan", str(job), "--pools", str(pools), "--json", "--no-evidence"]
         read = [sys.executable, "-c", (
-            "import sys; from shared_resources.placement.job_files import load_job; "
-            "from shared_resources.catalog.pools import load_catalog; import sinewgrid.cli; "
+            "import sys; from control_plane.placement.job_files import load_job; "
+            "from control_plane.catalog.pools import load_catalog; import sinewgrid.cli; "
             "load_job(sys.argv[1]).step_specs(); load_catalog(sys.argv[2])"
         ), str(job), str(pools)]
         peak, seconds = map(float, subprocess.run([sys.executable, "-c", probe, *plan], check=True, capture_output=True, text=True).stdout.split())

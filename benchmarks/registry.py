@@ -1,6 +1,6 @@
 """Figure 7: the data registry's cost beside a plain copy (MB/s of the registered folder).
 
-``shared_resources.data.registry.registry.DataRegistry`` on a local storage root in a temporary folder:
+``data_layer.registry.registry.DataRegistry`` on a local storage root in a temporary folder:
 
 * **register** a new version of a folder (hash every file, copy every file into the DVC remote
   ``<root>/registry/dvc-store``, commit and tag the ``.dvc`` file in the registry's git repository),
@@ -45,7 +45,7 @@ import numpy as np
 import pandas as pd
 
 from benchmarks import REPEATS, Timing, time_group
-from shared_resources.data.registry.registry import DataRegistry
+from data_layer.registry.registry import DataRegistry
 
 MB = 1_000_000
 BLOB_FILES = 100

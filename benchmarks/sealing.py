@@ -81,8 +81,8 @@ class _Roots:
     """A sealed root (its key registered) and a plain root; fresh subfolders per repeat."""
 
     def __init__(self, work: Path) -> None:
-        from shared_resources.runtime import tenant_access as access
-        from shared_resources.runtime.keys import LocalKeyring
+        from workload_runtime import tenant_access as access
+        from workload_runtime.keys import LocalKeyring
 
         self.sealed_root, self.plain_root = work / "sealed", work / "plain"
         self.sealed_root.mkdir()
@@ -122,9 +122,9 @@ def checkpoint_state() -> dict[str, np.ndarray]:
 
 
 def measure_checkpoint(roots: _Roots, repeats: int) -> SealingResult:
-    from shared_resources.runtime.checkpoints import CheckpointStore, from_safetensors, to_safetensors
-    from shared_resources.runtime.storage import read_bytes, write_bytes_atomic
-    from shared_resources.runtime.envelope import is_sealed
+    from workload_runtime.checkpoints import CheckpointStore, from_safetensors, to_safetensors
+    from workload_runtime.storage import read_bytes, write_bytes_atomic
+    from workload_runtime.envelope import is_sealed
 
     state = checkpoint_state()
     size = len(to_safetensors(state))
@@ -221,7 +221,7 @@ def measure_omics(roots: _Roots, repeats: int) -> SealingResult:
 
 
 def run(repeats: int = REPEATS) -> list[SealingResult]:
-    from shared_resources.runtime import tenant_access as access
+    from workload_runtime import tenant_access as access
 
     work = Path(tempfile.mkdtemp(prefix="sinewgrid-bench-sealing-"))
     try:

@@ -26,8 +26,8 @@ from drills.model import DrillResult, Timings, TraceResult, TraceRun
 from drills.report import write_report
 from drills.runner import BACKENDS, SCENARIOS
 from drills.workloads import WORKLOADS
-from shared_resources.settings import child_env
-from shared_resources.signals import sigterm_kept
+from control_plane.settings import child_env
+from control_plane.signals import sigterm_kept
 
 
 def matrix(backends: list[str], scenarios: list[str], workloads: list[str]) -> list[tuple[str, str, str]]:

@@ -10,9 +10,9 @@
 - `SlotHolder`: a local pool that stops taking work — every one of its slots is taken;
 - unhealthy nodes: a file the pool's health check tests for (local), or the node drained in
   Slurm as a health checker (NHC) does; pool loss on Slurm: the partition set INACTIVE;
-- the torn checkpoint uses the checkpoint writer's failpoint (`shared_resources.runtime.checkpoints`).
+- the torn checkpoint uses the checkpoint writer's failpoint (`workload_runtime.checkpoints`).
 
-None fires on a timer. The run is armed with a `hold` failpoint (`shared_resources.runtime.failpoints`):
+None fires on a timer. The run is armed with a `hold` failpoint (`workload_runtime.failpoints`):
 when the workload has done the fault's unit it says so (a marker file) and waits, and the
 `Injector` fires on that marker, so the fault lands at the same unit of a running job however
 fast or slow the machine is (and the pool loss waits until its holder is in line for the slot).
@@ -31,11 +31,11 @@ from pathlib import Path
 
 import psutil
 
-from shared_resources.compute.inflight import InFlight
-from shared_resources.compute.cooldowns import slots_dir
-from shared_resources.catalog.pools import Pool
-from shared_resources.runtime.inputs import Failpoint
-from shared_resources.runtime.storage import Storage
+from control_plane.compute.inflight import InFlight
+from control_plane.compute.cooldowns import slots_dir
+from control_plane.catalog.pools import Pool
+from workload_runtime.inputs import Failpoint
+from workload_runtime.storage import Storage
 
 
 def workload_pids(storage: Storage, step: str, cluster=None) -> list[int]:

@@ -27,7 +27,7 @@ from __future__ import annotations
 import math
 import numbers
 
-from shared_resources.placement.cost_model import young_daly_interval_hours
+from control_plane.placement.cost_model import young_daly_interval_hours
 
 
 def _check(name: str, value: float, *, positive: bool = False, infinite: bool = False) -> float:

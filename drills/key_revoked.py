@@ -29,13 +29,13 @@ import dagster as dg
 import yaml
 
 from drills.workloads import make_omics, workload
-from shared_resources.accounting.ledger import read_ledger
-from shared_resources.catalog.tenants import load_tenants
-from shared_resources.compute.resource import ComputeResource
-from shared_resources.runtime.storage import Storage
-from shared_resources.settings import environment
-from shared_resources.tenancy.control import tenant_storage
-from shared_resources.runtime.keys import set_local_key_enabled
+from control_plane.accounting.ledger import read_ledger
+from control_plane.catalog.tenants import load_tenants
+from shared_resources.compute import ComputeResource
+from workload_runtime.storage import Storage
+from control_plane.settings import environment
+from control_plane.tenancy.control import tenant_storage
+from workload_runtime.keys import set_local_key_enabled
 
 TENANTS = ("drill-a", "drill-b")
 STEPS = 200

@@ -21,14 +21,14 @@ from typing import Any
 import dagster as dg
 import yaml
 
+from control_plane.compute.step_run import StepRun
 from drills import faults
 from drills.goodput import expected_goodput
 from drills.model import TraceResult, TraceRun
 from drills.runner import DrillSetup, baseline, run_step
 from drills.trace import acceleration_for, draw_trace, rate_for
 from drills.workloads import prepare_inputs, workload
-from shared_resources.compute.step_run import StepRun
-from shared_resources.runtime.storage import Storage
+from workload_runtime.storage import Storage
 
 CADENCES = ("none", "fixed", "young-daly")
 

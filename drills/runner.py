@@ -23,15 +23,15 @@ from drills.scenarios import BACKENDS, GANG_ENTRY_POINT, SCENARIOS, DrillSetup, 
 from drills.goodput import loss_bound_steps, optimum_goodput
 from drills.model import DrillResult, Timings
 from drills.workloads import DrillWorkload, end_state_digest, prepare_inputs, workload
-from shared_resources.runtime.inputs import Failpoint
-from shared_resources.compute.monitor import BASELINE_REPORTS
-from shared_resources.compute.resource import ComputeResource
-from shared_resources.compute.step_run import StepRun
-from shared_resources.compute.backends.gang import kill_node
-from shared_resources.compute.health import Drains, Qualifications
-from shared_resources.accounting.ledger import read_ledger
-from shared_resources.catalog.pools import load_pools
-from shared_resources.runtime.storage import Storage
+from workload_runtime.inputs import Failpoint
+from control_plane.compute.monitor import BASELINE_REPORTS
+from shared_resources.compute import ComputeResource
+from control_plane.compute.step_run import StepRun
+from control_plane.compute.backends.gang import kill_node
+from control_plane.compute.health import Drains, Qualifications
+from control_plane.accounting.ledger import read_ledger
+from control_plane.catalog.pools import load_pools
+from workload_runtime.storage import Storage
 
 # Clusters a drill may fault, by backend ("slurm-gang" for the multi-node one the gang scenarios
 # need); `sinewgrid drill` registers the ones it starts.

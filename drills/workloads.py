@@ -25,9 +25,9 @@ from typing import Any
 
 import numpy as np
 
-from shared_resources.runtime.checkpoints import MANIFEST, CheckpointStore
-from shared_resources.catalog.step_spec import TRAINING_IMPORTS, StepSpec
-from shared_resources.runtime.storage import fs_for, glob_uris, read_bytes, read_json
+from workload_runtime.checkpoints import MANIFEST, CheckpointStore
+from control_plane.catalog.step_spec import TRAINING_IMPORTS, StepSpec
+from workload_runtime.storage import fs_for, glob_uris, read_bytes, read_json
 
 SIZES = ("small", "full")
 

@@ -27,7 +27,7 @@ def load_policy(spec: dict[str, Any], seed: int) -> Policy:
         return NoisyOperator(controller, noise_std=noise, seed=seed) if noise > 0 else controller
     if kind == "checkpoint":
         from robotics_lane.mlp_policy import MLPPolicy
-        from shared_resources.runtime.checkpoints import CheckpointStore
+        from workload_runtime.checkpoints import CheckpointStore
 
         checkpoint = CheckpointStore(spec["uri"]).latest_valid()
         if checkpoint is None:

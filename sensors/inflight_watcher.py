@@ -22,13 +22,13 @@ from typing import Any
 
 import dagster as dg
 
-from shared_resources.compute.backends import backend_for
-from shared_resources.compute.backends.base import JobHandle
-from shared_resources.compute.inflight import InFlight
-from shared_resources.compute.resource import ComputeResource
-from shared_resources.accounting.ledger import record_attempt
-from shared_resources.accounting.records import AttemptRecord
-from shared_resources.catalog.pools import Pool
+from control_plane.compute.backends import backend_for
+from control_plane.compute.backends.base import JobHandle
+from control_plane.compute.inflight import InFlight
+from shared_resources.compute import ComputeResource
+from control_plane.accounting.ledger import record_attempt
+from control_plane.accounting.records import AttemptRecord
+from control_plane.catalog.pools import Pool
 from shared_resources.resources import StorageResource
 
 _RUN_ACTIVE = {

@@ -25,9 +25,10 @@ from dataclasses import dataclass, field
 
 import dagster as dg
 
-from shared_resources.intake.landing import DROP_ID_PATTERN, DropIssue, list_complete_drops, quarantine_drop
+from control_plane.intake.landing import DROP_ID_PATTERN, list_complete_drops, quarantine_drop
 from shared_resources.resources import StorageResource
-from shared_resources.runtime.storage import Storage
+from workload_runtime.data_issues import DropIssue
+from workload_runtime.storage import Storage
 
 LOOKBACK_SECONDS = 600.0
 

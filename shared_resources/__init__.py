@@ -1,10 +1,7 @@
-"""The platform both lanes use, one room per capability (docs/architecture.md):
+"""The Dagster resources every code location is given: `storage`, `compute` (the step loop over
+the control plane) and `models` (the model gateway). They sit above `control_plane/`,
+`data_layer/`, `model_gateway/` and `workload_runtime/`, and are the only way a lane reaches
+the control plane's compute loop (docs/architecture.md).
 
-runtime/ (the workload side), catalog/ (pools, step spec), placement/, compute/ (the compute
-resource and its backends), accounting/ (the ledger), data/ (dataset versions, lineage,
-checkpoints, runs), intake/ (landing zones, quarantine); settings.py reads the environment,
-resources.py holds the Dagster resources.
-
-Rule: nothing in this package imports a lane; `runtime/` imports nothing of the project
-outside itself and never Dagster (tests/test_boundaries.py).
+Rule: nothing in this package imports a lane (tests/test_boundaries.py).
 """

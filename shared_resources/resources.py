@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import dagster as dg
 
-from shared_resources.compute.resource import ComputeResource
-from shared_resources.runtime.storage import Storage
-from shared_resources.tenancy.control import tenant_storage
-from shared_resources.settings import settings
+from shared_resources.compute import ComputeResource
+from workload_runtime.storage import Storage
+from control_plane.tenancy.control import tenant_storage
+from control_plane.settings import settings
 
 
 class StorageResource(dg.ConfigurableResource):
@@ -51,10 +51,10 @@ class ModelGatewayResource(dg.ConfigurableResource):
         """Answer `items` (id, payload) with the task in `task_folder`; `inputs` are the lineage ids
         of the data they come from, under `storage_root` (a tenant's root; default the platform's):
         the gateway reads their agreements. Returns the `TaskRun`."""
-        from shared_resources.catalog.models import load_models
-        from shared_resources.gateway.gateway import Gateway
-        from shared_resources.gateway.tasks import Task
-        from shared_resources.gateway.usage import Who
+        from control_plane.catalog.models import load_models
+        from model_gateway.gateway import Gateway
+        from model_gateway.tasks import Task
+        from model_gateway.usage import Who
 
         who = Who(
             run_id=context.run.run_id,
@@ -64,11 +64,11 @@ class ModelGatewayResource(dg.ConfigurableResource):
             project=project or lane,
             tenant=tenant,
         )
-        from shared_resources.accounting.budgets import BudgetExceeded
-        from shared_resources.catalog.models import ModelCatalogError
-        from shared_resources.gateway.policy import DataPolicyRefused
-        from shared_resources.gateway.routing import NoModelMeetsBar
-        from shared_resources.gateway.tasks import TaskError
+        from control_plane.accounting.budgets import BudgetExceeded
+        from control_plane.catalog.models import ModelCatalogError
+        from model_gateway.policy import DataPolicyRefused
+        from model_gateway.routing import NoModelMeetsBar
+        from model_gateway.tasks import TaskError
 
         try:
             catalog = load_models(self.models_file or None)

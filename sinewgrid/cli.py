@@ -23,7 +23,7 @@ from sinewgrid.cli_data import data_app, lineage
 from sinewgrid.cli_models import checkpoints_app, runs_app
 from sinewgrid.cli_summary import tag as _tag
 from sinewgrid.cli_tenants import key_revoked_drill, tenants_app
-from shared_resources.settings import quiet_dagster, settings, storage_root
+from control_plane.settings import quiet_dagster, settings, storage_root
 from sinewgrid.instance import ensure_instance_home, get_instance
 
 app = typer.Typer(help="Sinewgrid: the control plane for ML work on rented GPUs.", no_args_is_help=True, add_completion=False, pretty_exceptions_show_locals=False)
@@ -49,7 +49,7 @@ def _quiet() -> None:
 
 
 def _storage():
-    from shared_resources.runtime.storage import Storage
+    from workload_runtime.storage import Storage
 
     return Storage.at(storage_root())
 
@@ -57,7 +57,7 @@ def _storage():
 def _labs() -> list:
     """One lab stand-in per Cell tenant (tenants catalog), each on its own root, each with its own seed."""
     from cell_lane.standins.lab import LabStandIn
-    from shared_resources.catalog.tenants import load_tenants
+    from control_plane.catalog.tenants import load_tenants
 
     root = _storage().root
     return [LabStandIn.of_tenant(root, t.name, seed=7 + i) for i, t in enumerate(load_tenants().of_lane("cell"))]
@@ -65,7 +65,7 @@ def _labs() -> list:
 
 def _cell_tenant_storages() -> dict:
     """Each Cell tenant's storage, its key held in this process (to open its sealed predictions)."""
-    from shared_resources.catalog.tenants import load_tenants
+    from control_plane.catalog.tenants import load_tenants
     from shared_resources.resources import StorageResource
 
     resource = StorageResource(root=_storage().root)
@@ -230,7 +230,7 @@ app.add_typer(pools_app, name="pools")
 @pools_app.command("drained")
 def pools_drained() -> None:
     """List the pools taken out of placement (failed qualification, unhealthy node, straggler)."""
-    from shared_resources.compute.health import Drains
+    from control_plane.compute.health import Drains
 
     drains = Drains(_storage()).all()
     if not drains:
@@ -247,7 +247,7 @@ def pools_drained() -> None:
 @pools_app.command("undrain")
 def pools_undrain(pool: str = typer.Argument(..., help="The pool to put back in service.")) -> None:
     """Put a drained pool back in service (it is qualified again before its next step)."""
-    from shared_resources.compute.health import Drains
+    from control_plane.compute.health import Drains
 
     if Drains(_storage()).undrain(pool):
         console.print(f"{escape(pool)} is back in service; it will be qualified again before its next step")
@@ -312,7 +312,7 @@ def demo(
 
 def _print_traceability(storage) -> None:
     """Where to look next: the newest results' lineage (each lab's under its own root), the dataset versions, the runs."""
-    from shared_resources.data.lineage import LineageStore
+    from data_layer.lineage import LineageStore
 
     console.print("\n[bold]Every result can be traced[/] to its data and code:")
     roots = [("", storage.root, "robotics/real_robot_evaluation/")]

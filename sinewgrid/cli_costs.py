@@ -17,13 +17,13 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from shared_resources.settings import settings, storage_root
+from control_plane.settings import settings, storage_root
 
 console = Console(width=None if sys.stdout.isatty() else 150)
 
 
 def _storage():
-    from shared_resources.runtime.storage import Storage
+    from workload_runtime.storage import Storage
 
     return Storage.at(storage_root())
 
@@ -54,8 +54,8 @@ def report(
     """Goodput, GPU-hours, tokens and cost from the attempt ledger, per run, project, provider, lane, tenant, task or model."""
     import json
 
-    from shared_resources.accounting import reports
-    from shared_resources.accounting.ledger import Ledger, LedgerConfigError
+    from control_plane.accounting import reports
+    from control_plane.accounting.ledger import Ledger, LedgerConfigError
 
     if by not in reports.GROUPINGS:
         raise typer.BadParameter(f"use --by {', '.join(reports.GROUPINGS)}", param_hint="--by")
@@ -110,8 +110,8 @@ def report(
 
 def _budgets(ledger, as_json: bool) -> list[dict]:
     """Each budget's spending against its limits (`report --budgets`)."""
-    from shared_resources.accounting.budgets import check, counts_words
-    from shared_resources.catalog.budgets import BudgetCatalogError, load_budgets
+    from control_plane.accounting.budgets import check, counts_words
+    from control_plane.catalog.budgets import BudgetCatalogError, load_budgets
 
     try:
         catalog = load_budgets()
@@ -142,8 +142,8 @@ def _budgets(ledger, as_json: bool) -> list[dict]:
 
 def _commit_discounts() -> tuple[dict[str, float], str]:
     """Each provider's `commit_discount` from the model catalog, and where they came from."""
-    from shared_resources.accounting.reports import DEFAULT_COMMIT_DISCOUNT
-    from shared_resources.catalog.models import ModelCatalogError, load_models
+    from control_plane.accounting.reports import DEFAULT_COMMIT_DISCOUNT
+    from control_plane.catalog.models import ModelCatalogError, load_models
 
     try:
         catalog = load_models()
@@ -155,7 +155,7 @@ def _commit_discounts() -> tuple[dict[str, float], str]:
 
 def _commit(frame, as_json: bool) -> list[dict]:
     """How much token spend to commit to per provider (`report --commit`)."""
-    from shared_resources.accounting import reports
+    from control_plane.accounting import reports
 
     discounts, source = _commit_discounts()
     table = reports.commit_recommendation(frame, discounts)
@@ -188,9 +188,9 @@ def plan(
     ),
 ) -> None:
     """Answer a job file with a capacity plan: where each step runs, its failover order, the cost, and why."""
-    from shared_resources.catalog.pools import PoolCatalogError
-    from shared_resources.placement.job_files import JobFileError, plan_job_file
-    from shared_resources.placement.planner import InfeasiblePlanError
+    from control_plane.catalog.pools import PoolCatalogError
+    from control_plane.placement.job_files import JobFileError, plan_job_file
+    from control_plane.placement.planner import InfeasiblePlanError
 
     try:
         result = plan_job_file(job_file, pools or [settings().pools or None], time_budget_s=time_budget)

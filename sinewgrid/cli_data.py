@@ -16,8 +16,8 @@ errors = Console(stderr=True, width=None if sys.stderr.isatty() else 150)
 
 
 def _root(root: str | None) -> str:
-    from shared_resources.runtime.storage import Storage
-    from shared_resources.settings import storage_root
+    from workload_runtime.storage import Storage
+    from control_plane.settings import storage_root
 
     return Storage.at(root or storage_root()).root
 
@@ -36,10 +36,10 @@ TENANT = typer.Option(
 
 def _tenant_root(root: str | None, tenant: str) -> str:
     """The tenant's storage root, with its key registered in this process (never created here)."""
-    from shared_resources.catalog.tenants import TenantCatalogError, UnknownTenant
-    from shared_resources.runtime.tenant_access import register
-    from shared_resources.tenancy.control import tenant_access
-    from shared_resources.runtime.keys import KeyUnavailable
+    from control_plane.catalog.tenants import TenantCatalogError, UnknownTenant
+    from workload_runtime.tenant_access import register
+    from control_plane.tenancy.control import tenant_access
+    from workload_runtime.keys import KeyUnavailable
 
     try:
         access = tenant_access(_root(root), tenant)
@@ -53,7 +53,7 @@ def _sealed_note(dest: str) -> None:
     """Say so when what was fetched is still sealed (got without --tenant)."""
     from pathlib import Path
 
-    from shared_resources.data.registry.sealed_files import sealed_tenants
+    from data_layer.registry.sealed_files import sealed_tenants
 
     if "://" in dest and not dest.startswith("file://"):
         return
@@ -69,8 +69,8 @@ def _sealed_note(dest: str) -> None:
 def data_list(dataset: str = typer.Argument(None, help="Only this dataset, e.g. cell/omics."), root: str = ROOT, tenant: str = TENANT) -> None:
     """Every registered dataset version: its DVC hash, registry revision, size and region (with
     --tenant: of that tenant's own registry, e.g. a lab's cell/assays and cell/omics)."""
-    from shared_resources.data.registry.names import RegistryError
-    from shared_resources.data.registry.registry import DataRegistry
+    from data_layer.registry.names import RegistryError
+    from data_layer.registry.registry import DataRegistry
 
     try:
         registry = DataRegistry.for_root(_tenant_root(root, tenant) if tenant else _root(root))
@@ -105,11 +105,11 @@ def data_get(
     opened with its key, so DEST holds the plain dataset. If the key is unavailable or a file fails
     its integrity check, DEST is not created.
     """
-    from shared_resources.data.registry.names import RegistryError
-    from shared_resources.data.registry.registry import DataRegistry
-    from shared_resources.runtime.tenant_access import opener
-    from shared_resources.runtime.envelope import SealedDataError
-    from shared_resources.runtime.keys import KeyUnavailable
+    from data_layer.registry.names import RegistryError
+    from data_layer.registry.registry import DataRegistry
+    from workload_runtime.tenant_access import opener
+    from workload_runtime.envelope import SealedDataError
+    from workload_runtime.keys import KeyUnavailable
 
     registry_root = _tenant_root(root, tenant) if tenant else _root(root)
     try:
@@ -141,10 +141,10 @@ def data_decrypt(
     """
     from pathlib import Path
 
-    from shared_resources.data.registry.sealed_files import decrypt_folder
-    from shared_resources.runtime.tenant_access import opener
-    from shared_resources.runtime.envelope import SealedDataError
-    from shared_resources.runtime.keys import KeyUnavailable
+    from data_layer.registry.sealed_files import decrypt_folder
+    from workload_runtime.tenant_access import opener
+    from workload_runtime.envelope import SealedDataError
+    from workload_runtime.keys import KeyUnavailable
 
     _tenant_root(root, tenant)
     try:
@@ -164,7 +164,7 @@ def lineage(
     Each record's code version (git revision) is shown where it differs from the one above it.
     With --tenant: a tenant's lineage (a lab's drops, datasets, models and proposals live under its own root).
     """
-    from shared_resources.data.lineage import LineageNotFound, LineageStore, Tree
+    from data_layer.lineage import LineageNotFound, LineageStore, Tree
 
     store = LineageStore(_tenant_root(root, tenant) if tenant else _root(root))
     try:

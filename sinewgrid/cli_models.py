@@ -25,7 +25,7 @@ ROOT_HELP = "Storage root (a folder or s3://bucket/prefix); $SINEWGRID_HOME by d
 
 
 def _root(root: str | None) -> str:
-    from shared_resources.settings import storage_root
+    from control_plane.settings import storage_root
 
     return root or storage_root()
 
@@ -33,7 +33,7 @@ def _root(root: str | None) -> str:
 @contextmanager
 def _clear_errors() -> Iterator[None]:
     """Turn a user's mistake (bad option, missing run) into a red message and exit code 1."""
-    from shared_resources.data.experiments import RunNotFound
+    from data_layer.experiments import RunNotFound
 
     try:
         yield
@@ -63,7 +63,7 @@ def checkpoints_list(
     root: str = typer.Option(None, help=ROOT_HELP),
 ) -> None:
     """Every valid checkpoint, by run and step, with its figures; torn ones are listed apart."""
-    from shared_resources.data.checkpoint_registry import CheckpointRegistry, human_bytes
+    from data_layer.checkpoint_registry import CheckpointRegistry, human_bytes
 
     with _clear_errors():
         registry = CheckpointRegistry(_root(root))
@@ -110,8 +110,8 @@ def checkpoints_prune(
     checkpoint and every checkpoint a `latest.json` pointer names. Run folders' run.json and
     metrics.parquet are never removed.
     """
-    from shared_resources.data.checkpoint_registry import CheckpointRegistry, human_bytes
-    from shared_resources.data.checkpoint_retention import apply_retention, plan_retention, pointer_protections
+    from data_layer.checkpoint_registry import CheckpointRegistry, human_bytes
+    from data_layer.checkpoint_retention import apply_retention, plan_retention, pointer_protections
 
     with _clear_errors():
         where = _root(root)
@@ -161,7 +161,7 @@ def runs_list(
     root: str = typer.Option(None, help=ROOT_HELP),
 ) -> None:
     """Every recorded run, with its summary figures, evaluations, data and code."""
-    from shared_resources.data.experiments import list_runs
+    from data_layer.experiments import list_runs
 
     warnings: list[str] = []
     with _clear_errors():
@@ -199,8 +199,8 @@ def runs_show(
     root: str = typer.Option(None, help=ROOT_HELP),
 ) -> None:
     """One run: its figures, evaluations, curves, config, data, code and files."""
-    from shared_resources.data.experiments import load_run
-    from shared_resources.data.run_comparison import flatten_config
+    from data_layer.experiments import load_run
+    from data_layer.run_comparison import flatten_config
 
     with _clear_errors():
         run = load_run(_root(root), lineage)
@@ -239,8 +239,8 @@ def runs_compare(
     root: str = typer.Option(None, help=ROOT_HELP),
 ) -> None:
     """Two runs side by side: figures and their difference, config that differs, datasets, code."""
-    from shared_resources.data.experiments import load_run
-    from shared_resources.data.run_comparison import compare
+    from data_layer.experiments import load_run
+    from data_layer.run_comparison import compare
 
     with _clear_errors():
         where = _root(root)

@@ -7,9 +7,9 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from shared_resources.runtime.storage import Storage
-from shared_resources.settings import settings
+from control_plane.settings import settings
 from sinewgrid.summary import ledger_by_step, ledger_by_tenant, model_tasks, quarantined, training_rounds, truth_rmse
+from workload_runtime.storage import Storage
 
 
 def tag(tenant: str) -> str:

@@ -9,9 +9,9 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from shared_resources.catalog.tenants import TenantCatalogError, UnknownTenant, load_tenants
-from shared_resources.settings import storage_root
-from shared_resources.runtime.keys import KeyUnavailable, LocalKeyring, create_local_key, set_local_key_enabled
+from control_plane.catalog.tenants import TenantCatalogError, UnknownTenant, load_tenants
+from control_plane.settings import storage_root
+from workload_runtime.keys import KeyUnavailable, LocalKeyring, create_local_key, set_local_key_enabled
 
 console = Console()
 tenants_app = typer.Typer(help="The platform's tenants (docs/tenancy.md): who owns which data, under which key.", no_args_is_help=True)

@@ -7,8 +7,8 @@ from pathlib import Path
 import dagster as dg
 import yaml
 
-from shared_resources.runtime.storage import Storage
-from shared_resources.settings import settings, storage_root, use_dagster_home
+from control_plane.settings import settings, storage_root, use_dagster_home
+from workload_runtime.storage import Storage
 
 DEFAULT_DAGSTER_YAML = {
     "telemetry": {"enabled": False},

@@ -10,8 +10,8 @@ import dagster as dg
 import numpy as np
 import pandas as pd
 
-from shared_resources.accounting.ledger import read_ledger
-from shared_resources.runtime.storage import Storage, fs_for, read_bytes
+from control_plane.accounting.ledger import read_ledger
+from workload_runtime.storage import Storage, fs_for, read_bytes
 
 FINETUNED = dg.AssetKey(["cell", "finetuned_model"])
 FOUNDATION = dg.AssetKey(["cell", "foundation_model"])
@@ -69,7 +69,7 @@ def _with_tokens(ledger: pd.DataFrame) -> pd.DataFrame:
     return ledger.assign(tokens=(number("tokens_in") + number("tokens_out")).astype("int64"), token_cost_usd=number("token_cost_usd").astype(float))
 
 
-GATEWAY = "model-gateway"  # the ledger's backend for model tasks (shared_resources/gateway/usage.py)
+GATEWAY = "model-gateway"  # the ledger's backend for model tasks (model_gateway/usage.py)
 
 
 def ledger_by_step(storage: Storage) -> pd.DataFrame:

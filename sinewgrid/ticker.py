@@ -19,8 +19,8 @@ import dagster as dg
 import yaml
 from dagster._core.definitions.dynamic_partitions_request import AddDynamicPartitionsRequest
 
-from shared_resources.settings import REPO_ROOT
-from shared_resources.signals import sigterm_kept
+from control_plane.settings import REPO_ROOT
+from control_plane.signals import sigterm_kept
 
 RUN_KEY_TAG = "dagster/run_key"
 SENSOR_NAME_TAG = "dagster/sensor_name"

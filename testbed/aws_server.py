@@ -61,7 +61,7 @@ from typing import Any
 import boto3
 from botocore.config import Config
 
-from shared_resources.settings import child_env
+from control_plane.settings import child_env
 from testbed import leftovers
 from testbed.s3_server import FOLDER_ENV, START_TIMEOUT_S, _wait_until_it_answers
 

@@ -9,9 +9,9 @@ from typing import Any
 
 import dagster as dg
 
-from shared_resources.catalog.step_spec import StepSpec
-from shared_resources.compute.resource import ComputeResource
-from shared_resources.runtime.inputs import Failpoint
+from control_plane.catalog.step_spec import StepSpec
+from shared_resources.compute import ComputeResource
+from workload_runtime.inputs import Failpoint
 
 
 def counting_spec(name: str = "test.counting", **overrides: Any) -> StepSpec:
@@ -32,7 +32,7 @@ def counting_spec(name: str = "test.counting", **overrides: Any) -> StepSpec:
 def held(marker: Path, at_step: int = 5) -> Failpoint:
     """The `hold` failpoint: once, after step `at_step` (and its checkpoint), the run creates
     `marker` and waits until it is interrupted, so a test's fault cannot miss it
-    (shared_resources/runtime/failpoints.py)."""
+    (workload_runtime/failpoints.py)."""
     return Failpoint(kind="hold", at_step=at_step, marker=str(marker))
 
 

@@ -14,7 +14,7 @@ import time
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
-from shared_resources.runtime.workload import WorkloadRun
+from workload_runtime.workload import WorkloadRun
 
 
 class CountingConfig(BaseModel):

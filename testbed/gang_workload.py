@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from shared_resources.runtime.workload import WorkloadRun
+from workload_runtime.workload import WorkloadRun
 
 
 def main() -> None:

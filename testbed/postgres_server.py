@@ -22,7 +22,7 @@ import subprocess
 import tempfile
 from pathlib import Path
 
-from shared_resources.settings import settings
+from control_plane.settings import settings
 from testbed import leftovers
 from testbed.ports import free_port
 

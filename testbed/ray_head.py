@@ -26,7 +26,7 @@ from pathlib import Path
 
 import psutil
 
-from shared_resources.settings import child_env
+from control_plane.settings import child_env
 from testbed import leftovers
 from testbed.ports import free_ports
 

@@ -21,7 +21,7 @@ import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
-from shared_resources.settings import child_env
+from control_plane.settings import child_env
 from testbed import leftovers
 
 PREFIX = "sinewgrid-s3-"

@@ -35,7 +35,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from shared_resources.settings import child_env
+from control_plane.settings import child_env
 from testbed import leftovers
 from testbed.ports import free_ports
 
@@ -206,8 +206,8 @@ class SlurmCluster:
         """While the block runs, `scontrol requeue` the first Slurm job in flight under
         `storage_root` once a checkpoint of `lineage` exists (what a spot reclaim does).
         Yields the list the requeued job id is appended to."""
-        from shared_resources.compute.inflight import InFlight
-        from shared_resources.runtime.storage import Storage
+        from control_plane.compute.inflight import InFlight
+        from workload_runtime.storage import Storage
 
         inflight = InFlight(Storage.at(str(storage_root)))
         checkpoints = Path(storage_root) / "checkpoints" / lineage

@@ -20,7 +20,7 @@ import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
-from shared_resources.settings import child_env
+from control_plane.settings import child_env
 from testbed.ports import free_port
 
 REPO = Path(__file__).resolve().parent.parent

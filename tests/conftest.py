@@ -13,7 +13,7 @@ import dagster as dg
 import pytest
 
 from shared_resources.resources import platform_resources
-from shared_resources.runtime.storage import Storage
+from workload_runtime.storage import Storage
 
 warnings.filterwarnings("ignore", category=UserWarning, module="zarr")
 
@@ -67,7 +67,7 @@ def s3_root(s3_endpoint: str, monkeypatch: pytest.MonkeyPatch, request: pytest.F
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "test")
     monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")
     monkeypatch.setenv("SINEWGRID_LEDGER_URL", f"sqlite:///{tmp_path / 'ledger.db'}")
-    # The node cache of this test's "node" (runtime/node_cache.py): no test finds another's files.
+    # The node cache of this test's "node" (workload_runtime/node_cache.py): no test finds another's files.
     monkeypatch.setenv("SINEWGRID_NODE_CACHE_DIR", str(tmp_path / "node-cache"))
     s3fs.S3FileSystem.clear_instance_cache()
     fs = s3fs.S3FileSystem()
@@ -216,7 +216,7 @@ def _no_tenant_keys_held():
     """Start every test holding no tenant's key: the keyrings a process holds are process-wide,
     and one an earlier test registered for its own root (another key file) would be offered for
     a tenant of the same name here."""
-    from shared_resources.runtime.tenant_access import forget_all
+    from workload_runtime.tenant_access import forget_all
 
     forget_all()
     yield

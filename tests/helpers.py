@@ -20,12 +20,12 @@ import pandas as pd
 import psutil
 
 from cell_lane.plate_layout import GENES_PER_PLATE, plate_layout
-from shared_resources.catalog.step_spec import TRAINING_IMPORTS
-from shared_resources.compute.backends.warm_start import Process, start_process
-from shared_resources.intake.landing import write_drop
+from control_plane.catalog.step_spec import TRAINING_IMPORTS
+from control_plane.compute.backends.warm_start import Process, start_process
+from control_plane.intake.landing import write_drop
+from control_plane.settings import REPO_ROOT, child_env
 from shared_resources.resources import StorageResource
-from shared_resources.runtime.storage import Storage
-from shared_resources.settings import REPO_ROOT, child_env
+from workload_runtime.storage import Storage
 
 GENES = ["CD3E", "CD14", "LYZ", "MS4A1", "NKG7", "GNLY", "FCGR3A", "CST3", "PPBP", "IL7R"]
 
@@ -144,8 +144,8 @@ class Preemptor:
     after its first step. Use as a context manager around the run."""
 
     def __init__(self, monkeypatch, marker: Path, *, at_step: int, times: int = 1, timeout: float = 300):
-        from shared_resources.compute import attempts
-        from shared_resources.runtime.inputs import Failpoint
+        from control_plane.compute import attempts
+        from workload_runtime.inputs import Failpoint
 
         self.marker, self.times, self.timeout = marker, times, timeout
         self.preempted: list[int] = []

@@ -14,7 +14,7 @@ from functools import cache
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
-PRODUCT_PACKAGES = ("shared_resources", "cell_lane", "robotics_lane", "sensors", "platform_location", "drills", "sinewgrid", "testbed", "benchmarks")
+PRODUCT_PACKAGES = ("workload_runtime", "control_plane", "data_layer", "model_gateway", "shared_resources", "cell_lane", "robotics_lane", "sensors", "platform_location", "drills", "sinewgrid", "testbed", "benchmarks")
 
 
 def module_name(path: Path) -> str:
@@ -39,11 +39,12 @@ def _type_checking(node: ast.If) -> bool:
     return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING")
 
 
-def _import_nodes(tree: ast.AST) -> Iterable[ast.Import | ast.ImportFrom]:
+def _import_nodes(tree: ast.AST, type_only: bool = False) -> Iterable[ast.Import | ast.ImportFrom]:
+    """The imports that run (with `type_only`, those under `if TYPE_CHECKING:` too)."""
     stack = [tree]
     while stack:
         node = stack.pop()
-        if isinstance(node, ast.If) and _type_checking(node):
+        if isinstance(node, ast.If) and _type_checking(node) and not type_only:
             stack.extend(node.orelse)
             continue
         if isinstance(node, ast.Import | ast.ImportFrom):
@@ -52,12 +53,13 @@ def _import_nodes(tree: ast.AST) -> Iterable[ast.Import | ast.ImportFrom]:
 
 
 @cache
-def imports_of(module: str) -> frozenset[str]:
-    """What `module` imports: dotted names, project modules resolved to the module itself."""
+def imports_of(module: str, type_only: bool = False) -> frozenset[str]:
+    """What `module` imports: dotted names, project modules resolved to the module itself (with
+    `type_only`, the imports only a type checker runs count too)."""
     path = modules()[module]
     package = module if path.name == "__init__.py" else module.rpartition(".")[0]
     names: set[str] = set()
-    for node in _import_nodes(ast.parse(path.read_text(), str(path))):
+    for node in _import_nodes(ast.parse(path.read_text(), str(path)), type_only):
         if isinstance(node, ast.Import):
             names.update(alias.name for alias in node.names)
             continue
@@ -72,9 +74,9 @@ def imports_of(module: str) -> frozenset[str]:
     return frozenset(names)
 
 
-def project_imports(module: str) -> set[str]:
+def project_imports(module: str, type_only: bool = False) -> set[str]:
     """The project modules `module` imports (a package import counts as its `__init__`)."""
-    return {name for name in imports_of(module) if name in modules()}
+    return {name for name in imports_of(module, type_only) if name in modules()}
 
 
 def _parents(module: str) -> set[str]:
@@ -105,8 +107,9 @@ def external_imports(module: str) -> set[str]:
     return tops
 
 
-def cycles() -> list[list[str]]:
-    """Groups of project modules that import each other, directly or not (Tarjan's SCC)."""
+def cycles(type_only: bool = False) -> list[list[str]]:
+    """Groups of project modules that import each other, directly or not (Tarjan's SCC); with
+    `type_only`, through imports only a type checker runs too."""
     index: dict[str, int] = {}
     low: dict[str, int] = {}
     stack: list[str] = []
@@ -119,7 +122,7 @@ def cycles() -> list[list[str]]:
         counter[0] += 1
         stack.append(node)
         on_stack.add(node)
-        for succ in project_imports(node):
+        for succ in project_imports(node, type_only):
             if succ not in index:
                 visit(succ)
                 low[node] = min(low[node], low[succ])

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import datetime as dt
 
-from shared_resources.accounting.records import AttemptRecord
+from control_plane.accounting.records import AttemptRecord
 
 DAY1 = dt.datetime(2025, 3, 1, tzinfo=dt.UTC)
 DAY2 = DAY1 + dt.timedelta(days=1)

@@ -8,15 +8,15 @@ from pathlib import Path
 import dagster as dg
 import pytest
 
-from shared_resources.catalog.pools import Catalog, Pool, load_pools
-from shared_resources.catalog.step_spec import StepSpec
-from shared_resources.catalog.tenants import Agreement
-from shared_resources.data.agreement_checks import SHARED_TRAINING_CHECK, require_shared_training, shared_training_check_spec
-from shared_resources.data.lineage import LineageStore
-from shared_resources.data.provenance import agreements_of, find_version, publish_version, record_result
-from shared_resources.placement.ranking import plan_placement
-from shared_resources.runtime.storage import Storage
-from shared_resources.tenancy.agreements import AgreedData, check_shared_training, describe, limits_for
+from control_plane.catalog.pools import Catalog, Pool, load_pools
+from control_plane.catalog.step_spec import StepSpec
+from control_plane.catalog.tenants import Agreement
+from control_plane.placement.ranking import plan_placement
+from control_plane.tenancy.agreements import AgreedData, check_shared_training, describe, limits_for
+from data_layer.agreement_checks import SHARED_TRAINING_CHECK, require_shared_training, shared_training_check_spec
+from data_layer.lineage import LineageStore
+from data_layer.provenance import agreements_of, find_version, publish_version, record_result
+from workload_runtime.storage import Storage
 
 PRIVATE = Agreement(shared_models=False)
 SHARED = Agreement(shared_models=True, outside_models=["anthropic"], regions=["eu-west-1", "eu-central-1"])
@@ -175,7 +175,7 @@ def test_a_model_s_lineage_carries_what_its_input_model_rests_on(tmp_path):
 
 @pytest.mark.parametrize(("tenant", "outside"), [("lab-a", ["standin-anthropic"]), ("lab-b", [])])
 def test_the_packaged_labs_agree_to_no_shared_models(tenant, outside):
-    from shared_resources.catalog.tenants import load_tenants
+    from control_plane.catalog.tenants import load_tenants
 
     # Neither lab's plates train a shared model; lab-a lets one outside provider write its notes.
     assert load_tenants().get_tenant(tenant).agreement == Agreement(shared_models=False, outside_models=outside)

@@ -141,7 +141,7 @@ def test_the_same_drop_id_from_two_labs_is_two_partitions(instance, home, root):
 
 def test_a_platform_landing_drop_is_not_a_labs(instance, home):
     """The platform's own landing/assays/ belongs to no lab: nothing there is ingested as a lab's."""
-    from shared_resources.runtime.storage import Storage
+    from workload_runtime.storage import Storage
 
     drop_plate(Storage.at(str(home)), "stray")
     assert _tick(instance, home).run_requests == []

@@ -21,12 +21,12 @@ from typer.testing import CliRunner
 
 from cell_lane.defs.assets.ingest import raw_assay, validated_assay
 from cell_lane.defs.assets.training import finetuned_model, foundation_model
+from control_plane.catalog.pools import PoolCatalogError, load_catalog, load_pools
+from control_plane.intake.landing import seal_drop
+from control_plane.placement.job_files import JobFileError, load_job
 from robotics_lane.defs.assets.policy import policy
 from robotics_lane.defs.assets.teleop import teleop_episodes
 from robotics_lane.episodes import Episode, validate_dataset, write_dataset
-from shared_resources.catalog.pools import PoolCatalogError, load_catalog, load_pools
-from shared_resources.intake.landing import seal_drop
-from shared_resources.placement.job_files import JobFileError, load_job
 from tests.helpers import drop_plate, good_plate, lab_drop, lab_storage, sensor_ingest
 
 REPO = Path(__file__).resolve().parent.parent
@@ -36,7 +36,7 @@ PLATE = good_plate().to_csv(index=False).encode()
 def snapshot(folder: Path) -> dict[str, bytes]:
     """Every file under `folder` with its bytes (a lab's sealed copies opened with its key): what
     'nothing lost, nothing changed' compares."""
-    from shared_resources.runtime.storage import read_bytes
+    from workload_runtime.storage import read_bytes
 
     return {str(p.relative_to(folder)): read_bytes(str(p)) for p in sorted(folder.rglob("*")) if p.is_file()}
 

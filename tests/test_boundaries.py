@@ -4,11 +4,13 @@ nothing here is a hand-kept list of files.
 - A workload (every module a step names as its `entry_point`, and the qualification probe)
   and everything it imports use `dagster_pipes`, never `dagster`; no backend, no placement,
   no resource; nothing of the other lane.
-- `shared_resources/runtime/` (the workload side) imports nothing of the project outside itself.
-- No lane imports the other; nothing under `shared_resources/` imports a lane, a sensor, the
-  command line, the drills or a code location; `drills/` imports no code location;
-  `benchmarks/` imports no test.
-- No two modules import each other, directly or through others.
+- `workload_runtime/` (the workload side) imports nothing of the project outside itself.
+- The platform's rooms stack, and no arrow runs back up: `workload_runtime/` at the bottom, then
+  `control_plane/`, `data_layer/`, `model_gateway/`, and the Dagster resources
+  (`shared_resources/`) on top; none of them imports a lane, a sensor, the command line, the
+  drills, a code location or the test bed.
+- No lane imports the other; `drills/` imports no code location; `benchmarks/` imports no test.
+- No two modules import each other, directly or through others, not even only for a type checker.
 - No product module is longer than about 400 lines.
 """
 
@@ -18,20 +20,12 @@ import ast
 
 import pytest
 
-from shared_resources.compute.health import PROBE_ENTRY_POINT
+from control_plane.compute.health import PROBE_ENTRY_POINT
 from tests import import_graph as graph
 
 LANES = ("cell_lane", "robotics_lane")
 # What a workload may not reach: Dagster itself and the orchestration side of the platform.
-ORCHESTRATION = (
-    "shared_resources.resources",
-    "shared_resources.settings",
-    "shared_resources.compute",
-    "shared_resources.placement",
-    "shared_resources.accounting",
-    "shared_resources.data",
-    "shared_resources.catalog",
-)
+ORCHESTRATION = ("control_plane", "data_layer", "model_gateway", "shared_resources")
 
 
 def entry_points() -> set[str]:
@@ -54,7 +48,7 @@ def entry_points() -> set[str]:
 def test_the_entry_points_are_found():
     points = entry_points()
     assert {"cell_lane.workloads.pretrain", "cell_lane.workloads.finetune", "robotics_lane.workloads.rollouts",
-            "robotics_lane.workloads.train_policy", "shared_resources.runtime.probe", "testbed.counting_workload"} <= points
+            "robotics_lane.workloads.train_policy", "workload_runtime.probe", "testbed.counting_workload"} <= points
     missing = sorted(p for p in points if p not in graph.modules())
     assert not missing, f"entry points that are not modules of the project: {missing}"
 
@@ -67,7 +61,7 @@ def test_a_workload_talks_back_only_through_pipes(entry_point):
         f"{entry_point} reaches Dagster itself: only dagster_pipes may travel with a workload"
     )
     for module in reached:
-        assert not module.startswith(ORCHESTRATION), f"{entry_point} reaches orchestration code: {graph.why(entry_point, module)}"
+        assert module.split(".")[0] not in ORCHESTRATION, f"{entry_point} reaches orchestration code: {graph.why(entry_point, module)}"
         own_lane = entry_point.split(".")[0]
         for lane in LANES:
             if lane != own_lane:
@@ -75,21 +69,25 @@ def test_a_workload_talks_back_only_through_pipes(entry_point):
 
 
 def test_the_runtime_stays_on_its_side():
-    runtime = [m for m in graph.modules() if m.startswith("shared_resources.runtime")]
+    runtime = [m for m in graph.modules() if m.startswith("workload_runtime")]
     assert runtime
     for module in runtime:
         for reached in graph.closure(module):
-            assert reached in ("shared_resources", "shared_resources.runtime") or reached.startswith("shared_resources.runtime."), (
+            assert reached in ("shared_resources", "workload_runtime") or reached.startswith("workload_runtime."), (
                 f"the workload runtime reaches {reached}: {graph.why(module, reached)}"
             )
         outside = graph.external_imports(module)
         assert "dagster" not in outside, f"{module} imports dagster (the runtime has dagster_pipes only)"
 
 
+# What sits above the platform: none of the platform's rooms may import these.
+ABOVE_THE_PLATFORM = ("cell_lane", "robotics_lane", "sensors", "sinewgrid", "drills", "platform_location", "testbed", "benchmarks")
+# The platform's rooms from the bottom up: each may import only the rooms below it.
+PLATFORM = ("workload_runtime", "control_plane", "data_layer", "model_gateway", "shared_resources")
 FORBIDDEN = {
+    **{room: (*PLATFORM[i + 1 :], *ABOVE_THE_PLATFORM) for i, room in enumerate(PLATFORM)},
     "cell_lane": ("robotics_lane", "sinewgrid", "drills", "platform_location", "testbed", "benchmarks"),
     "robotics_lane": ("cell_lane", "sinewgrid", "drills", "platform_location", "testbed", "benchmarks"),
-    "shared_resources": ("cell_lane", "robotics_lane", "sensors", "sinewgrid", "drills", "platform_location", "testbed", "benchmarks"),
     "sensors": ("cell_lane", "robotics_lane", "sinewgrid", "drills", "platform_location", "testbed", "benchmarks"),
     "drills": ("platform_location", "sinewgrid", "benchmarks"),
     "testbed": ("cell_lane", "robotics_lane", "sinewgrid", "drills", "platform_location", "benchmarks"),
@@ -113,18 +111,24 @@ def test_no_import_cycles():
     assert graph.cycles() == [], "modules that import each other (move what they share into a module both import)"
 
 
+def test_no_import_cycles_even_for_a_type_checker():
+    assert graph.cycles(type_only=True) == [], (
+        "modules that import each other under `if TYPE_CHECKING:` (type against a Protocol in a module both import)"
+    )
+
+
 def test_no_module_is_a_warehouse():
     long = {m: n for m, p in graph.modules().items() if (n := len(p.read_text().splitlines())) > 420}
     assert not long, f"modules over ~400 lines (split them by what they hold): {long}"
 
 
 def test_the_environment_is_read_in_settings_and_the_workload_runtime_only():
-    """`shared_resources/settings.py` reads the platform's environment; the workload runtime reads
+    """`control_plane/settings.py` reads the platform's environment; the workload runtime reads
     the node's own few variables. Nothing else looks at `os.environ`."""
-    allowed = ("shared_resources.settings", "shared_resources.runtime.")
+    allowed = ("control_plane.settings", "workload_runtime.")
     readers = sorted(
         module
         for module, path in graph.modules().items()
         if not module.startswith(("benchmarks", *allowed)) and ("os.environ" in path.read_text() or "os.getenv" in path.read_text())
     )
-    assert readers == [], f"read the environment through shared_resources.settings instead: {readers}"
+    assert readers == [], f"read the environment through control_plane.settings instead: {readers}"

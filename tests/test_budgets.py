@@ -15,15 +15,15 @@ from pathlib import Path
 import dagster as dg
 import pytest
 
+from control_plane.accounting.budgets import BudgetExceeded, Spend, _spent_in_sql, check, enforce, evaluate
+from control_plane.accounting.ledger import LEDGER_URL_ENV, Ledger
+from control_plane.accounting.records import AttemptRecord
+from control_plane.catalog.budgets import DEFAULT_BUDGETS, BudgetCatalogError, load_budgets
 from platform_location.defs.assets.budgets import BUDGETS
 from platform_location.defs.budget_alerts import alert_round, alerts_due, budget_alerts
-from shared_resources.accounting.budgets import BudgetExceeded, Spend, _spent_in_sql, check, enforce, evaluate
-from shared_resources.accounting.ledger import LEDGER_URL_ENV, Ledger
-from shared_resources.accounting.records import AttemptRecord
-from shared_resources.catalog.budgets import DEFAULT_BUDGETS, BudgetCatalogError, load_budgets
 from shared_resources.resources import StorageResource
-from shared_resources.runtime.storage import Storage
 from testbed.counting_step import counting_spec, materialize_counting
+from workload_runtime.storage import Storage
 
 NOW = dt.datetime(2026, 3, 15, 12, tzinfo=dt.UTC)
 APRIL = dt.datetime(2026, 4, 10, 12, tzinfo=dt.UTC)

@@ -20,11 +20,11 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from control_plane.intake.landing import seal_drop
+from control_plane.settings import REPO_ROOT, child_env
 from robotics_lane.defs.assets.teleop import teleop_episodes
 from robotics_lane.episodes import Episode, assemble_dataset, read_dataset, read_episode_file, validate_dataset, write_dataset, write_episode_file
 from robotics_lane.episodes.video import ENCODER_OPTIONS, encode_video
-from shared_resources.intake.landing import seal_drop
-from shared_resources.settings import REPO_ROOT, child_env
 
 FPS = 25
 FRONT, WRIST = "observation.images.front", "observation.images.wrist"

@@ -7,10 +7,10 @@ import json
 
 import dagster as dg
 
+from control_plane.catalog.pools import load_catalog
+from control_plane.settings import REPO_ROOT
 from platform_location.defs.assets.capacity_plan import capacity_plan
-from shared_resources.catalog.pools import load_catalog
 from shared_resources.resources import platform_resources
-from shared_resources.settings import REPO_ROOT
 
 
 def _moment(text: str) -> dt.datetime:

@@ -25,19 +25,19 @@ from cell_lane.plate_validation import (
     check_plate_file,
 )
 from cell_lane.standins.lab import LabStandIn
+from control_plane.accounting.ledger import read_ledger
+from control_plane.settings import code_version
+from data_layer.checkpoint_registry import CheckpointRegistry
+from data_layer.experiments import load_run
+from data_layer.lineage import LineageStore
+from data_layer.registry.registry import DataRegistry
 from platform_location.defs.assets.data_layer import checkpoint_retention
-from shared_resources.accounting.ledger import read_ledger
-from shared_resources.data.checkpoint_registry import CheckpointRegistry
-from shared_resources.data.experiments import load_run
-from shared_resources.data.lineage import LineageStore
-from shared_resources.data.registry.registry import DataRegistry
 from shared_resources.resources import StorageResource
-from shared_resources.runtime.checkpoints import CheckpointStore
-from shared_resources.runtime.storage import glob_uris, read_bytes, write_bytes_atomic
-from shared_resources.settings import code_version
 from sinewgrid.cli import app
 from tests.conftest import ROOT_KINDS
 from tests.helpers import LAB, Preemptor, lab_drop, lab_storage, sensor_ingest
+from workload_runtime.checkpoints import CheckpointStore
+from workload_runtime.storage import glob_uris, read_bytes, write_bytes_atomic
 
 pytestmark = pytest.mark.e2e  # runs workloads end to end, in their own processes
 

@@ -13,9 +13,9 @@ from cell_lane.defs.assets.dataset import OMICS_DATASET, omics_dataset
 from cell_lane.defs.assets.ingest import RAW_ASSAY, VALIDATED_ASSAY
 from cell_lane.defs.partitions import cell_tenants, tenant_drops
 from cell_lane.defs.sensors import training_round_sensor
-from shared_resources.catalog.tenants import load_tenants
-from shared_resources.runtime.storage import read_bytes
-from shared_resources.data.lineage import LineageStore
+from control_plane.catalog.tenants import load_tenants
+from workload_runtime.storage import read_bytes
+from data_layer.lineage import LineageStore
 from tests.helpers import GENES, SEALED, drop_plate, good_plate, ingest_drop, lab_drop, lab_storage
 
 

@@ -8,10 +8,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from shared_resources.accounting.ledger import read_ledger
-from shared_resources.placement.ranking import checkpoint_interval_seconds
-from shared_resources.runtime.storage import Storage
+from control_plane.accounting.ledger import read_ledger
+from control_plane.placement.ranking import checkpoint_interval_seconds
 from testbed.counting_step import counting_spec, materialize_counting, result_metadata
+from workload_runtime.storage import Storage
 
 pytestmark = pytest.mark.e2e  # runs workloads end to end, in their own processes
 

@@ -9,11 +9,11 @@ import pytest
 import torch
 from typer.testing import CliRunner
 
-from shared_resources.data.checkpoint_registry import CheckpointRegistry
-from shared_resources.data.checkpoint_retention import apply_retention, plan_retention, pointer_protections
-from shared_resources.runtime.checkpoints import CheckpointStore
-from shared_resources.data.experiments import record_run
-from shared_resources.runtime.storage import Storage, fs_for, write_json_atomic
+from data_layer.checkpoint_registry import CheckpointRegistry
+from data_layer.checkpoint_retention import apply_retention, plan_retention, pointer_protections
+from workload_runtime.checkpoints import CheckpointStore
+from data_layer.experiments import record_run
+from workload_runtime.storage import Storage, fs_for, write_json_atomic
 from sinewgrid.cli_models import checkpoints_app
 
 FOUNDATION_A = "cell/foundation_model/v1-aaaa"

@@ -12,11 +12,11 @@ import pytest
 import torch
 
 from cell_lane.omics import join_labels, publish_dataset
-from shared_resources.catalog.step_spec import TRAINING_IMPORTS
-from shared_resources.runtime.checkpoints import CheckpointStore
-from shared_resources.runtime.inputs import Failpoint
-from shared_resources.runtime.workload import PREEMPTED_EXIT_CODE
+from control_plane.catalog.step_spec import TRAINING_IMPORTS
 from tests.helpers import WorkloadProcess
+from workload_runtime.checkpoints import CheckpointStore
+from workload_runtime.inputs import Failpoint
+from workload_runtime.workload import PREEMPTED_EXIT_CODE
 
 pytestmark = pytest.mark.e2e  # runs workloads end to end, in their own processes
 

@@ -3,8 +3,8 @@
 import dagster as dg
 from rich.console import Console
 
-from shared_resources.runtime.storage import Storage
 from sinewgrid.cli_summary import print_summary
+from workload_runtime.storage import Storage
 
 
 def test_a_root_without_lab_rounds_prints_no_empty_lab_table(tmp_path):

@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from shared_resources.accounting.ledger import read_ledger
-from shared_resources.runtime.storage import Storage
+from control_plane.accounting.ledger import read_ledger
+from workload_runtime.storage import Storage
 from testbed.ray_head import RayHead
 from testbed.slurm_cluster import SlurmCluster
 from testbed.counting_step import counting_spec, held, materialize_counting, result_metadata

@@ -6,8 +6,8 @@ import dagster as dg
 import torch
 
 from platform_location.defs.assets.data_layer import checkpoint_retention, dataset_catalog, training_runs
-from shared_resources.data.checkpoint_registry import CheckpointRegistry
-from shared_resources.runtime.checkpoints import CheckpointStore
+from data_layer.checkpoint_registry import CheckpointRegistry
+from workload_runtime.checkpoints import CheckpointStore
 from shared_resources.resources import StorageResource
 
 

@@ -14,7 +14,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from shared_resources.data.registry.names import (
+from data_layer.registry.names import (
     DatasetChanged,
     RegistryError,
     RegistryUnreachable,
@@ -22,7 +22,7 @@ from shared_resources.data.registry.names import (
     parse_ref,
     storage_location,
 )
-from shared_resources.data.registry.registry import DataRegistry
+from data_layer.registry.registry import DataRegistry
 from testbed.ports import free_port
 
 VENV_BIN = Path(sys.executable).parent
@@ -165,7 +165,7 @@ def test_plain_dvc_get_and_dvc_api_need_no_sinewgrid(registry, tmp_path):
         "with dvc.api.open(path + '/meta/info.json', repo=repo, rev=rev) as f: sys.stdout.write(f.read())\n"
         "url = dvc.api.get_url(path + '/data/chunk-000/file-000.parquet', repo=repo, rev=rev)\n"
         "assert open(url, 'rb').read() == open(sys.argv[1], 'rb').read(), url\n"
-        "assert not any(m.startswith('shared_resources') for m in sys.modules), 'Sinewgrid was imported'\n"
+        "assert not any(m.startswith(('shared_resources', 'control_plane', 'workload_runtime')) for m in sys.modules), 'Sinewgrid was imported'\n"
     )
     proc = subprocess.run([sys.executable, "-c", script, str(source / "data/chunk-000/file-000.parquet")],
                           capture_output=True, text=True, cwd=tmp_path, env=plain_env())

@@ -28,7 +28,7 @@ from dagster_k8s.models import k8s_model_from_dict
 from packaging.requirements import Requirement
 from packaging.specifiers import SpecifierSet
 
-from shared_resources.catalog.pools import load_pools
+from control_plane.catalog.pools import load_pools
 
 REPO = Path(__file__).resolve().parent.parent
 DEPLOY = REPO / "deploy"
@@ -263,9 +263,9 @@ def test_project_images_copy_every_package_the_project_ships(name: str):
 
 
 def test_cloud_pool_examples_validate_and_place():
-    from shared_resources.placement.ranking import plan_placement
-    from shared_resources.catalog.pools import Capacity
-    from shared_resources.catalog.step_spec import StepSpec
+    from control_plane.placement.ranking import plan_placement
+    from control_plane.catalog.pools import Capacity
+    from control_plane.catalog.step_spec import StepSpec
 
     files = sorted((DEPLOY / "pools").glob("*.yaml"))
     assert {f.stem for f in files} == {"aws", "gcp", "azure", "oci", "gpu-cloud"}
@@ -315,7 +315,7 @@ def _policy(name: str) -> dict[str, Any]:
 
 
 def _lab_a():
-    from shared_resources.catalog.tenants import load_tenants
+    from control_plane.catalog.tenants import load_tenants
 
     return load_tenants(TENANCY / "tenants-lab-a.yaml").get_tenant("lab-a")
 
@@ -417,8 +417,8 @@ def test_the_customer_s_helm_values_mount_its_catalog_and_hold_no_secret():
 
 
 def test_a_step_of_the_customer_s_tenant_is_placed_only_in_its_agreed_regions(monkeypatch: pytest.MonkeyPatch):
-    from shared_resources.placement.ranking import plan_placement
-    from shared_resources.catalog.step_spec import StepSpec
+    from control_plane.placement.ranking import plan_placement
+    from control_plane.catalog.step_spec import StepSpec
 
     monkeypatch.setenv("SINEWGRID_TENANTS", str(TENANCY / "tenants-lab-a.yaml"))
     pools = load_pools(DEPLOY / "pools" / "aws.yaml") | load_pools(DEPLOY / "pools" / "gcp.yaml")

@@ -28,11 +28,11 @@ from typer.testing import CliRunner
 from drills.model import DrillResult
 from drills.runner import fault_unit
 from drills.workloads import workload
-from shared_resources.runtime.checkpoints import CheckpointStore
-from shared_resources.runtime.inputs import Failpoint
+from workload_runtime.checkpoints import CheckpointStore
+from workload_runtime.inputs import Failpoint
 from shared_resources.resources import platform_resources
-from shared_resources.runtime.workload import PREEMPTED_EXIT_CODE
-from shared_resources.settings import REPO_ROOT
+from workload_runtime.workload import PREEMPTED_EXIT_CODE
+from control_plane.settings import REPO_ROOT
 
 pytestmark = pytest.mark.e2e  # runs workloads end to end, in their own processes
 
@@ -283,8 +283,8 @@ def test_an_armed_failpoint_tears_the_checkpoint_once(tmp_path):
 
     script = (
         "import sys, torch\n"
-        "from shared_resources.runtime.checkpoints import CheckpointStore\n"
-        "from shared_resources.runtime.inputs import Failpoint\n"
+        "from workload_runtime.checkpoints import CheckpointStore\n"
+        "from workload_runtime.inputs import Failpoint\n"
         "fp = Failpoint(kind='torn-checkpoint', at_step=10, marker=sys.argv[2])\n"
         "store = CheckpointStore(sys.argv[1], failpoint=fp)\n"
         "for step in (5, 10, 15):\n"
@@ -306,7 +306,7 @@ def test_a_malformed_failpoint_says_what_it_expects():
 
 HELD_SCRIPT = """
 import sys, torch
-from shared_resources.runtime.workload import WorkloadRun
+from workload_runtime.workload import WorkloadRun
 with WorkloadRun() as run:
     resumed = run.resume()
     for step in range(resumed.step if resumed else 0, 20):

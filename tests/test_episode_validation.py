@@ -12,7 +12,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from robotics_lane.episodes import Episode, validate_dataset, write_dataset
-from shared_resources.intake.landing import DropIssue
+from workload_runtime.data_issues import DropIssue
 
 DATA = "data/chunk-000/file-000.parquet"
 EPISODES = "meta/episodes/chunk-000/file-000.parquet"

@@ -12,14 +12,14 @@ import numpy as np
 import pytest
 from typer.testing import CliRunner
 
-from shared_resources.catalog.pools import Catalog, Pool, PoolCatalogError, load_catalog
-from shared_resources.catalog.step_spec import StepSpec
-from shared_resources.placement import exact
-from shared_resources.placement.cost_model import PlanContext, assess
-from shared_resources.placement.greedy import assign, plan_cost
-from shared_resources.placement.improve import improve
-from shared_resources.placement.planner import InfeasiblePlanError, plan_job
-from shared_resources.placement.ranking import plan_placement
+from control_plane.catalog.pools import Catalog, Pool, PoolCatalogError, load_catalog
+from control_plane.catalog.step_spec import StepSpec
+from control_plane.placement import exact
+from control_plane.placement.cost_model import PlanContext, assess
+from control_plane.placement.greedy import assign, plan_cost
+from control_plane.placement.improve import improve
+from control_plane.placement.planner import InfeasiblePlanError, plan_job
+from control_plane.placement.ranking import plan_placement
 
 T0 = dt.datetime(2026, 12, 7, tzinfo=dt.UTC)
 

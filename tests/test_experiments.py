@@ -12,7 +12,7 @@ import pytest
 from PIL import Image
 from typer.testing import CliRunner
 
-from shared_resources.data.experiments import (
+from data_layer.experiments import (
     RunNotFound,
     list_runs,
     load_run,
@@ -20,9 +20,9 @@ from shared_resources.data.experiments import (
     record_evaluation,
     record_run,
 )
-from shared_resources.data.run_comparison import compare, curve_png, image_markdown
-from shared_resources.runtime.storage import Storage
+from data_layer.run_comparison import compare, curve_png, image_markdown
 from sinewgrid.cli_models import runs_app
+from workload_runtime.storage import Storage
 
 A = "robotics/policy/aaaa11112222"
 B = "robotics/policy/bbbb33334444"

@@ -13,13 +13,13 @@ import torch
 from cell_lane.defs.assets.dataset import omics_dataset
 from cell_lane.defs.assets.training import foundation_model
 from cell_lane.standins.lab import LabStandIn
-from shared_resources.accounting.ledger import read_ledger
-from shared_resources.catalog.pools import load_pools
-from shared_resources.compute.cooldowns import SLOTS_ENV, Cooldowns, pool_slot
+from control_plane.accounting.ledger import read_ledger
+from control_plane.catalog.pools import load_pools
+from control_plane.compute.cooldowns import SLOTS_ENV, Cooldowns, pool_slot
 from shared_resources.resources import platform_resources
-from shared_resources.runtime.checkpoints import CheckpointStore
-from shared_resources.runtime.storage import Storage
 from tests.helpers import LAB, Preemptor
+from workload_runtime.checkpoints import CheckpointStore
+from workload_runtime.storage import Storage
 
 pytestmark = pytest.mark.e2e  # runs workloads end to end, in their own processes
 

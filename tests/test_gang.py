@@ -21,24 +21,19 @@ import psutil
 import pytest
 import torch
 
-from drills.faults import CpuQuota, Injector
-from shared_resources.accounting.ledger import read_ledger
-from shared_resources.catalog.step_spec import StepSpec
-from shared_resources.compute.backends.gang import (
+from control_plane.accounting.ledger import read_ledger
+from control_plane.catalog.step_spec import StepSpec
+from control_plane.compute.backends.gang import (
     GangProcess,
     free_port,
     kill_node,
     local_nodes,
     torchrun_command,
 )
-from shared_resources.compute.cooldowns import SLOTS_ENV
-from shared_resources.compute.inflight import InFlight
-from shared_resources.compute.monitor import slow_rank
-from shared_resources.runtime.checkpoints import CheckpointStore
-from shared_resources.runtime.gang import member_from_env
-from shared_resources.runtime.inputs import Failpoint
-from shared_resources.runtime.messages import Telemetry
-from shared_resources.runtime.storage import Storage
+from control_plane.compute.cooldowns import SLOTS_ENV
+from control_plane.compute.inflight import InFlight
+from control_plane.compute.monitor import slow_rank
+from drills.faults import CpuQuota, Injector
 from tests.fixtures.gang import (
     EVERY,
     IMPORTS,
@@ -50,6 +45,11 @@ from tests.fixtures.gang import (
     run_pretrain,
 )
 from tests.helpers import WorkloadProcess
+from workload_runtime.checkpoints import CheckpointStore
+from workload_runtime.gang import member_from_env
+from workload_runtime.inputs import Failpoint
+from workload_runtime.messages import Telemetry
+from workload_runtime.storage import Storage
 
 e2e = pytest.mark.e2e  # runs the workload end to end, as a gang of processes
 
@@ -282,9 +282,9 @@ def test_one_slow_rank_is_named_with_its_node_and_that_node_is_replaced(home, tm
 
 
 def test_a_local_pool_without_enough_nodes_refuses_the_gang_before_starting_any():
-    from shared_resources.catalog.pools import Pool
-    from shared_resources.compute.backends.local import LocalBackend
-    from shared_resources.runtime.inputs import WorkloadInputs
+    from control_plane.catalog.pools import Pool
+    from control_plane.compute.backends.local import LocalBackend
+    from workload_runtime.inputs import WorkloadInputs
 
     pool = Pool(name="steady", provider="local", region="local", backend="local", purchasing="reserved", accelerator="local", gpus_per_node=1, nodes=3, price_per_gpu_hour=1.0)
     spec = StepSpec(name="s", entry_point="m", tenant="t", nodes=2, ranks_per_node=2, exclude_nodes=["steady-node0", "steady-node2"])
@@ -294,8 +294,8 @@ def test_a_local_pool_without_enough_nodes_refuses_the_gang_before_starting_any(
 
 
 def test_a_backend_that_cannot_start_a_gang_whole_refuses_it_so_it_moves():
-    from shared_resources.catalog.pools import Pool
-    from shared_resources.compute.backends.base import Backend
+    from control_plane.catalog.pools import Pool
+    from control_plane.compute.backends.base import Backend
 
     class OneProcessOnly(Backend):  # every backend here starts gangs now (Kubernetes as a JobSet); a new one may not yet
         kind = "one-process"
@@ -313,9 +313,9 @@ def test_a_backend_that_cannot_start_a_gang_whole_refuses_it_so_it_moves():
 
 
 def test_a_pool_counts_its_spares_once_per_replaced_node():
-    from shared_resources.catalog.pools import Pool
-    from shared_resources.compute.recovery import Action, Decision
-    from shared_resources.compute.resource import PoolChooser
+    from control_plane.catalog.pools import Pool
+    from control_plane.compute.recovery import Action, Decision
+    from shared_resources.compute import PoolChooser
 
     pool = Pool(name="big", provider="local", region="local", backend="local", purchasing="reserved", accelerator="local", gpus_per_node=1, nodes=5, price_per_gpu_hour=1.0)
     chooser = PoolChooser.__new__(PoolChooser)  # only its node bookkeeping is used here

@@ -19,20 +19,18 @@ import torch
 import yaml
 from kubernetes.client import ApiClient
 
-from drills.faults import Injector
-from shared_resources.accounting.ledger import read_ledger
-from shared_resources.catalog.backends import settings_for
-from shared_resources.catalog.pools import Pool
-from shared_resources.compute.backends.kubernetes import KubernetesBackend
-from shared_resources.compute.backends.kubernetes_gang import (
+from control_plane.accounting.ledger import read_ledger
+from control_plane.catalog.backends import settings_for
+from control_plane.catalog.pools import Pool
+from control_plane.compute.backends.kubernetes import KubernetesBackend
+from control_plane.compute.backends.kubernetes_gang import (
     INDEX_LABEL,
     JOBSET_LABEL,
     jobset_for,
     master_port,
 )
-from shared_resources.compute.backends.kubernetes_pod import pod_spec_for
-from shared_resources.runtime.inputs import Failpoint, WorkloadInputs
-from shared_resources.runtime.storage import Storage
+from control_plane.compute.backends.kubernetes_pod import pod_spec_for
+from drills.faults import Injector
 from tests.engines.fake_kube_api import FakeKubeAPI, FakeNode
 from tests.fixtures.gang import (
     STEPS,
@@ -41,6 +39,8 @@ from tests.fixtures.gang import (
     pretrain_spec,
     run_pretrain,
 )
+from workload_runtime.inputs import Failpoint, WorkloadInputs
+from workload_runtime.storage import Storage
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(180)]
 

@@ -10,10 +10,10 @@ import datetime as dt
 import pytest
 from typer.testing import CliRunner
 
-from shared_resources.catalog.pools import Catalog, Pool, PoolCatalogError, load_pools
-from shared_resources.catalog.step_spec import StepSpec
-from shared_resources.placement.planner import plan_job
-from shared_resources.placement.ranking import plan_placement
+from control_plane.catalog.pools import Catalog, Pool, PoolCatalogError, load_pools
+from control_plane.catalog.step_spec import StepSpec
+from control_plane.placement.planner import plan_job
+from control_plane.placement.ranking import plan_placement
 
 T0 = dt.datetime(2026, 12, 7, tzinfo=dt.UTC)
 
@@ -149,7 +149,7 @@ def test_the_plan_shows_the_spare_cost_in_rows_totals_and_the_plan_command(tmp_p
         "  pretrain: {gpus: 64, nodes: 8, ranks_per_node: 8, tightly_coupled: true, expected_hours: 10}\n"
         "  probe: {gpus: 8, expected_hours: 1, start_hours: 10}\n"  # after it: the pretraining holds every offered node
     )
-    from shared_resources.placement.job_files import plan_job_file
+    from control_plane.placement.job_files import plan_job_file
     from sinewgrid.cli import app
 
     plan = plan_job_file(job, [pools])

@@ -10,8 +10,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from shared_resources.accounting.ledger import read_ledger
-from shared_resources.runtime.storage import Storage
+from control_plane.accounting.ledger import read_ledger
 from testbed.ray_head import RayHead, add_worker_node, start_ray_head
 from tests.fixtures.gang import (
     assert_close_weights,
@@ -19,6 +18,7 @@ from tests.fixtures.gang import (
     pretrain_spec,
     run_pretrain,
 )
+from workload_runtime.storage import Storage
 
 pytestmark = [pytest.mark.e2e, pytest.mark.engines]
 

@@ -14,12 +14,10 @@ from pathlib import Path
 import pytest
 import yaml
 
+from control_plane.accounting.ledger import read_ledger
+from control_plane.compute.backends.engine import Launch
+from control_plane.compute.backends.slurm import render_batch_script
 from drills.faults import Injector
-from shared_resources.accounting.ledger import read_ledger
-from shared_resources.compute.backends.engine import Launch
-from shared_resources.compute.backends.slurm import render_batch_script
-from shared_resources.runtime.inputs import Failpoint
-from shared_resources.runtime.storage import Storage
 from testbed.slurm_multinode import PARTITION, MultiNodeSlurmCluster
 from tests.fixtures.gang import (
     assert_close_weights,
@@ -27,6 +25,8 @@ from tests.fixtures.gang import (
     pretrain_spec,
     run_pretrain,
 )
+from workload_runtime.inputs import Failpoint
+from workload_runtime.storage import Storage
 
 
 @pytest.fixture(scope="module")
@@ -64,7 +64,7 @@ def test_one_process_steps_keep_their_plain_batch_script(slurm_pool_for_text):
 
 @pytest.fixture
 def slurm_pool_for_text():
-    from shared_resources.catalog.pools import Pool
+    from control_plane.catalog.pools import Pool
 
     return Pool(
         name="hpc", provider="campus", region="eu", backend="slurm", backend_settings={"partition": "a100"},

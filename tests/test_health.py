@@ -12,13 +12,13 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
-from shared_resources.runtime.messages import Telemetry
-from shared_resources.compute.health import Drains, Qualifications
-from shared_resources.accounting.ledger import Ledger, read_ledger
-from shared_resources.compute.monitor import AttemptMonitor, straggling
-from shared_resources.catalog.pools import load_pools
-from shared_resources.catalog.step_spec import StepSpec
-from shared_resources.runtime.storage import Storage
+from workload_runtime.messages import Telemetry
+from control_plane.compute.health import Drains, Qualifications
+from control_plane.accounting.ledger import Ledger, read_ledger
+from control_plane.compute.monitor import AttemptMonitor, straggling
+from control_plane.catalog.pools import load_pools
+from control_plane.catalog.step_spec import StepSpec
+from workload_runtime.storage import Storage
 from testbed.counting_step import counting_spec, materialize_counting, result_metadata
 
 
@@ -110,7 +110,7 @@ def test_straggling_needs_every_recent_report_slow():
 def test_the_report_policy_only_reports():
     pool = next(iter(load_pools(None).values()))
     spec = StepSpec(name="s", entry_point="m", tenant="t", on_straggler="report")
-    # what a workload sends through Pipes (runtime/messages.py), as the monitor receives it
+    # what a workload sends through Pipes (workload_runtime/messages.py), as the monitor receives it
     messages = [Telemetry(step=10 * (i + 1), step_seconds=s).payload() for i, s in enumerate([0.01] * 4 + [0.1] * 3)]
     monitor = AttemptMonitor(pool, spec, messages=lambda: messages, node_problem=lambda: None)
     assert monitor.poll() is None and [f.cause for f in monitor.flags] == ["straggler"]
@@ -135,7 +135,7 @@ def test_an_old_ledger_gets_the_cause_column_in_place(tmp_path):
 
 
 def test_a_booked_attempt_keeps_its_cause(tmp_path):
-    from shared_resources.accounting.records import AttemptRecord
+    from control_plane.accounting.records import AttemptRecord
 
     ledger = Ledger(f"sqlite:///{tmp_path / 'l.db'}")
     now = dt.datetime.now(dt.UTC)
@@ -150,8 +150,8 @@ def test_a_booked_attempt_keeps_its_cause(tmp_path):
 
 
 def test_report_by_cause_names_every_cause(tmp_path):
-    from shared_resources.accounting.records import AttemptRecord
-    from shared_resources.accounting.reports import summary
+    from control_plane.accounting.records import AttemptRecord
+    from control_plane.accounting.reports import summary
 
     ledger = Ledger(f"sqlite:///{tmp_path / 'l.db'}")
     now = dt.datetime.now(dt.UTC)

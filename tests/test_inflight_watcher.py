@@ -15,15 +15,15 @@ import dagster as dg
 import psutil
 import pytest
 
+from control_plane.accounting.ledger import read_ledger
+from control_plane.catalog.pools import load_pools
+from control_plane.compute.backends.base import JobHandle
+from control_plane.compute.backends.local import LocalBackend
+from control_plane.compute.inflight import InFlight
+from control_plane.settings import REPO_ROOT
 from sensors.inflight_watcher import make_inflight_watcher
-from shared_resources.accounting.ledger import read_ledger
-from shared_resources.catalog.pools import load_pools
-from shared_resources.compute.backends.base import JobHandle
-from shared_resources.compute.backends.local import LocalBackend
-from shared_resources.compute.inflight import InFlight
 from shared_resources.resources import platform_resources
-from shared_resources.runtime.storage import Storage
-from shared_resources.settings import REPO_ROOT
+from workload_runtime.storage import Storage
 
 pytestmark = pytest.mark.e2e  # runs workloads end to end, in their own processes
 
@@ -136,7 +136,7 @@ def test_watcher_clears_a_stale_record_and_ignores_other_lanes(home: Path, tmp_p
 def test_a_record_removed_while_the_records_are_read_is_left_out(home: Path, monkeypatch: pytest.MonkeyPatch):
     """An attempt that ends between the listing of the records and their reads is no longer in
     flight; the watcher (and a drill's fault thread) must not fail on it."""
-    import shared_resources.compute.inflight as inflight_module
+    import control_plane.compute.inflight as inflight_module
 
     inflight = InFlight(Storage.at(str(home)))
     owner = {"run_id": "0" * 36, "step": "x", "partition": None, "attempt": 1, "gpus": 1, "asset": "counting"}

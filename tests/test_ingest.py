@@ -15,8 +15,8 @@ import pandas as pd
 import pytest
 
 from cell_lane.defs.assets.ingest import raw_assay, validated_assay
-from shared_resources.runtime.storage import read_bytes
-from shared_resources.runtime.envelope import is_sealed
+from workload_runtime.storage import read_bytes
+from workload_runtime.envelope import is_sealed
 from tests.helpers import LAB, drop_plate, good_plate, ingest_drop, lab_storage
 
 ASSETS = [raw_assay, validated_assay]

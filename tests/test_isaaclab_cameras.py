@@ -13,10 +13,10 @@ import subprocess
 import numpy as np
 import pytest
 
+from control_plane.settings import REPO_ROOT, child_env
 from robotics_lane.sim.camera import image_shape
 from robotics_lane.sim.factory import make_vector_simulator
 from robotics_lane.sim.isaaclab_camera import ISAAC_VIEWS
-from shared_resources.settings import REPO_ROOT, child_env
 from tests.isaaclab_camera_run import DRIVE_SEEDS, SEEDS, TASK
 
 ISAACLAB_PYTHON = REPO_ROOT / ".venv-isaaclab" / "bin" / "python"

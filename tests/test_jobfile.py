@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from shared_resources.placement.job_files import JobFileError, check_against_catalog, load_job, plan_calendar, plan_job_file
-from shared_resources.catalog.pools import load_catalog
+from control_plane.placement.job_files import JobFileError, check_against_catalog, load_job, plan_calendar, plan_job_file
+from control_plane.catalog.pools import load_catalog
 
 REPO = Path(__file__).resolve().parent.parent
 GOOD = """\
@@ -102,7 +102,7 @@ def test_one_job_s_limits_do_not_narrow_another_job_of_the_same_tenant(tmp_path)
 
 @pytest.mark.parametrize("name", ["cell", "robotics"])
 def test_sample_jobs_plan_against_the_cloud_catalogs(name):
-    from shared_resources.placement.planner import plan_job
+    from control_plane.placement.planner import plan_job
 
     path = REPO / "deploy" / "jobs" / f"{name}.yaml"
     job = load_job(path)

@@ -27,29 +27,29 @@ import yaml
 from dagster_k8s.pipes import build_pod_body
 from kubernetes.client import ApiClient
 
-from shared_resources.accounting.ledger import read_ledger
-from shared_resources.catalog.pools import load_pools
-from shared_resources.compute.backends.base import (
+from control_plane.accounting.ledger import read_ledger
+from control_plane.catalog.pools import load_pools
+from control_plane.compute.backends.base import (
     AttemptOutcome,
     JobHandle,
     JobState,
     outcome_of,
 )
-from shared_resources.compute.backends.kubernetes import KubernetesBackend
-from shared_resources.compute.backends.kubernetes_pod import (
+from control_plane.compute.backends.kubernetes import KubernetesBackend
+from control_plane.compute.backends.kubernetes_pod import (
     core_api,
     job_status,
     label_value,
     pod_spec_for,
 )
-from shared_resources.compute.health import Drains, Qualifications
-from shared_resources.compute.inflight import InFlight
-from shared_resources.runtime.checkpoints import CheckpointStore
-from shared_resources.runtime.inputs import Failpoint
-from shared_resources.runtime.storage import Storage
-from shared_resources.settings import REPO_ROOT
+from control_plane.compute.health import Drains, Qualifications
+from control_plane.compute.inflight import InFlight
+from control_plane.settings import REPO_ROOT
 from testbed.counting_step import counting_spec, materialize_counting, result_metadata
 from tests.engines.fake_kube_api import FakeKubeAPI, FakeNode
+from workload_runtime.checkpoints import CheckpointStore
+from workload_runtime.inputs import Failpoint
+from workload_runtime.storage import Storage
 
 # Pods run the workloads for real (as local processes): tier `e2e`. A wait the backend fails
 # to end fails the test, not the suite.

@@ -10,22 +10,22 @@ import pandas as pd
 import pytest
 import sqlalchemy as sa
 
-from shared_resources.accounting import ledger as ledger_module
-from shared_resources.accounting.ledger import (
+from control_plane.accounting import ledger as ledger_module
+from control_plane.accounting.ledger import (
     LEDGER_URL_ENV,
     Ledger,
     LedgerConfigError,
     read_ledger,
     record_attempt,
 )
-from shared_resources.accounting.records import (
+from control_plane.accounting.records import (
     AttemptRecord,
     ledger_markdown,
     split_time,
 )
-from shared_resources.catalog.pools import load_pools
-from shared_resources.runtime.storage import Storage
+from control_plane.catalog.pools import load_pools
 from tests.synthetic_ledger import DAY1, DAY2, synthetic_records
+from workload_runtime.storage import Storage
 
 T0 = dt.datetime(2025, 3, 1, 12, 0, tzinfo=dt.UTC)
 

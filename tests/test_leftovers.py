@@ -11,7 +11,7 @@ import subprocess
 import tempfile
 from pathlib import Path
 
-from shared_resources.settings import child_env
+from control_plane.settings import child_env
 from testbed import leftovers
 from testbed.s3_server import FOLDER_ENV, PREFIX, moto_server_bin
 

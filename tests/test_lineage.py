@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 from typer.testing import CliRunner
 
-from shared_resources.data.lineage import LineageNotFound, LineageStore
-from shared_resources.settings import code_version
+from control_plane.settings import code_version
+from data_layer.lineage import LineageNotFound, LineageStore
 from sinewgrid.cli import app
 
 

@@ -14,16 +14,16 @@ from pathlib import Path
 import pytest
 import yaml
 
-from shared_resources.accounting.ledger import Ledger
-from shared_resources.catalog.models import load_models
-from shared_resources.catalog.tenants import Agreement
-from shared_resources.data.provenance import publish_version
-from shared_resources.gateway import standin_hub
-from shared_resources.gateway.gateway import Gateway
-from shared_resources.gateway.policy import DataPolicy, DataPolicyRefused
-from shared_resources.gateway.tasks import Task
-from shared_resources.gateway.usage import Who
-from shared_resources.runtime.storage import Storage
+from control_plane.accounting.ledger import Ledger
+from control_plane.catalog.models import load_models
+from control_plane.catalog.tenants import Agreement
+from data_layer.provenance import publish_version
+from model_gateway.gateway import Gateway
+from model_gateway.policy import DataPolicy, DataPolicyRefused
+from model_gateway.tasks import Task
+from model_gateway.usage import Who
+from testbed.model_providers import hub as standin_hub
+from workload_runtime.storage import Storage
 
 TASK = Path(__file__).parent / "model_tasks" / "tell-parity"
 ITEMS = [(f"n{n}", {"n": n}) for n in range(2000, 2016)]
@@ -219,8 +219,8 @@ def test_the_packaged_catalog_reads_and_prices_a_call():
 
 
 def test_a_budget_warns_then_refuses_new_calls_with_a_clear_message(gateway, tmp_path, monkeypatch):
+    from control_plane.accounting.budgets import BudgetExceeded, check
     from platform_location.defs.budget_alerts import alert_round
-    from shared_resources.accounting.budgets import BudgetExceeded, check
     from tests.test_budgets import Webhook
 
     first = gateway.run(Task(TASK), ITEMS, inputs=[], who=_who("spend-1"), policy=DataPolicy())
@@ -247,7 +247,7 @@ def test_a_budget_warns_then_refuses_new_calls_with_a_clear_message(gateway, tmp
 
 
 def _catalog_copy(tmp_path: Path, change) -> Path:
-    from shared_resources.catalog.models import DEFAULT_MODELS
+    from control_plane.catalog.models import DEFAULT_MODELS
 
     raw = yaml.safe_load(DEFAULT_MODELS.read_text())
     change(raw["providers"])
@@ -267,7 +267,7 @@ def test_a_slow_provider_times_out_into_the_fallback(gateway, tmp_path):
 
 
 def test_a_model_is_measured_again_when_its_entry_changes_but_not_its_price(gateway, tmp_path):
-    from shared_resources.gateway.evaluation import stored
+    from model_gateway.evaluation import stored
 
     task, model_id = Task(TASK), "standin-openai/swift-1"
     assert stored(gateway.storage, task, gateway.catalog.model(model_id)) is not None

@@ -1,4 +1,4 @@
-"""The node-local cache (shared_resources/runtime/node_cache.py) against a real S3 API server.
+"""The node-local cache (workload_runtime/node_cache.py) against a real S3 API server.
 
 Reads from the object store are counted by the server itself: `object_reads` parses moto's own
 request log (testbed/s3_server.py), so "read once" here means the store answered one GET.
@@ -19,14 +19,14 @@ import pytest
 import torch
 
 from cell_lane.omics import join_labels, publish_dataset
-from shared_resources.runtime.checkpoints import CheckpointStore
-from shared_resources.runtime.inputs import Failpoint
-from shared_resources.runtime.node_cache import NodeCache, NodeCacheError
-from shared_resources.runtime.storage import fs_for
-from shared_resources.runtime.workload import PREEMPTED_EXIT_CODE
-from shared_resources.settings import REPO_ROOT, child_env
+from control_plane.settings import REPO_ROOT, child_env
 from testbed.s3_server import object_reads
 from tests.helpers import TRAINING_IMPORTS, WorkloadProcess
+from workload_runtime.checkpoints import CheckpointStore
+from workload_runtime.inputs import Failpoint
+from workload_runtime.node_cache import NodeCache, NodeCacheError
+from workload_runtime.storage import fs_for
+from workload_runtime.workload import PREEMPTED_EXIT_CODE
 
 
 def _key(uri: str) -> str:
@@ -128,7 +128,7 @@ def test_a_local_path_is_read_where_it_is(tmp_path):
     assert fetched.path == str(tmp_path / "set") and fetched.store_bytes == 5
 
 
-FETCH_AND_PRINT = "import sys; from shared_resources.runtime.node_cache import NodeCache; print(NodeCache(sys.argv[1], 10**9).fetch(sys.argv[2]).store_bytes)"
+FETCH_AND_PRINT = "import sys; from workload_runtime.node_cache import NodeCache; print(NodeCache(sys.argv[1], 10**9).fetch(sys.argv[2]).store_bytes)"
 
 
 def test_ranks_starting_together_on_one_node_download_once(s3_root, s3_endpoint, tmp_path):

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from shared_resources.placement.ranking import NoFeasiblePoolError, plan_placement, spot_rework_fraction
-from shared_resources.catalog.pools import Capacity, PoolCatalogError, load_pools
-from shared_resources.catalog.step_spec import StepSpec
+from control_plane.placement.ranking import NoFeasiblePoolError, plan_placement, spot_rework_fraction
+from control_plane.catalog.pools import Capacity, PoolCatalogError, load_pools
+from control_plane.catalog.step_spec import StepSpec
 
 
 def _spec(**kw) -> StepSpec:
@@ -112,7 +112,7 @@ def test_unknown_accelerator_and_negative_price_name_pool_and_field(tmp_path):
 
 
 def test_catalog_sections_record_price_provenance_and_errors_name_the_section(tmp_path):
-    from shared_resources.catalog.pools import load_catalog
+    from control_plane.catalog.pools import load_catalog
 
     catalog = load_catalog()
     assert catalog.prices.illustrative

@@ -9,11 +9,11 @@ import math
 import pytest
 from typer.testing import CliRunner
 
-from shared_resources.placement.cost_model import young_daly_interval_hours
-from shared_resources.placement.ranking import checkpoint_interval_seconds, plan_placement, spot_rework_fraction
-from shared_resources.placement.planner import InfeasiblePlanError, plan_job
-from shared_resources.catalog.pools import Catalog, EgressRates, EgressTable, Pool, TenantLimits
-from shared_resources.catalog.step_spec import DatasetRef, StepSpec
+from control_plane.placement.cost_model import young_daly_interval_hours
+from control_plane.placement.ranking import checkpoint_interval_seconds, plan_placement, spot_rework_fraction
+from control_plane.placement.planner import InfeasiblePlanError, plan_job
+from control_plane.catalog.pools import Catalog, EgressRates, EgressTable, Pool, TenantLimits
+from control_plane.catalog.step_spec import DatasetRef, StepSpec
 
 T0 = dt.datetime(2026, 12, 7, tzinfo=dt.UTC)
 
@@ -231,7 +231,7 @@ EGRESS_YAML = "egress:\n  default: {cross_provider: 0.5}\n"
 
 @pytest.mark.parametrize("egress_file", ["a-egress.yaml", "z-egress.yaml"])
 def test_a_folder_s_egress_default_comes_from_the_file_that_sets_it_whatever_its_name(tmp_path, egress_file):
-    from shared_resources.catalog.pools import load_catalog
+    from control_plane.catalog.pools import load_catalog
 
     (tmp_path / "m-pools.yaml").write_text(POOL_YAML.format(name="p"))
     (tmp_path / egress_file).write_text(POOL_YAML.format(name="e") + EGRESS_YAML)
@@ -239,7 +239,7 @@ def test_a_folder_s_egress_default_comes_from_the_file_that_sets_it_whatever_its
 
 
 def test_two_files_with_different_egress_defaults_are_refused_by_name(tmp_path):
-    from shared_resources.catalog.pools import PoolCatalogError, load_catalog
+    from control_plane.catalog.pools import PoolCatalogError, load_catalog
 
     (tmp_path / "a.yaml").write_text(POOL_YAML.format(name="p") + EGRESS_YAML)
     (tmp_path / "b.yaml").write_text(POOL_YAML.format(name="q") + "egress:\n  default: {cross_provider: 0.09}\n")

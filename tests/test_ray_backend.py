@@ -17,14 +17,14 @@ import pytest
 from ray.job_submission import JobDetails, JobSubmissionClient, JobType
 from ray.job_submission import JobStatus as RayJobStatus
 
-from shared_resources.compute.backends.base import AttemptOutcome, outcome_of
-from shared_resources.compute.backends.base import JobState
-from shared_resources.compute.backends.engine import Launch
-from shared_resources.compute.backends.ray import RayBackend, job_status
-from shared_resources.accounting.ledger import read_ledger
-from shared_resources.catalog.pools import load_pools
-from shared_resources.runtime.storage import Storage
-from shared_resources.settings import REPO_ROOT
+from control_plane.compute.backends.base import AttemptOutcome, outcome_of
+from control_plane.compute.backends.base import JobState
+from control_plane.compute.backends.engine import Launch
+from control_plane.compute.backends.ray import RayBackend, job_status
+from control_plane.accounting.ledger import read_ledger
+from control_plane.catalog.pools import load_pools
+from workload_runtime.storage import Storage
+from control_plane.settings import REPO_ROOT
 from testbed.ray_head import RayHead
 from testbed.counting_step import counting_spec, held, materialize_counting, result_metadata
 

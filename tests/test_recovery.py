@@ -1,6 +1,6 @@
 """Recovery policies: what happens after an attempt ends, chosen by name from the step or the pool.
 
-The table of `shared_resources/compute/recovery.py`, decision by decision; then both policies
+The table of `control_plane/compute/recovery.py`, decision by decision; then both policies
 on real runs of the counting workload, preempted without notice by a failpoint that fires at a
 step (so the fault lands mid-run on any machine, however fast)."""
 
@@ -11,14 +11,14 @@ from pathlib import Path
 import dagster as dg
 import pytest
 
-from shared_resources.accounting.ledger import read_ledger
-from shared_resources.compute.causes import Cause
-from shared_resources.compute.cooldowns import SLOTS_ENV, Cooldowns
-from shared_resources.compute.health import Drains
-from shared_resources.compute.recovery import POLICIES, Action, Ending, Outcome, policy_named
-from shared_resources.runtime.inputs import Failpoint
-from shared_resources.runtime.storage import Storage
+from control_plane.accounting.ledger import read_ledger
+from control_plane.compute.causes import Cause
+from control_plane.compute.cooldowns import SLOTS_ENV, Cooldowns
+from control_plane.compute.health import Drains
+from control_plane.compute.recovery import POLICIES, Action, Ending, Outcome, policy_named
 from testbed.counting_step import counting_spec, materialize_counting, result_metadata
+from workload_runtime.inputs import Failpoint
+from workload_runtime.storage import Storage
 
 # The decisions --------------------------------------------------------------------------------
 

@@ -19,11 +19,10 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from shared_resources.accounting import reports
-from shared_resources.accounting.ledger import LEDGER_URL_ENV, Ledger
-from shared_resources.accounting.records import AttemptRecord
+from control_plane.accounting import reports
+from control_plane.accounting.ledger import LEDGER_URL_ENV, Ledger
+from control_plane.accounting.records import AttemptRecord
 from shared_resources.resources import platform_resources
-from shared_resources.runtime.storage import Storage
 from tests.synthetic_ledger import (
     DAY1,
     DAY2,
@@ -38,6 +37,7 @@ from tests.synthetic_ledger import (
     TOTAL_COST,
     synthetic_records,
 )
+from workload_runtime.storage import Storage
 
 REPO = Path(__file__).resolve().parent.parent
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"

@@ -26,7 +26,7 @@ from robotics_lane.standins.loop_rehearsal import LoopRehearsal
 from robotics_lane.stats import wilson_interval
 from robotics_lane.sweeps import SWEEPS
 from robotics_lane.workloads.config import RolloutConfig
-from shared_resources.runtime.storage import Storage
+from workload_runtime.storage import Storage
 
 NIGHT = "2026-11-20"
 RANGES = {"actuator_gain": (0.4, 1.2), "start_disturbance_scale": (1.0, 10.0)}

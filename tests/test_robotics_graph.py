@@ -22,12 +22,12 @@ from robotics_lane.episodes.lerobot_v3 import read_dataset
 from robotics_lane.standins.robot_cell import RobotCellStandIn
 from robotics_lane.standins.teleop_operator import TeleopOperatorStandIn
 from robotics_lane.sweeps import SWEEPS
-from shared_resources.data.registry.registry import DataRegistry
-from shared_resources.data.experiments import load_run
-from shared_resources.accounting.ledger import read_ledger
-from shared_resources.data.lineage import LineageStore
-from shared_resources.settings import code_version
-from shared_resources.runtime.storage import exists, read_json, write_bytes_atomic
+from data_layer.registry.registry import DataRegistry
+from data_layer.experiments import load_run
+from control_plane.accounting.ledger import read_ledger
+from data_layer.lineage import LineageStore
+from control_plane.settings import code_version
+from workload_runtime.storage import exists, read_json, write_bytes_atomic
 from sinewgrid.cli import app
 from tests.conftest import ROOT_KINDS
 from tests.helpers import sensor_ingest

@@ -14,18 +14,18 @@ import numpy as np
 import pytest
 import torch
 
+from control_plane.catalog.step_spec import TRAINING_IMPORTS
+from control_plane.compute.backends.gang import free_port
+from control_plane.settings import REPO_ROOT, child_env
 from robotics_lane.definitions import defs
 from robotics_lane.defs.sensors import teleop_session_sensor
 from robotics_lane.episodes.lerobot_v3 import Episode, write_dataset
 from robotics_lane.sim.base import ACTION_NAMES, STATE_NAMES
 from robotics_lane.standins.teleop_operator import TeleopOperatorStandIn
-from shared_resources.catalog.step_spec import TRAINING_IMPORTS
-from shared_resources.compute.backends.gang import free_port
 from shared_resources.resources import StorageResource
-from shared_resources.runtime.checkpoints import CheckpointStore
-from shared_resources.runtime.inputs import Failpoint
-from shared_resources.settings import REPO_ROOT, child_env
 from tests.helpers import WorkloadProcess
+from workload_runtime.checkpoints import CheckpointStore
+from workload_runtime.inputs import Failpoint
 
 pytestmark = pytest.mark.e2e  # runs workloads end to end, in their own processes
 
@@ -123,8 +123,8 @@ def test_policy_training_as_a_gang_of_two_ranks_trains_the_one_process_policy(tm
 
 
 def test_robot_cell_results_with_a_broken_trial_line_are_quarantined(instance, resources, home, storage):
+    from control_plane.intake.landing import seal_drop
     from robotics_lane.defs.assets.real_robot import real_robot_evaluation
-    from shared_resources.intake.landing import seal_drop
 
     folder = home / "landing" / "robot_eval" / "eval-broken"
     folder.mkdir(parents=True)

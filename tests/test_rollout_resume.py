@@ -23,9 +23,9 @@ from robotics_lane.scenes.build import write_scene
 from robotics_lane.scenes.catalog import SCENES
 from robotics_lane.scenes.files import SceneFiles
 from robotics_lane.workloads.rollout_output import committed_seeds
-from shared_resources.runtime.inputs import Failpoint
-from shared_resources.runtime.workload import PREEMPTED_EXIT_CODE
 from tests.helpers import WorkloadProcess, committed_episodes
+from workload_runtime.inputs import Failpoint
+from workload_runtime.workload import PREEMPTED_EXIT_CODE
 
 pytestmark = pytest.mark.e2e  # runs workloads end to end, in their own processes
 

@@ -30,6 +30,8 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
+from control_plane.compute.backends.warm_start import start_process
+from control_plane.settings import REPO_ROOT, child_env
 from robotics_lane.defs.assets.rollouts import sweep_imports
 from robotics_lane.episodes import assemble_dataset, read_dataset, validate_dataset
 from robotics_lane.scenes.catalog import SCENES
@@ -37,11 +39,9 @@ from robotics_lane.scenes.files import SceneFiles
 from robotics_lane.sim.base import ACTION_NAMES, STATE_NAMES
 from robotics_lane.sim.camera import feature_name, image_shape
 from robotics_lane.workloads.rollout_output import committed_seeds
-from shared_resources.compute.backends.warm_start import start_process
-from shared_resources.runtime.inputs import Failpoint
-from shared_resources.runtime.workload import PREEMPTED_EXIT_CODE
-from shared_resources.settings import REPO_ROOT, child_env
 from tests.helpers import WorkloadProcess, committed_episodes
+from workload_runtime.inputs import Failpoint
+from workload_runtime.workload import PREEMPTED_EXIT_CODE
 
 pytestmark = pytest.mark.e2e  # runs workloads end to end, in their own processes
 

@@ -8,11 +8,11 @@ import sys
 import dagster as dg
 import pytest
 
-from shared_resources.compute.backends.base import runtime_interpreter
-from shared_resources.compute.backends.local import LocalBackend
-from shared_resources.catalog.pools import Pool
-from shared_resources.catalog.step_spec import StepSpec
-from shared_resources.settings import REPO_ROOT
+from control_plane.compute.backends.base import runtime_interpreter
+from control_plane.compute.backends.local import LocalBackend
+from control_plane.catalog.pools import Pool
+from control_plane.catalog.step_spec import StepSpec
+from control_plane.settings import REPO_ROOT
 
 
 def _pool(backend: str = "local", settings: dict | None = None, **runtimes) -> Pool:

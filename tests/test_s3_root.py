@@ -13,10 +13,10 @@ import torch
 
 from cell_lane.defs.assets.ingest import raw_assay, validated_assay
 from cell_lane.omics import join_labels, publish_dataset, read_dataset
-from shared_resources.runtime.checkpoints import CheckpointStore
-from shared_resources.intake.landing import list_complete_drops
+from workload_runtime.checkpoints import CheckpointStore
+from control_plane.intake.landing import list_complete_drops
 from shared_resources.resources import platform_resources
-from shared_resources.runtime.storage import fs_for, read_bytes
+from workload_runtime.storage import fs_for, read_bytes
 from tests.helpers import SEALED, drop_plate, good_plate, lab_drop, lab_storage
 
 

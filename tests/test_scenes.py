@@ -15,6 +15,10 @@ import pytest
 from typer.testing import CliRunner
 
 import robotics_lane.scenes.catalog as catalog
+from control_plane.settings import REPO_ROOT
+from data_layer.lineage import LineageStore
+from data_layer.provenance import publish_version, record_result
+from data_layer.registry.registry import DataRegistry
 from robotics_lane.defs.assets.rollouts import scene_for_run
 from robotics_lane.defs.partitions import nightly_sweeps, sweep_of, sweep_partition_keys
 from robotics_lane.scenes.build import GENERATORS, scene_bytes
@@ -25,10 +29,6 @@ from robotics_lane.sim.base import TaskSpec
 from robotics_lane.sim.factory import make_vector_simulator
 from robotics_lane.sweeps import SWEEPS, SweepConfig
 from robotics_lane.workloads.config import RolloutConfig
-from shared_resources.data.lineage import LineageStore
-from shared_resources.data.provenance import publish_version, record_result
-from shared_resources.data.registry.registry import DataRegistry
-from shared_resources.settings import REPO_ROOT
 from sinewgrid.cli import app
 
 ISAACLAB_PYTHON = REPO_ROOT / ".venv-isaaclab" / "bin" / "python"

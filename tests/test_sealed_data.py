@@ -27,11 +27,11 @@ from cell_lane.omics import (
     write_dataset,
 )
 from cell_lane.omics.sealing import SealedStore
-from shared_resources.data.registry.registry import DataRegistry
-from shared_resources.runtime import tenant_access as access
-from shared_resources.tenancy.control import tenant_storage
-from shared_resources.runtime.envelope import MAGIC, SealedDataError, open_bytes
-from shared_resources.runtime.keys import KeyUnavailable, key_uses, set_local_key_enabled
+from data_layer.registry.registry import DataRegistry
+from workload_runtime import tenant_access as access
+from control_plane.tenancy.control import tenant_storage
+from workload_runtime.envelope import MAGIC, SealedDataError, open_bytes
+from workload_runtime.keys import KeyUnavailable, key_uses, set_local_key_enabled
 from sinewgrid.cli import app
 
 TENANT = "lab-a"  # in the packaged tenants catalog, with a local key

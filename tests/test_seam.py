@@ -15,17 +15,17 @@ from pydantic import ValidationError
 
 from cell_lane.defs.assets.training import FinetuneLaunchpad, PretrainLaunchpad
 from cell_lane.workloads.config import FinetuneSettings, PretrainConfig, PretrainSettings
+from control_plane.catalog.backends import BACKENDS
+from control_plane.catalog.pools import PoolCatalogError, load_pools
+from control_plane.catalog.step_spec import StepSpec
+from control_plane.compute.backends import backend_for
+from control_plane.compute.backends.base import Backend
+from control_plane.settings import REPO_ROOT, child_env, settings
 from robotics_lane.defs.assets.policy import PolicyLaunchpad
 from robotics_lane.workloads.config import PolicySettings, TrainPolicyConfig
-from shared_resources.catalog.backends import BACKENDS
-from shared_resources.catalog.pools import PoolCatalogError, load_pools
-from shared_resources.catalog.step_spec import StepSpec
-from shared_resources.compute.backends import backend_for
-from shared_resources.compute.backends.base import Backend
-from shared_resources.runtime.checkpoints import CheckpointStore
-from shared_resources.runtime.inputs import DEFAULT_CHECKPOINT_EVERY_STEPS, DEFAULT_TELEMETRY_SECONDS, Failpoint, WorkloadInputs, WorkloadInputsError
-from shared_resources.runtime.messages import CheckpointSaved, Preemption, Progress, Qualified, Resumed, Telemetry, parse_messages
-from shared_resources.settings import REPO_ROOT, child_env, settings
+from workload_runtime.checkpoints import CheckpointStore
+from workload_runtime.inputs import DEFAULT_CHECKPOINT_EVERY_STEPS, DEFAULT_TELEMETRY_SECONDS, Failpoint, WorkloadInputs, WorkloadInputsError
+from workload_runtime.messages import CheckpointSaved, Preemption, Progress, Qualified, Resumed, Telemetry, parse_messages
 
 # What the platform sends ---------------------------------------------------------------------
 
@@ -175,7 +175,7 @@ def test_a_message_line_written_in_two_parts_is_read_once_whole():
 
     from dagster._utils import tail_file
 
-    from shared_resources.compute.backends.message_file import whole_lines
+    from control_plane.compute.backends.message_file import whole_lines
 
     def split_write(path: str):
         """A stop check that, the first time the reader finds the end of the file, writes the
@@ -220,7 +220,7 @@ def test_the_local_backend_reads_a_message_written_in_two_parts():
     """The local backend's subprocess client reads its messages file whole line by whole line:
     a message the workload writes in two parts arrives, once (Dagster's default reader stops at
     the first half, and every later message of the step is lost)."""
-    from shared_resources.compute.backends.local import LocalBackend
+    from control_plane.compute.backends.local import LocalBackend
 
     received: list = []
 

@@ -14,6 +14,7 @@ import numpy as np
 import pydantic
 import pytest
 
+from control_plane.settings import REPO_ROOT, child_env
 from robotics_lane.episodes.lerobot_v3 import read_dataset
 from robotics_lane.episodes.shards import assemble_dataset
 from robotics_lane.episodes.validation import validate_dataset
@@ -24,7 +25,6 @@ from robotics_lane.sim.controllers import ScriptedOperator
 from robotics_lane.sim.factory import make_vector_simulator
 from robotics_lane.standins.teleop_operator import TeleopOperatorStandIn
 from robotics_lane.workloads.config import RolloutConfig
-from shared_resources.settings import REPO_ROOT, child_env
 from tests.helpers import WorkloadProcess
 
 FRONT = image_shape("front")

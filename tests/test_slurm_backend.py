@@ -15,16 +15,16 @@ import dagster as dg
 import pytest
 import yaml
 
-from shared_resources.catalog.backends import SlurmSettings
-from shared_resources.compute.backends.base import AttemptOutcome, outcome_of
-from shared_resources.compute.backends.base import JobState
-from shared_resources.compute.backends.engine import Launch
-from shared_resources.compute.backends.slurm import SlurmBackend, render_batch_script
-from shared_resources.accounting.ledger import read_ledger
-from shared_resources.catalog.pools import Pool, load_pools
-from shared_resources.runtime.storage import Storage
-from shared_resources.settings import REPO_ROOT
-from shared_resources.runtime.workload import EXTRAS_ENV, PREEMPTED_EXIT_CODE
+from control_plane.catalog.backends import SlurmSettings
+from control_plane.compute.backends.base import AttemptOutcome, outcome_of
+from control_plane.compute.backends.base import JobState
+from control_plane.compute.backends.engine import Launch
+from control_plane.compute.backends.slurm import SlurmBackend, render_batch_script
+from control_plane.accounting.ledger import read_ledger
+from control_plane.catalog.pools import Pool, load_pools
+from workload_runtime.storage import Storage
+from control_plane.settings import REPO_ROOT
+from workload_runtime.workload import EXTRAS_ENV, PREEMPTED_EXIT_CODE
 from testbed.slurm_cluster import SlurmCluster
 from testbed.counting_step import counting_spec, held, materialize_counting, result_metadata
 

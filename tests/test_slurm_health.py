@@ -16,12 +16,12 @@ import yaml
 
 from testbed.ports import free_port
 from testbed.slurm_cluster import NODE, PARTITIONS, SlurmCluster
-from shared_resources.compute.backends.base import JobHandle, JobState
-from shared_resources.compute.backends.engine import Launch
-from shared_resources.compute.backends.slurm import SlurmBackend
-from shared_resources.compute.backends.slurm_nodes import parse_nodes
-from shared_resources.catalog.pools import Pool, load_pools
-from shared_resources.settings import REPO_ROOT
+from control_plane.compute.backends.base import JobHandle, JobState
+from control_plane.compute.backends.engine import Launch
+from control_plane.compute.backends.slurm import SlurmBackend
+from control_plane.compute.backends.slurm_nodes import parse_nodes
+from control_plane.catalog.pools import Pool, load_pools
+from control_plane.settings import REPO_ROOT
 from testbed.counting_step import counting_spec
 
 # What NHC writes as the reason when it drains a node with a GPU gone.

@@ -10,7 +10,7 @@ import httpx
 import jsonschema
 import pytest
 
-from shared_resources.gateway.standins import (
+from testbed.model_providers import (
     Skill,
     StandInConfig,
     StandInModel,

@@ -8,10 +8,10 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from shared_resources.catalog.tenants import TenantCatalogError, UnknownTenant, load_tenants
-from shared_resources.runtime import tenant_access as access
-from shared_resources.runtime.envelope import Opener, SealedDataError, Sealer, is_sealed, open_bytes, seal_bytes
-from shared_resources.runtime.keys import KeyUnavailable, LocalKeyring, key_uses, set_local_key_enabled
+from control_plane.catalog.tenants import TenantCatalogError, UnknownTenant, load_tenants
+from workload_runtime import tenant_access as access
+from workload_runtime.envelope import Opener, SealedDataError, Sealer, is_sealed, open_bytes, seal_bytes
+from workload_runtime.keys import KeyUnavailable, LocalKeyring, key_uses, set_local_key_enabled
 
 
 @pytest.fixture
@@ -106,7 +106,7 @@ def test_the_key_revoked_drill_refuses_the_tenant_at_once_and_leaves_the_other_r
 
 
 def test_a_chunked_write_abandoned_mid_way_publishes_nothing(tmp_path: Path):
-    from shared_resources.runtime.storage import write_chunks_atomic
+    from workload_runtime.storage import write_chunks_atomic
 
     def chunks():
         yield b"first chunk"

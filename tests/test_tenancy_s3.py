@@ -16,13 +16,13 @@ import dagster as dg
 import numpy as np
 import pytest
 
-from shared_resources.accounting.ledger import read_ledger
-from shared_resources.catalog.step_spec import StepSpec
-from shared_resources.compute.resource import ComputeResource
+from control_plane.accounting.ledger import read_ledger
+from control_plane.catalog.step_spec import StepSpec
+from shared_resources.compute import ComputeResource
 from shared_resources.resources import platform_resources
-from shared_resources.runtime.storage import Storage
-from shared_resources.runtime import tenant_access as access
-from shared_resources.runtime.keys import KeyUnavailable, KmsKeyring
+from workload_runtime.storage import Storage
+from workload_runtime import tenant_access as access
+from workload_runtime.keys import KeyUnavailable, KmsKeyring
 
 pytestmark = [pytest.mark.engines, pytest.mark.e2e]
 
@@ -129,7 +129,7 @@ def test_a_tenant_workload_cannot_reach_another_tenants_objects_or_key(tenancy, 
     assert again.success and _metadata(again)["resumed"] is True
 
     # B's key cannot unwrap A's data key even given A's bytes: KMS itself refuses the key mismatch.
-    from shared_resources.runtime.envelope import read_header
+    from workload_runtime.envelope import read_header
 
     sealed = server.client("s3", server.admin).get_object(Bucket="lab-a-data", Key=a_object.removeprefix("s3://lab-a-data/"))["Body"].read()
     header, _ = read_header(sealed)

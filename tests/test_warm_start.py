@@ -15,9 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from shared_resources.compute.backends import warm_start
-from shared_resources.compute.backends.warm_start import WarmProcess, start_process
-from shared_resources.settings import child_env
+from control_plane.compute.backends import warm_start
+from control_plane.compute.backends.warm_start import WarmProcess, start_process
+from control_plane.settings import child_env
 
 REPORTER = """
 import json, os, sys
@@ -158,9 +158,9 @@ def test_a_workload_that_ends_at_once_still_has_its_handle(tmp_path: Path):
     later process with the same pid) comes with its pid, not from a later look in /proc."""
     import psutil
 
-    from shared_resources.catalog.pools import Pool
-    from shared_resources.compute.backends.base import JobState
-    from shared_resources.compute.backends.local import LocalBackend
+    from control_plane.catalog.pools import Pool
+    from control_plane.compute.backends.base import JobState
+    from control_plane.compute.backends.local import LocalBackend
 
     (tmp_path / "sleeper.py").write_text("import time\ntime.sleep(300)\n")
     with (tmp_path / "sleeper.log").open("wb") as output:

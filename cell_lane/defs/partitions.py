@@ -1,6 +1,6 @@
 """The Cell lane's partitions: one per lab (tenant), and for ingest one per lab and drop.
 
-The tenants are the Cell labs of the tenants catalog (`shared_resources/catalog/tenants.yaml`,
+The tenants are the Cell labs of the tenants catalog (`control_plane/catalog/tenants.yaml`,
 or `SINEWGRID_TENANTS`), read when the code location loads: a new lab appears after a reload.
 A drop is named by the drop_id the lab chose, so two labs may use the same one: Dagster writes
 the keys `x|lab-a` and `x|lab-b` (dimensions in name order), two partitions, each in its own
@@ -9,7 +9,7 @@ lab's storage root.
 
 import dagster as dg
 
-from shared_resources.catalog.tenants import load_tenants
+from control_plane.catalog.tenants import load_tenants
 
 TENANT = "tenant"
 DROP = "drop"

@@ -1,7 +1,7 @@
 """A tenant's omics dataset sealed object by object: a zarr v3 store wrapper that seals on write and opens on read.
 
 A dataset written under a tenant's storage root (one whose keyring this process holds,
-`shared_resources/runtime/tenant_access.py`) is sealed before it leaves the writer: every object zarr
+`workload_runtime/tenant_access.py`) is sealed before it leaves the writer: every object zarr
 writes — chunks, and metadata too (`zarr.json` holds obs and var, the cell and gene names and
 their annotations: assay data as much as the matrix) — goes through `SealedStore.set`, which seals
 it with ONE `Sealer` for the whole dataset version (one data key, wrapped once by the tenant's key;
@@ -31,9 +31,9 @@ from zarr.abc.store import ByteRequest, OffsetByteRequest, RangeByteRequest, Sto
 from zarr.core.buffer import Buffer, BufferPrototype
 from zarr.storage import WrapperStore
 
-from shared_resources.runtime.tenant_access import resolve
-from shared_resources.runtime.envelope import Opener, SealedDataError, Sealer, is_sealed
-from shared_resources.runtime.keys import Keyring
+from workload_runtime.tenant_access import resolve
+from workload_runtime.envelope import Opener, SealedDataError, Sealer, is_sealed
+from workload_runtime.keys import Keyring
 
 ROOT_METADATA = "zarr.json"
 

@@ -42,10 +42,10 @@ import zarr
 
 from cell_lane.omics.labels import JoinedDataset
 from cell_lane.omics.sealing import ROOT_METADATA, SealedStore, sealing_store
-from shared_resources.runtime.storage import fs_for, write_json_atomic
-from shared_resources.runtime.tenant_access import keyring_for, opener
-from shared_resources.runtime.envelope import is_sealed
-from shared_resources.runtime.keys import Keyring
+from workload_runtime.storage import fs_for, write_json_atomic
+from workload_runtime.tenant_access import keyring_for, opener
+from workload_runtime.envelope import is_sealed
+from workload_runtime.keys import Keyring
 
 ZARR_FORMAT = 3  # explicit, so stored data never changes format with an anndata upgrade
 

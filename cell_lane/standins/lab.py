@@ -24,9 +24,9 @@ import pandas as pd
 
 from cell_lane.omics import load_reference_expression
 from cell_lane.plate_layout import GENES_PER_PLATE, plate_layout
-from shared_resources.catalog.tenants import load_tenants
-from shared_resources.intake.landing import MANIFEST_NAME, write_drop
-from shared_resources.runtime.storage import Storage, exists, fs_for, read_json, sha256_bytes, write_json_atomic
+from control_plane.catalog.tenants import load_tenants
+from control_plane.intake.landing import MANIFEST_NAME, write_drop
+from workload_runtime.storage import Storage, exists, fs_for, read_json, sha256_bytes, write_json_atomic
 
 ASSAY_KIND = "assays"
 NEG_CONTROL_MEAN, NEG_CONTROL_SD = 1000.0, 40.0

@@ -12,7 +12,7 @@ from typing import Annotated
 
 from pydantic import ConfigDict, Field
 
-from shared_resources.runtime.setting_ranges import RangedSettings
+from workload_runtime.setting_ranges import RangedSettings
 
 Positive = Annotated[int, Field(ge=1)]
 Rate = Annotated[float, Field(gt=0)]

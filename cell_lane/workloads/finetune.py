@@ -17,10 +17,10 @@ from torch import nn
 from cell_lane.omics import read_dataset
 from cell_lane.workloads.config import FinetuneConfig
 from cell_lane.workloads.models import EffectHead
-from shared_resources.runtime.checkpoints import CheckpointStore
-from shared_resources.runtime.storage import write_bytes_atomic
-from shared_resources.runtime.torch_state import load_optimizer_tensors, optimizer_tensors
-from shared_resources.runtime.workload import WorkloadRun
+from workload_runtime.checkpoints import CheckpointStore
+from workload_runtime.storage import write_bytes_atomic
+from workload_runtime.torch_state import load_optimizer_tensors, optimizer_tensors
+from workload_runtime.workload import WorkloadRun
 
 
 def _fold_of(n: int, folds: int, seed: int) -> np.ndarray:

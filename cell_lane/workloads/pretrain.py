@@ -19,14 +19,14 @@ from torch import nn
 from cell_lane.omics import dense_rows, read_dataset
 from cell_lane.workloads.config import PretrainConfig
 from cell_lane.workloads.models import MaskedExpressionModel
-from shared_resources.runtime.torch_state import (
+from workload_runtime.torch_state import (
     pick_device,
     restore_sharded,
     restore_training,
     sharded_state,
     training_files,
 )
-from shared_resources.runtime.workload import ShardedState, WorkloadRun
+from workload_runtime.workload import ShardedState, WorkloadRun
 
 
 def main() -> None:
@@ -51,7 +51,7 @@ def main() -> None:
         losses: list[float] = []
         start = 0
         if checkpoint is not None and checkpoint.sharded:
-            from shared_resources.runtime.sharded import load_sharded
+            from workload_runtime.sharded import load_sharded
 
             state = sharded_state(model, optimizer, generator)
             load_sharded(checkpoint, state)

@@ -46,7 +46,7 @@ RUN uv pip install "isaaclab==${ISAACLAB_VERSION}" ${ISAACLAB_WORKLOAD_PACKAGES}
 
 # The workloads import the repository's packages from the working directory (PYTHONPATH above).
 WORKDIR /opt/sinewgrid
-COPY shared_resources ./shared_resources
+COPY workload_runtime ./workload_runtime
 COPY robotics_lane ./robotics_lane
 
 RUN useradd --uid 10001 --create-home sinewgrid

@@ -37,6 +37,10 @@ RUN pip install --index-url https://download.pytorch.org/whl/cpu "torch==${TORCH
 # The project with the dependency pins of pyproject.toml (Dagster family and torch exact).
 COPY pyproject.toml README.md ./
 COPY sinewgrid ./sinewgrid
+COPY workload_runtime ./workload_runtime
+COPY control_plane ./control_plane
+COPY data_layer ./data_layer
+COPY model_gateway ./model_gateway
 COPY shared_resources ./shared_resources
 COPY cell_lane ./cell_lane
 COPY robotics_lane ./robotics_lane

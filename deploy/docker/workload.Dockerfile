@@ -54,6 +54,10 @@ RUN uv pip install --index-url "https://download.pytorch.org/whl/${TORCH_CUDA}" 
 
 COPY pyproject.toml README.md ./
 COPY sinewgrid ./sinewgrid
+COPY workload_runtime ./workload_runtime
+COPY control_plane ./control_plane
+COPY data_layer ./data_layer
+COPY model_gateway ./model_gateway
 COPY shared_resources ./shared_resources
 COPY cell_lane ./cell_lane
 COPY robotics_lane ./robotics_lane

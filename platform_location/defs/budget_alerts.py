@@ -1,6 +1,6 @@
 """Budget alerts: a budget that reaches its warning level or its limit is said once per period.
 
-Every minute the `budget_alerts` sensor evaluates every budget (`shared_resources/accounting/
+Every minute the `budget_alerts` sensor evaluates every budget (`control_plane/accounting/
 budgets.py`). A budget newly at `warn` or `over` in its period (a month, or all time) is shown in
 the UI, as an observation of `platform/budgets` with the table of every budget, and POSTed as
 JSON to `SINEWGRID_ALERT_WEBHOOK` when one is set (a Slack-style `text` line plus the figures).
@@ -20,12 +20,12 @@ from dataclasses import dataclass, field
 
 import dagster as dg
 
+from control_plane.accounting.budgets import BudgetStatus, check, counts_words
+from control_plane.accounting.ledger import LedgerConfigError
+from control_plane.catalog.budgets import BudgetCatalogError, load_budgets
+from control_plane.settings import settings
 from platform_location.defs.assets.budgets import BUDGETS, budgets_metadata
-from shared_resources.accounting.budgets import BudgetStatus, check, counts_words
-from shared_resources.accounting.ledger import LedgerConfigError
-from shared_resources.catalog.budgets import BudgetCatalogError, load_budgets
 from shared_resources.resources import StorageResource
-from shared_resources.settings import settings
 
 _RANK = {"warn": 1, "over": 2}
 

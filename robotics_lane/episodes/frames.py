@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from robotics_lane.episodes.layout import ACTION, REWARD, STATE, TASKS_PATH
-from shared_resources.intake.landing import DropIssue
+from workload_runtime.data_issues import DropIssue
 
 TIMESTAMP_TOLERANCE_S = 1e-3
 

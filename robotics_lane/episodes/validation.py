@@ -56,7 +56,7 @@ from robotics_lane.episodes.layout import (
     read_tasks,
 )
 from robotics_lane.episodes.video_checks import check_videos, declared_camera_problem
-from shared_resources.intake.landing import DropIssue
+from workload_runtime.data_issues import DropIssue
 
 MAX_ISSUES_PER_RULE = 20
 REQUIRED_INFO_KEYS = ("codebase_version", "fps", "features", "data_path", "total_episodes", "total_frames", "total_tasks")

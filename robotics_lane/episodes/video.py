@@ -12,7 +12,7 @@ Encoding is deterministic: one encoder thread (SVT-AV1's `lp=1`), fixed paramete
 creation time in the container, so the same frames give the same bytes with the same PyAV
 build on the same kind of CPU. A rollout shard relaunched after preemption writes the very
 files the first attempt did. SVT-AV1's settings banner, printed each time an encoder opens, is
-kept out of stderr (`shared_resources.runtime.codecs`; set `SVT_LOG` yourself to see it).
+kept out of stderr (`workload_runtime.codecs`; set `SVT_LOG` yourself to see it).
 
 Decoding uses PyAV's stream threading (`thread_type="AUTO"`); `probe_video` decodes every frame
 to prove the file decodes but never converts a frame to RGB, since it only counts and times them.
@@ -31,7 +31,7 @@ import fsspec
 import numpy as np
 from fsspec.implementations.local import LocalFileSystem
 
-from shared_resources.runtime.codecs import quiet_video_encoders
+from workload_runtime.codecs import quiet_video_encoders
 
 CODEC, CODEC_NAME, PIX_FMT = "libsvtav1", "av1", "yuv420p"  # encoder; the stream's codec as readers name it
 GOP, CRF, PRESET, FAST_DECODE = 2, 30, 12, 0

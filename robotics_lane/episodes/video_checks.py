@@ -27,7 +27,7 @@ import numpy as np
 
 from robotics_lane.episodes.layout import INFO_PATH, VIDEO_COLUMNS, VIDEO_PATH
 from robotics_lane.episodes.video import VideoUnreadable, in_span, probe_video
-from shared_resources.intake.landing import DropIssue
+from workload_runtime.data_issues import DropIssue
 
 RULE = "video"
 FPS_TOLERANCE = 0.01  # relative: 25 fps against 25.2 passes, 24 or 30 does not

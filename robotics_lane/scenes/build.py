@@ -18,7 +18,7 @@ from collections.abc import Callable
 
 from robotics_lane.scenes.catalog import SceneError, SceneSource
 from robotics_lane.scenes.newton_cartpole import generate_cartpole_usda
-from shared_resources.runtime.storage import write_bytes_atomic
+from workload_runtime.storage import write_bytes_atomic
 
 
 def _isaaclab_cartpole() -> dict[str, bytes]:

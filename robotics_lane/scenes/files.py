@@ -19,8 +19,8 @@ from pathlib import Path
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from robotics_lane.scenes.catalog import SCENES_DATASET, SceneError, SceneSource, content_hash, split_version
-from shared_resources.runtime.node import cache_dir
-from shared_resources.runtime.storage import fs_for, read_bytes
+from workload_runtime.node import cache_dir
+from workload_runtime.storage import fs_for, read_bytes
 
 
 class SceneFiles(BaseModel):

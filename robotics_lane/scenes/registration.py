@@ -14,15 +14,15 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from control_plane.catalog.pools import Capacity
+from control_plane.catalog.step_spec import StepSpec
+from data_layer.lineage import LineageStore
+from data_layer.provenance import find_version, publish_version
+from data_layer.registry.names import VersionNotFound
 from robotics_lane.scenes.build import can_build_here, write_scene
 from robotics_lane.scenes.catalog import SCENES_DATASET, SceneError, SceneSource, content_hash, split_version
 from robotics_lane.scenes.files import SceneFiles, list_scene
-from shared_resources.catalog.pools import Capacity
-from shared_resources.catalog.step_spec import StepSpec
-from shared_resources.data.lineage import LineageStore
-from shared_resources.data.provenance import find_version, publish_version
-from shared_resources.data.registry.names import VersionNotFound
-from shared_resources.runtime.storage import Storage
+from workload_runtime.storage import Storage
 
 SCENE_BUILD_STEP = "robotics.scene_build"
 # Runs a generated scene's build on a pool of its runtime: (scene, folder on the store) -> None.

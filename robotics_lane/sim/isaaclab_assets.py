@@ -15,7 +15,7 @@ import os
 import re
 from pathlib import Path
 
-from shared_resources.runtime.node import cache_dir
+from workload_runtime.node import cache_dir
 
 def asset_cache_dir() -> Path:
     """Where generated assets live: ``$SINEWGRID_ASSET_CACHE`` or ``~/.cache/sinewgrid/isaaclab``."""

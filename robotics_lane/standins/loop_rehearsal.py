@@ -30,7 +30,7 @@ from robotics_lane.standins.teleop_operator import TeleopOperatorStandIn
 from robotics_lane.sweeps import TASK_LABEL, SweepConfig
 from robotics_lane.workloads.config import PolicySettings, RolloutConfig, TrainPolicyConfig
 from robotics_lane.workloads.rollout_output import trial_uri
-from shared_resources.runtime.storage import Storage, read_bytes, read_json, write_json_atomic
+from workload_runtime.storage import Storage, read_bytes, read_json, write_json_atomic
 
 
 @dataclass

@@ -25,13 +25,13 @@ import json
 import posixpath
 from dataclasses import dataclass
 
+from control_plane.intake.landing import MANIFEST_NAME, seal_drop
 from robotics_lane.episodes.lerobot_v3 import Episode, write_dataset
 from robotics_lane.policies import load_policy
 from robotics_lane.sim.base import ACTION_NAMES, STATE_NAMES, TaskSpec, run_episode
 from robotics_lane.sim.camera import image_features
 from robotics_lane.sim.factory import make_simulator
-from shared_resources.intake.landing import MANIFEST_NAME, seal_drop
-from shared_resources.runtime.storage import Storage, exists, glob_uris, read_json, write_bytes_atomic
+from workload_runtime.storage import Storage, exists, glob_uris, read_json, write_bytes_atomic
 
 KIND = "robot_eval"
 # How the real robot differs from nominal simulation (hidden from the platform; see above).

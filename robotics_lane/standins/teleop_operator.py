@@ -27,8 +27,8 @@ from robotics_lane.sim.base import ACTION_NAMES, STATE_NAMES, TaskSpec, run_epis
 from robotics_lane.sim.camera import image_features
 from robotics_lane.sim.factory import make_simulator
 from robotics_lane.sim.controllers import BalancingController, NoisyOperator
-from shared_resources.intake.landing import MANIFEST_NAME, seal_drop
-from shared_resources.runtime.storage import Storage, exists, glob_uris, read_json, write_json_atomic
+from control_plane.intake.landing import MANIFEST_NAME, seal_drop
+from workload_runtime.storage import Storage, exists, glob_uris, read_json, write_json_atomic
 
 KIND = "teleop"
 TASK_LABEL = "balance the pole"

@@ -56,7 +56,7 @@ def load_batch_policy(
         )
     if kind == "checkpoint":
         from robotics_lane.mlp_policy import MLPPolicy
-        from shared_resources.runtime.checkpoints import CheckpointStore
+        from workload_runtime.checkpoints import CheckpointStore
 
         checkpoint = CheckpointStore(spec["uri"]).latest_valid()
         if checkpoint is None:

@@ -11,7 +11,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from robotics_lane.scenes.build import write_scene
 from robotics_lane.scenes.catalog import content_hash, scene_source
-from shared_resources.runtime.workload import WorkloadRun
+from workload_runtime.workload import WorkloadRun
 
 
 class SceneBuildConfig(BaseModel):

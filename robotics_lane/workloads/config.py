@@ -14,7 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from robotics_lane.scenes.files import SceneFiles
 from robotics_lane.sim.camera import check_cameras
-from shared_resources.runtime.setting_ranges import RangedSettings
+from workload_runtime.setting_ranges import RangedSettings
 
 Positive = Annotated[int, Field(ge=1)]
 

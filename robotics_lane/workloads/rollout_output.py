@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import posixpath
 
-from shared_resources.runtime.storage import fs_for
+from workload_runtime.storage import fs_for
 
 
 def trial_uri(output_uri: str, seed: int) -> str:

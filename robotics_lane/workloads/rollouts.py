@@ -39,8 +39,8 @@ from robotics_lane.sim.randomization import randomized_task
 from robotics_lane.workloads.batch_policy import load_batch_policy
 from robotics_lane.workloads.config import RolloutConfig
 from robotics_lane.workloads.rollout_output import committed_seeds, episodes_folder, trial_uri
-from shared_resources.runtime.storage import read_json, write_bytes_atomic
-from shared_resources.runtime.workload import Preempted, WorkloadRun
+from workload_runtime.storage import read_json, write_bytes_atomic
+from workload_runtime.workload import Preempted, WorkloadRun
 
 
 def commit_episode(cfg: RolloutConfig, task: TaskSpec, episode: Episode, episode_index: int, fps: int) -> None:

@@ -20,8 +20,8 @@ from torch import nn
 from robotics_lane.episodes.lerobot_v3 import read_dataset
 from robotics_lane.mlp_policy import MLPPolicy
 from robotics_lane.workloads.config import TrainPolicyConfig
-from shared_resources.runtime.torch_state import restore_sharded, restore_training, sharded_state, training_files
-from shared_resources.runtime.workload import ShardedState, WorkloadRun
+from workload_runtime.torch_state import restore_sharded, restore_training, sharded_state, training_files
+from workload_runtime.workload import ShardedState, WorkloadRun
 
 
 def load_demonstrations(uris: list[str], successful_only: bool) -> tuple[np.ndarray, np.ndarray, int]:
@@ -58,7 +58,7 @@ def main() -> None:
         losses: list[float] = []
         start = 0
         if checkpoint is not None and checkpoint.sharded:
-            from shared_resources.runtime.sharded import load_sharded
+            from workload_runtime.sharded import load_sharded
 
             saved = sharded_state(model, optimizer, generator)
             load_sharded(checkpoint, saved)

@@ -14,9 +14,9 @@ from typing import Any
 
 import numpy as np
 
-from shared_resources.runtime.checkpoints import CheckpointStore
-from shared_resources.runtime.storage import fs_for, read_bytes, write_bytes_atomic
-from shared_resources.runtime.workload import WorkloadRun
+from workload_runtime.checkpoints import CheckpointStore
+from workload_runtime.storage import fs_for, read_bytes, write_bytes_atomic
+from workload_runtime.workload import WorkloadRun
 
 
 def _try(action: Callable[[], Any]) -> str:

@@ -10,9 +10,9 @@ import pandas as pd
 from cell_lane.defs.assets.ingest import KIND, VALIDATED_ASSAY
 from cell_lane.defs.partitions import cell_tenants
 from cell_lane.omics import gene_labels, join_labels, load_reference_expression, publish_dataset
-from shared_resources.data.provenance import publish_version
+from data_layer.provenance import publish_version
 from shared_resources.resources import StorageResource
-from shared_resources.runtime.storage import glob_uris, read_bytes, read_json, write_json_atomic
+from workload_runtime.storage import glob_uris, read_bytes, read_json, write_json_atomic
 
 OMICS_DATASET = dg.AssetKey(["cell", "omics_dataset"])
 

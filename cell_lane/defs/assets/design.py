@@ -10,9 +10,9 @@ import pandas as pd
 from cell_lane.defs.assets.training import FINETUNED_MODEL, pointer_uri
 from cell_lane.defs.partitions import cell_tenants
 from cell_lane.plate_layout import GENES_PER_PLATE, plate_layout
-from shared_resources.data.provenance import record_result
+from data_layer.provenance import record_result
 from shared_resources.resources import StorageResource
-from shared_resources.runtime.storage import exists, read_bytes, read_json, write_bytes_atomic, write_json_atomic
+from workload_runtime.storage import exists, read_bytes, read_json, write_bytes_atomic, write_json_atomic
 
 NEXT_PLATE_PROPOSAL = dg.AssetKey(["cell", "next_plate_proposal"])
 

@@ -10,12 +10,13 @@ import pandas as pd
 from cell_lane.defs.checks import DROP_MANIFEST_CHECK, LAYOUT_RULES, PLATE_LAYOUT_CHECK, PLATE_SCHEMA_CHECK, Z_PRIME_CHECK
 from cell_lane.defs.partitions import tenant_and_drop, tenant_drops
 from cell_lane.plate_validation import Z_PRIME_THRESHOLD, Violation, check_plate_file, normalised_effects
-from shared_resources.intake.landing import MANIFEST_NAME, DropIssue, read_drop, write_raw
-from shared_resources.data.provenance import drop_id as drop_lineage_id
-from shared_resources.data.provenance import lineage_metadata, publish_version, record_drop
-from shared_resources.intake.quarantine import quarantined
+from control_plane.intake.landing import MANIFEST_NAME, read_drop, write_raw
+from workload_runtime.data_issues import DropIssue
+from data_layer.provenance import drop_id as drop_lineage_id
+from data_layer.provenance import lineage_metadata, publish_version, record_drop
+from control_plane.intake.quarantine import quarantined
 from shared_resources.resources import StorageResource
-from shared_resources.runtime.storage import exists, read_bytes, read_json, write_bytes_atomic
+from workload_runtime.storage import exists, read_bytes, read_json, write_bytes_atomic
 
 KIND = "assays"
 RAW_ASSAY = dg.AssetKey(["cell", "raw_assay"])

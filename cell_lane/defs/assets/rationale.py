@@ -11,9 +11,9 @@ from cell_lane.defs.assets.design import NEXT_PLATE_PROPOSAL
 from cell_lane.defs.assets.training import pointer_uri
 from cell_lane.defs.partitions import cell_tenants
 from cell_lane.plate_design_rationale import rationale_payloads
-from shared_resources.data.provenance import record_result
+from data_layer.provenance import record_result
 from shared_resources.resources import ModelGatewayResource, StorageResource
-from shared_resources.runtime.storage import exists, read_bytes, read_json, write_bytes_atomic
+from workload_runtime.storage import exists, read_bytes, read_json, write_bytes_atomic
 
 PLATE_RATIONALE = dg.AssetKey(["cell", "plate_rationale"])
 TASK_FOLDER = Path(__file__).resolve().parents[2] / "tasks" / "gene-rationale"

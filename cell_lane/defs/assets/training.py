@@ -10,14 +10,14 @@ from pydantic import Field
 from cell_lane.defs.assets.dataset import OMICS_DATASET, latest_dataset
 from cell_lane.defs.partitions import cell_tenants
 from cell_lane.workloads.config import FinetuneConfig, FinetuneSettings, PretrainConfig, PretrainSettings
-from shared_resources.compute.resource import ComputeResource
-from shared_resources.catalog.pools import Capacity
-from shared_resources.data.agreement_checks import require_shared_training, shared_training_check_spec
-from shared_resources.tenancy.agreements import check_shared_training, limits_for
-from shared_resources.data.provenance import dataset_ref, find_version, record_result, track_run, trained_on
+from shared_resources.compute import ComputeResource
+from control_plane.catalog.pools import Capacity
+from data_layer.agreement_checks import require_shared_training, shared_training_check_spec
+from control_plane.tenancy.agreements import check_shared_training, limits_for
+from data_layer.provenance import dataset_ref, find_version, record_result, track_run, trained_on
 from shared_resources.resources import StorageResource
-from shared_resources.catalog.step_spec import TRAINING_IMPORTS, StepSpec
-from shared_resources.runtime.storage import Storage, read_json, write_json_atomic
+from control_plane.catalog.step_spec import TRAINING_IMPORTS, StepSpec
+from workload_runtime.storage import Storage, read_json, write_json_atomic
 
 FOUNDATION_MODEL = dg.AssetKey(["cell", "foundation_model"])
 FINETUNED_MODEL = dg.AssetKey(["cell", "finetuned_model"])

@@ -59,7 +59,7 @@ def load_skill() -> Any:
 def lab_truth() -> pd.Series:
     """The lab stand-in's hidden effect per gene (reads the bundled PBMC matrix; writes nothing)."""
     from cell_lane.standins.lab import LabStandIn
-    from shared_resources.runtime.storage import Storage
+    from workload_runtime.storage import Storage
 
     return LabStandIn(Storage.at("memory://sinewgrid-gene-rationale-eval")).truth
 

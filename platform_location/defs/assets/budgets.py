@@ -4,10 +4,10 @@ import datetime as dt
 
 import dagster as dg
 
+from control_plane.accounting.budgets import BudgetStatus, budgets_markdown, check, counts_words
+from control_plane.accounting.ledger import LedgerConfigError
+from control_plane.catalog.budgets import BudgetCatalogError, load_budgets
 from platform_location.defs.assets.ledger_reports import REPORT_GROUP
-from shared_resources.accounting.budgets import BudgetStatus, budgets_markdown, check, counts_words
-from shared_resources.accounting.ledger import LedgerConfigError
-from shared_resources.catalog.budgets import BudgetCatalogError, load_budgets
 from shared_resources.resources import StorageResource
 
 BUDGETS = dg.AssetKey(["platform", "budgets"])

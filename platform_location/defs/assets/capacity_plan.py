@@ -8,12 +8,12 @@ from pathlib import Path
 
 import dagster as dg
 
-from shared_resources.placement.job_files import JobFileError, plan_calendar
-from shared_resources.placement.planner import InfeasiblePlanError
-from shared_resources.catalog.pools import PoolCatalogError
+from control_plane.placement.job_files import JobFileError, plan_calendar
+from control_plane.placement.planner import InfeasiblePlanError
+from control_plane.catalog.pools import PoolCatalogError
 from shared_resources.resources import StorageResource
-from shared_resources.runtime.storage import write_bytes_atomic
-from shared_resources.settings import REPO_ROOT
+from workload_runtime.storage import write_bytes_atomic
+from control_plane.settings import REPO_ROOT
 
 CAPACITY_PLAN = dg.AssetKey(["platform", "capacity_plan"])
 PLAN_GROUP = "platform_capacity"

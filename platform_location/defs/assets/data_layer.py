@@ -4,11 +4,11 @@ import pandas as pd
 
 import dagster as dg
 
-from shared_resources.data.checkpoint_registry import CheckpointRegistry, human_bytes
-from shared_resources.data.checkpoint_retention import apply_retention, plan_retention, pointer_protections
-from shared_resources.data.registry.registry import DataRegistry
-from shared_resources.data.experiments import list_runs
-from shared_resources.data.run_comparison import curve_png, image_markdown
+from data_layer.checkpoint_registry import CheckpointRegistry, human_bytes
+from data_layer.checkpoint_retention import apply_retention, plan_retention, pointer_protections
+from data_layer.registry.registry import DataRegistry
+from data_layer.experiments import list_runs
+from data_layer.run_comparison import curve_png, image_markdown
 from shared_resources.resources import StorageResource
 
 GROUP = "platform_data"

@@ -7,11 +7,11 @@ from pathlib import Path
 import dagster as dg
 from pydantic import Field
 
+from control_plane.settings import settings
 from drills import runner
 from drills.runner import BACKENDS, SCENARIOS, DrillSetup, drill_catalog, run_scenario
 from drills.workloads import SIZES, WORKLOADS
 from shared_resources.resources import StorageResource
-from shared_resources.settings import settings
 
 FAILURE_DRILL = dg.AssetKey(["platform", "failure_drill"])
 DRILL_GROUP = "platform_drills"

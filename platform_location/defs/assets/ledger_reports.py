@@ -6,10 +6,10 @@ import datetime as dt
 
 import dagster as dg
 
-from shared_resources.accounting import reports
-from shared_resources.accounting.ledger import Ledger, LedgerConfigError
+from control_plane.accounting import reports
+from control_plane.accounting.ledger import Ledger, LedgerConfigError
 from shared_resources.resources import StorageResource
-from shared_resources.runtime.storage import write_bytes_atomic
+from workload_runtime.storage import write_bytes_atomic
 
 LEDGER_SUMMARY = dg.AssetKey(["platform", "ledger_summary"])
 REPORT_GROUP = "platform_costs"

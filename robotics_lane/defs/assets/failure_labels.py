@@ -7,13 +7,13 @@ from pathlib import Path
 import dagster as dg
 import pandas as pd
 
+from data_layer.provenance import drop_id, record_result
 from robotics_lane.defs.assets.real_robot import HELD_OUT_TASKS, KIND, REAL_EVALUATION
 from robotics_lane.defs.partitions import robot_evals
 from robotics_lane.episodes.lerobot_v3 import read_dataset
 from robotics_lane.episodes.summaries import episode_summary, trial_id
-from shared_resources.data.provenance import drop_id, record_result
 from shared_resources.resources import ModelGatewayResource, StorageResource
-from shared_resources.runtime.storage import exists, read_bytes, read_json, write_bytes_atomic
+from workload_runtime.storage import exists, read_bytes, read_json, write_bytes_atomic
 
 FAILURE_LABELS = dg.AssetKey(["robotics", "failure_labels"])
 TASK_FOLDER = Path(__file__).resolve().parents[2] / "tasks" / "label-failure"

@@ -18,12 +18,12 @@ from robotics_lane.scenes.registration import scenes_upstream
 from robotics_lane.stats import wilson_interval
 from robotics_lane.workloads.config import PolicySettings, RolloutConfig, TrainPolicyConfig
 from robotics_lane.workloads.rollout_output import trial_uri
-from shared_resources.compute.resource import ComputeResource
-from shared_resources.catalog.pools import Capacity
-from shared_resources.data.provenance import dataset_ref, find_version, record_result, track_evaluation, track_run, trained_on
+from shared_resources.compute import ComputeResource
+from control_plane.catalog.pools import Capacity
+from data_layer.provenance import dataset_ref, find_version, record_result, track_evaluation, track_run, trained_on
 from shared_resources.resources import StorageResource
-from shared_resources.catalog.step_spec import TRAINING_IMPORTS, StepSpec
-from shared_resources.runtime.storage import Storage, exists, glob_uris, read_json, write_bytes_atomic, write_json_atomic
+from control_plane.catalog.step_spec import TRAINING_IMPORTS, StepSpec
+from workload_runtime.storage import Storage, exists, glob_uris, read_json, write_bytes_atomic, write_json_atomic
 
 POLICY = dg.AssetKey(["robotics", "policy"])
 SIM_EVALUATION = dg.AssetKey(["robotics", "sim_evaluation"])

@@ -15,12 +15,13 @@ from robotics_lane.defs.partitions import robot_evals
 from robotics_lane.defs.policy_versions import policy_versions, success_chart_png, verdict, versions_markdown
 from robotics_lane.robot_cell_protocol import HELD_OUT_TASKS, TRIALS_PER_TASK, eval_request, relabel_request
 from robotics_lane.stats import wilson_interval
-from shared_resources.data.run_comparison import image_markdown
-from shared_resources.intake.landing import DropIssue, read_drop, write_raw
-from shared_resources.data.provenance import drop_id, record_drop, record_result, track_evaluation
-from shared_resources.intake.quarantine import quarantined
+from data_layer.run_comparison import image_markdown
+from control_plane.intake.landing import read_drop, write_raw
+from workload_runtime.data_issues import DropIssue
+from data_layer.provenance import drop_id, record_drop, record_result, track_evaluation
+from control_plane.intake.quarantine import quarantined
 from shared_resources.resources import StorageResource
-from shared_resources.runtime.storage import exists, read_json, write_bytes_atomic, write_json_atomic
+from workload_runtime.storage import exists, read_json, write_bytes_atomic, write_json_atomic
 
 KIND = "robot_eval"
 EVAL_REQUEST = dg.AssetKey(["robotics", "real_robot_eval_request"])

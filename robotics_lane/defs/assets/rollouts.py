@@ -15,13 +15,13 @@ from robotics_lane.scenes.registration import resolve_scene, scene_build_spec
 from robotics_lane.sim.base import ACTION_NAMES, STATE_NAMES
 from robotics_lane.sweeps import SWEEPS, TASK_LABEL, SweepConfig
 from robotics_lane.workloads.rollout_output import trial_uri
-from shared_resources.compute.resource import ComputeResource
-from shared_resources.compute.step_run import StepRun
-from shared_resources.catalog.pools import Capacity
-from shared_resources.data.provenance import publish_version
+from shared_resources.compute import ComputeResource
+from control_plane.compute.step_run import StepRun
+from control_plane.catalog.pools import Capacity
+from data_layer.provenance import publish_version
 from shared_resources.resources import StorageResource
-from shared_resources.catalog.step_spec import StepSpec
-from shared_resources.runtime.storage import Storage, read_json, write_bytes_atomic
+from control_plane.catalog.step_spec import StepSpec
+from workload_runtime.storage import Storage, read_json, write_bytes_atomic
 
 SIM_ROLLOUTS = dg.AssetKey(["robotics", "sim_rollouts"])
 

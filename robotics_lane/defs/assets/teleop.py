@@ -6,11 +6,11 @@ import dagster as dg
 from robotics_lane.defs.checks import EPISODES_VALID_CHECK, SESSION_MANIFEST_CHECK
 from robotics_lane.episodes.validation import validate_dataset
 from robotics_lane.defs.partitions import teleop_sessions
-from shared_resources.intake.landing import read_drop, write_raw
-from shared_resources.data.provenance import drop_id, publish_version, record_drop
-from shared_resources.intake.quarantine import quarantined
+from control_plane.intake.landing import read_drop, write_raw
+from data_layer.provenance import drop_id, publish_version, record_drop
+from control_plane.intake.quarantine import quarantined
 from shared_resources.resources import StorageResource
-from shared_resources.runtime.storage import write_json_atomic
+from workload_runtime.storage import write_json_atomic
 
 KIND = "teleop"
 TELEOP_EPISODES = dg.AssetKey(["robotics", "teleop_episodes"])

@@ -96,7 +96,7 @@ def run_cell(versions: list[dict[str, Any]], trials_per_task: int, root: str = R
     from robotics_lane.episodes.lerobot_v3 import read_dataset
     from robotics_lane.episodes.summaries import episode_summary
     from robotics_lane.standins import robot_cell
-    from shared_resources.runtime.storage import Storage, read_bytes, write_json_atomic
+    from workload_runtime.storage import Storage, read_bytes, write_json_atomic
 
     storage = Storage.at(root)
     try:

@@ -1,0 +1,54 @@
+"""The control plane's side of tenancy: a tenant's storage, with its key held in this process."""
+
+from __future__ import annotations
+
+from control_plane.catalog.tenants import Tenant, load_tenants
+from control_plane.settings import tenant_credentials
+from workload_runtime.keys import KeyUnavailable
+from workload_runtime.storage import Storage
+from workload_runtime.tenant_access import StorageCredentials, TenantAccess, register
+
+
+def access_for(tenant: Tenant, platform_root: str) -> TenantAccess:
+    """The control plane's view of a tenant: credentials read from its `<env>_AWS_*` variables."""
+    credentials = None
+    if tenant.credentials is not None:
+        prefix = tenant.credentials.env
+        found = tenant_credentials(prefix)
+        if not found.get("access_key_id") or not found.get("secret_access_key"):
+            raise KeyUnavailable(
+                tenant.name, "(storage credentials)", f"{prefix}_AWS_ACCESS_KEY_ID and {prefix}_AWS_SECRET_ACCESS_KEY are not set in the control plane's environment",
+                "Set them from the tenant's secret (deploy/tenancy/README.md), or remove `credentials:` on a local root.",
+            )
+        credentials = StorageCredentials(**found)
+    key_file = str(tenant.key_file()) if tenant.key is not None and tenant.key.kind == "local" else ""
+    return TenantAccess(tenant=tenant.name, storage_root=tenant.root(platform_root), key=tenant.key, key_file=key_file, credentials=credentials)
+
+
+def tenant_access(platform_root: str, tenant: str | Tenant) -> TenantAccess:
+    """The access a tenant's workloads are handed (its root, credentials and key)."""
+    entry = tenant if isinstance(tenant, Tenant) else load_tenants().get_tenant(tenant)
+    return access_for(entry, Storage.at(platform_root).root)
+
+
+def tenant_access_of(platform_root: str, tenant: str) -> TenantAccess | None:
+    """The access of a step's tenant, or None when the tenant is not in the catalog (the platform's own steps)."""
+    tenants = load_tenants()
+    if tenant not in tenants:
+        return None
+    access = tenant_access(platform_root, tenants[tenant])
+    register(access.storage_root, access.keyring(create=True))  # this process reads its manifests and results
+    return access
+
+
+def lane_of(tenant: str) -> str:
+    """The lane a tenant's steps belong to (the tenant's own name when it is not in the catalog)."""
+    tenants = load_tenants()
+    return tenants[tenant].lane if tenant in tenants else tenant
+
+
+def tenant_storage(platform_root: str, tenant: str | Tenant) -> Storage:
+    """The tenant's own root, its keyring registered here (a local key is made on first use)."""
+    access = tenant_access(platform_root, tenant)
+    register(access.storage_root, access.keyring(create=True))
+    return Storage.at(access.storage_root)

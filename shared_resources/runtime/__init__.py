@@ -1,3 +1,0 @@
-"""The workload side: what runs on a GPU pool beside the workload (the helper every workload uses,
-its inputs and messages, checkpoints, storage, the qualification probe). Imports `dagster_pipes`,
-never `dagster`, and nothing of the project outside this package."""
