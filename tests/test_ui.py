@@ -4,7 +4,7 @@
 the instance `sinewgrid demo` left (tests/fixtures/demo.py), and Debian's Chromium, driven by
 Playwright, opens: both lanes' asset graphs, the bad assay drop's failed checks and quarantine
 table, the `held_out_rmse` plot of the fine-tuned model and the robotics nightly schedule.
-Every page is kept as a screenshot under test-artifacts/ui/ (README.md, "Two commands").
+Every page is kept as a screenshot under test-artifacts/ui/ (docs/testing.md, "What `make test` installs and starts").
 """
 
 from __future__ import annotations
