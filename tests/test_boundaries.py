@@ -73,7 +73,7 @@ def test_the_runtime_stays_on_its_side():
     assert runtime
     for module in runtime:
         for reached in graph.closure(module):
-            assert reached in ("shared_resources", "workload_runtime") or reached.startswith("workload_runtime."), (
+            assert reached == "workload_runtime" or reached.startswith("workload_runtime."), (
                 f"the workload runtime reaches {reached}: {graph.why(module, reached)}"
             )
         outside = graph.external_imports(module)
