@@ -17,7 +17,7 @@ from pathlib import Path
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from shared_resources.catalog.pools import TenantLimits
-from shared_resources.catalog.yaml_files import read_yaml_mapping
+from shared_resources.catalog.yaml_files import read_yaml_mapping, validation_problems
 from shared_resources.runtime.tenant_access import KeySpec
 from shared_resources.settings import settings
 
@@ -161,9 +161,7 @@ def _read_tenants(path: Path) -> Tenants:
         try:
             found[name] = Tenant.model_validate({"name": name, **(entry or {})})
         except ValidationError as exc:
-            for err in exc.errors():
-                where = ".".join(map(str, err["loc"])) or "entry"
-                problems.append(f"{path}: tenant `{name}`, field `{where}`: {err['msg']}")
+            problems += validation_problems(exc, path, f"tenant `{name}`", known=[f for f in Tenant.model_fields if f != "name"])
     problems += _overlaps(path, found)
     if problems:
         raise TenantCatalogError("invalid tenants catalog:\n  " + "\n  ".join(problems))

@@ -16,7 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from shared_resources.catalog.accelerators import check_accelerator
 from shared_resources.catalog.pools import Capacity, Catalog, TenantLimits
 from shared_resources.catalog.step_spec import DatasetRef, StepSpec
-from shared_resources.catalog.yaml_files import read_yaml_mapping
+from shared_resources.catalog.yaml_files import read_yaml_mapping, validation_problems
 
 JOB_FILE_HOLDS = (
     "A job file is a YAML mapping with `job` (a name), `tenant`, `start` (a UTC time) and `steps` "
@@ -127,13 +127,6 @@ class JobFile(BaseModel):
         return specs
 
 
-def _where(loc: tuple) -> str:
-    if len(loc) >= 2 and loc[0] in ("steps", "datasets"):
-        rest = ".".join(str(p) for p in loc[2:])
-        return f"{loc[0][:-1]} `{loc[1]}`" + (f", field `{rest}`" if rest else "")
-    return f"field `{'.'.join(str(p) for p in loc)}`" if loc else "job"
-
-
 def load_job(path: str | Path) -> JobFile:
     """Read and validate a job file; JobFileError names file, entry and field."""
     path = Path(path)
@@ -141,13 +134,7 @@ def load_job(path: str | Path) -> JobFile:
     try:
         return JobFile.model_validate(doc)
     except ValidationError as exc:
-        problems = []
-        for err in exc.errors():
-            msg = err["msg"].removeprefix("Value error, ")
-            hint = f" (got {err['input']!r})" if err["type"] not in ("missing", "value_error") and not isinstance(err["input"], dict) else ""
-            where = _where(err["loc"])
-            problems.append(f"{path}: {msg}" if msg.startswith("step `") else f"{path}: {where}: {msg}{hint}")
-        raise JobFileError("invalid job file:\n  " + "\n  ".join(problems)) from None
+        raise JobFileError("invalid job file:\n  " + "\n  ".join(validation_problems(exc, path))) from None
 
 
 def check_against_catalog(job: JobFile, catalog: Catalog, path: str | Path) -> None:
