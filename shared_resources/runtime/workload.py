@@ -31,7 +31,6 @@ What the platform passes besides the config is one typed model, `WorkloadInputs`
 from __future__ import annotations
 
 import logging
-import os
 import signal
 import sys
 import time
@@ -46,7 +45,8 @@ from shared_resources.runtime.failpoints import hold
 from shared_resources.runtime.inputs import WorkloadInputs
 from shared_resources.runtime.messages import BaseMessage, CheckpointSaved, DataRead, Preemption, Progress, Resumed, Telemetry
 from shared_resources.runtime.node_cache import NodeCache
-from shared_resources.runtime.standalone import EXTRAS_ENV, StandaloneReporter, standalone_inputs  # noqa: F401 - EXTRAS_ENV: read from here too
+from shared_resources.runtime.node_env import EXTRAS_ENV, node_env  # noqa: F401 - EXTRAS_ENV: imported from here too
+from shared_resources.runtime.standalone import StandaloneReporter, standalone_inputs
 
 if TYPE_CHECKING:
     from shared_resources.runtime.gang import Gang
@@ -101,7 +101,7 @@ class WorkloadRun:
     # Life cycle ---------------------------------------------------------------
     def __enter__(self) -> WorkloadRun:
         member = None
-        if os.environ.get("WORLD_SIZE", "1") != "1" or os.environ.get("SLURM_NTASKS", "1") != "1":
+        if node_env().in_gang:
             from shared_resources.runtime.gang import member_from_env
 
             member = member_from_env()
