@@ -6,8 +6,8 @@ local machine, in a Slurm job, a Kubernetes pod or a Ray job::
 
     with WorkloadRun() as run:
         cfg = run.config_as(MyConfig)             # the workload's config model, validated
-        state = run.resume()                      # newest valid checkpoint, or None
-        for step in range(start, cfg.steps):
+        state = run.resume()                      # newest valid checkpoint, or None (a final one ends the run)
+        for step in range(state.step if state else 0, cfg.steps):
             ...train one step...
             run.step_done(step + 1, lambda: {"model": model.state_dict()}, loss=loss)
         run.finish(cfg.steps, files, metadata={...})
@@ -72,6 +72,10 @@ class WorkloadConfigError(SystemExit):
 
 class Preempted(Exception):
     """Raised inside the workload once its preemption checkpoint is safe."""
+
+
+class AlreadyComplete(Exception):
+    """Raised by `resume` on a final checkpoint, its result reported again: the run ends, successfully."""
 
 
 class WorkloadRun:
@@ -151,6 +155,8 @@ class WorkloadRun:
             raise WorkloadConfigError(f"this workload's config does not fit {model.__name__}: {problems}") from None
 
     def __exit__(self, exc_type, exc, tb) -> bool:
+        finished_before = isinstance(exc, AlreadyComplete)  # the run ends here as it ended before
+        exc_type, exc, tb = (None, None, None) if finished_before else (exc_type, exc, tb)
         if self.gang is not None and exc is None:
             self.gang.leave()
         if isinstance(exc, Preempted):
@@ -158,16 +164,13 @@ class WorkloadRun:
             self.info(f"preempted: checkpoint at step {self._last_saved_step} is safe; exiting {PREEMPTED_EXIT_CODE}")
             if self.gang is not None:
                 self.gang.leave()
-            self._close()
+            if isinstance(self._pipes, PipesContext):
+                self._pipes.close()
             sys.exit(PREEMPTED_EXIT_CODE)
         # Close the Pipes session either way; with an exception, Pipes reports it to Dagster.
         if isinstance(self._pipes, PipesContext):
             self._pipes.__exit__(exc_type, exc, tb)
-        return False
-
-    def _close(self) -> None:
-        if isinstance(self._pipes, PipesContext):
-            self._pipes.close()
+        return finished_before
 
     def _on_sigterm(self, signum, frame) -> None:
         # Only set a flag: the training loop checkpoints at the end of the current step.
@@ -222,8 +225,9 @@ class WorkloadRun:
         return held
 
     # Resume and checkpoint -------------------------------------------------------
-    def resume(self) -> Checkpoint | None:
-        """The newest valid checkpoint (torn or corrupt ones are skipped with a warning)."""
+    def resume(self, *, final_ends_run: bool = True) -> Checkpoint | None:
+        """The newest valid checkpoint (torn or corrupt ones are skipped with a warning), or None.
+        A final one ends the run, its result reported again (unless not `final_ends_run`)."""
         checkpoint = self.checkpoints.latest_valid()
         if any(self.checkpoints.read_bytes):
             from_cache, from_store = self.checkpoints.read_bytes
@@ -235,6 +239,9 @@ class WorkloadRun:
             self._last_saved_step = checkpoint.step
         self.report(Resumed(step=checkpoint.step if checkpoint else 0))
         self._work_mark = time.monotonic()
+        if checkpoint is not None and checkpoint.final and final_ends_run:
+            self.report_already_complete(checkpoint)
+            raise AlreadyComplete()
         return checkpoint
 
     def cached(self, uri: str) -> str:
