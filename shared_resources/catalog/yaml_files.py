@@ -119,11 +119,11 @@ def validation_problems(
     `<where>: <entry>, field `<path>`: <what is wrong>; <how to fix it> (got <value>)`.
 
     `where` is the file (or whatever else the data came from); `entry` names the entry that was
-    validated (``pool `p1` ``, ``the `egress:` section``), and where a whole file was validated
+    validated (``pool `p1` ``, ```egress:` section``), and where a whole file was validated
     at once, an error under a section of entries (`steps: {name: ...}`) names that entry itself.
     An error of the entry as a whole (a check across fields) says its own message with no field.
-    `fixes` adds a hint by field path (the allowed values, the unit); `known`, the fields an
-    unknown one could have meant; `under`, the field the validated value sits in (its path is
+    `fixes` adds a hint by field path (the allowed values, the unit); `known`, the entry's fields,
+    said when it holds one it does not know; `under`, the field the validated value sits in (its path is
     said in full); `most` keeps only the first errors.
     """
     lines = []
@@ -134,7 +134,7 @@ def validation_problems(
             at, loc = f"{ENTRY_KINDS[loc[0]]} `{loc[1]}`", loc[2:]
         field = ".".join([under, *loc] if under else loc)
         what = err["msg"].removeprefix("Value error, ")
-        if err["type"] == "extra_forbidden" and known is not None:
+        if err["type"] == "extra_forbidden" and known is not None and len(loc) == 1 and not under:
             what = f"unknown field; known: {', '.join(known)}"
         fix = (fixes or {}).get(field)
         value = err.get("input")
