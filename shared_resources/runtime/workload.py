@@ -42,7 +42,7 @@ from pydantic import BaseModel, ValidationError
 
 from shared_resources.runtime.checkpoints import Checkpoint, CheckpointStore, Framework
 from shared_resources.runtime.failpoints import hold
-from shared_resources.runtime.inputs import WorkloadInputs
+from shared_resources.runtime.inputs import WorkloadInputs, field_problems
 from shared_resources.runtime.messages import BaseMessage, CheckpointSaved, DataRead, Preemption, Progress, Resumed, Telemetry
 from shared_resources.runtime.node_cache import NodeCache
 from shared_resources.runtime.node_env import EXTRAS_ENV, node_env  # noqa: F401 - EXTRAS_ENV: imported from here too
@@ -150,7 +150,7 @@ class WorkloadRun:
         try:
             return model.model_validate(self.config)
         except ValidationError as exc:
-            problems = "; ".join(f"`{'.'.join(map(str, e['loc']))}`: {e['msg']}" for e in exc.errors())
+            problems = field_problems(exc, model.__name__)
             self.log.error(f"{model.__name__}: {problems}")
             raise WorkloadConfigError(f"this workload's config does not fit {model.__name__}: {problems}") from None
 
