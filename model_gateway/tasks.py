@@ -23,6 +23,8 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
 
+from control_plane.catalog.yaml_files import validation_problems
+
 _TYPES: dict[str, type] = {"string": str, "number": float, "integer": int, "boolean": bool}
 
 
@@ -117,7 +119,7 @@ class Task:
         try:
             answer = self.answer_model.model_validate_json(_strip_fence(text)).model_dump()
         except ValidationError as exc:
-            problems = "; ".join(f"{'.'.join(str(p) for p in e['loc']) or 'answer'}: {e['msg']}" for e in exc.errors()[:5])
+            problems = "; ".join(validation_problems(exc, "the answer", most=5))
             raise AnswerInvalid(f"{self.ref}: the answer does not fit schema.json ({problems})") from None
         if self._verify is not None and (problem := self._verify(payload, answer)):
             raise AnswerInvalid(f"{self.ref}: verification failed: {problem}")
@@ -185,8 +187,8 @@ def _read_spec(folder: Path) -> TaskSpec:
     except yaml.YAMLError as exc:
         raise TaskError(f"{path}: not YAML ({exc})") from None
     except ValidationError as exc:
-        problems = "; ".join(f"`{'.'.join(str(p) for p in e['loc'])}`: {e['msg']}" for e in exc.errors())
-        raise TaskError(f"{path}: {problems} (docs/model-gateway.md, 'Tasks').") from None
+        problems = validation_problems(exc, path, known=TaskSpec.model_fields)
+        raise TaskError("invalid task (docs/model-gateway.md, 'Tasks'):\n  " + "\n  ".join(problems)) from None
 
 
 def _read_text(path: Path) -> str:

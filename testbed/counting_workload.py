@@ -33,9 +33,6 @@ def main() -> None:
         cfg = run.config_as(CountingConfig)
         steps, seed, step_seconds, fail_at = cfg.steps, cfg.seed, cfg.step_seconds, cfg.fail_at_step
         state = run.resume()
-        if state is not None and state.final:
-            run.report_already_complete(state)
-            return
         if state is None:
             start, value = 0, np.array([float(seed)], dtype=np.float64)
         else:

@@ -122,13 +122,73 @@ def test_no_module_is_a_warehouse():
     assert not long, f"modules over ~400 lines (split them by what they hold): {long}"
 
 
-def test_the_environment_is_read_in_settings_and_the_workload_runtime_only():
-    """`control_plane/settings.py` reads the platform's environment; the workload runtime reads
-    the node's own few variables. Nothing else looks at `os.environ`."""
-    allowed = ("control_plane.settings", "workload_runtime.")
-    readers = sorted(
-        module
-        for module, path in graph.modules().items()
-        if not module.startswith(("benchmarks", *allowed)) and ("os.environ" in path.read_text() or "os.getenv" in path.read_text())
-    )
-    assert readers == [], f"read the environment through control_plane.settings instead: {readers}"
+# Who reads the environment: the orchestration side in settings.py (which also writes it and
+# hands it on to children: it is that side's one module for it), the workload side in node_env.py.
+SETTINGS = "control_plane.settings"
+ENVIRONMENT_READERS = (SETTINGS, "workload_runtime.node_env")
+# Who may write it, and why: each writes what a library or child reads from the environment alone.
+ENVIRONMENT_WRITERS = {
+    "workload_runtime.tenant_access": "sets the tenant's AWS_* credentials: boto and s3fs find them only there",
+    "workload_runtime.forkserver": "gives a forked workload its launcher's environment in place of the server's",
+    "workload_runtime.codecs": "sets SVT_LOG, which the AV1 encoder's C library reads",
+}
+# Who may hand the whole environment on to a child process (`{**os.environ, ...}`) without reading it.
+ENVIRONMENT_HANDED_ON = {
+    "workload_runtime.ray_gang": "a Ray actor starts its rank with its own environment plus the rendezvous "
+    "variables; pickled by value, the actor cannot import node_env",
+}
+_WRITES = {"pop", "clear", "update", "setdefault", "__setitem__", "__delitem__"}
+
+
+def environment_uses(tree: ast.AST) -> set[str]:
+    """How a module uses `os.environ` / `os.getenv`: `read`, `write` or `handed on`."""
+    parents = {child: node for node in ast.walk(tree) for child in ast.iter_child_nodes(node)}
+    uses = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.module == "os" and {a.name for a in node.names} & {"environ", "getenv", "getenvb", "environb"}:
+            uses.add("read")
+        if not (isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id == "os"):
+            continue
+        if node.attr in ("getenv", "getenvb"):
+            uses.add("read")
+        elif node.attr in ("environ", "environb"):
+            parent = parents.get(node)
+            if isinstance(parent, ast.Subscript) and isinstance(parent.ctx, ast.Store | ast.Del):
+                uses.add("write")
+            elif isinstance(parent, ast.Attribute) and parent.attr in _WRITES:
+                uses.add("write")
+            elif isinstance(parent, ast.Dict) and node in parent.values and parent.keys[parent.values.index(node)] is None:
+                uses.add("handed on")
+            else:
+                uses.add("read")
+    return uses
+
+
+def test_environment_uses_are_told_apart():
+    found = environment_uses(ast.parse(
+        "import os\nos.environ['A'] = '1'\nos.environ.pop('B')\nchild = {**os.environ, 'C': '1'}\n"
+    ))
+    assert found == {"write", "handed on"}
+    assert environment_uses(ast.parse("import os\nx = os.environ.get('A')")) == {"read"}
+    assert environment_uses(ast.parse("import os\nx = 'A' in os.environ")) == {"read"}
+    assert environment_uses(ast.parse("from os import getenv")) == {"read"}
+
+
+def test_the_environment_is_read_in_settings_and_node_env_only():
+    """`control_plane/settings.py` reads the platform's environment and
+    `workload_runtime/node_env.py` the node's, for the workload side. Nothing else reads
+    it; the few modules that write it, or hand it on to a child, are named above with why."""
+    wrong = []
+    for module, path in sorted(graph.modules().items()):
+        if module.startswith("benchmarks") or module == SETTINGS:
+            continue
+        uses = environment_uses(ast.parse(path.read_text()))
+        if "read" in uses and module not in ENVIRONMENT_READERS:
+            wrong.append(f"{module} reads the environment: read it through control_plane.settings (orchestration) or workload_runtime.node_env (workload)")
+        if "write" in uses and module not in ENVIRONMENT_WRITERS:
+            wrong.append(f"{module} writes the environment: add it to ENVIRONMENT_WRITERS with the reason, or pass the value instead")
+        if "handed on" in uses and module not in ENVIRONMENT_HANDED_ON:
+            wrong.append(f"{module} hands the environment on to a child: add it to ENVIRONMENT_HANDED_ON with the reason")
+    assert wrong == [], "\n".join(wrong)
+    for module in [*ENVIRONMENT_READERS, *ENVIRONMENT_WRITERS, *ENVIRONMENT_HANDED_ON]:
+        assert module in graph.modules(), f"{module} is named here but is no module of the project"

@@ -107,7 +107,7 @@ def test_unknown_accelerator_and_negative_price_name_pool_and_field(tmp_path):
     )
     with pytest.raises(PoolCatalogError) as error:
         load_pools(path)
-    assert "pool `p1`, field `accelerator`: Value error, unknown accelerator `h100`" in str(error.value)
+    assert "pool `p1`, field `accelerator`: unknown accelerator `h100`" in str(error.value)
     assert "pool `p1`, field `price_per_gpu_hour`: Input should be greater than or equal to 0 (got -2)" in str(error.value)
 
 

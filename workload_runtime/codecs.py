@@ -13,4 +13,5 @@ SVT_ERRORS_ONLY = "1"
 
 def quiet_video_encoders() -> None:
     """Keep SVT-AV1's per-encoder banner out of stderr (errors still show); a user's SVT_LOG wins."""
+    # Written, not read: the encoder's C library reads SVT_LOG from the process environment.
     os.environ.setdefault("SVT_LOG", SVT_ERRORS_ONLY)

@@ -147,6 +147,8 @@ def become_workload(request: dict[str, Any], log_fd: int | None) -> NoReturn:
     with contextlib.suppress(OSError), open("/proc/self/comm", "w") as comm:  # `top` names the workload
         comm.write(request["entry"].rsplit(".", 1)[-1][:15])
     os.chdir(request["cwd"])
+    # The child is the workload its launcher asked for, with the launcher's environment, not this
+    # server's: it is written here, before anything reads it (through node_env, as everywhere).
     os.environ.clear()
     os.environ.update(request["env"])
     sys.path[0] = request["cwd"]  # what `python -m` puts first

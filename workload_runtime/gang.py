@@ -21,7 +21,6 @@ what tells the one slow rank from the peers that wait for it.
 from __future__ import annotations
 
 import datetime as dt
-import os
 import socket
 import time
 from collections.abc import Mapping
@@ -30,6 +29,8 @@ from typing import Any
 
 import torch
 import torch.distributed as dist
+
+from workload_runtime.node_env import node_env
 
 # How long a collective waits for a missing peer before it fails. A dead rank's peers fail
 # after this long if the launcher has not stopped them first (every launcher here stops the
@@ -71,7 +72,7 @@ def member_from_env(env: Mapping[str, str] | None = None) -> GangMember | None:
     """This process's place in its gang, or None when it runs alone (one rank in all).
 
     `srun` tasks count: a Slurm batch step with one task is not a gang."""
-    env = os.environ if env is None else env
+    env = node_env().gang if env is None else env
     world = _int(env, "WORLD_SIZE", "SLURM_NTASKS") or 1
     if world <= 1:
         return None

@@ -97,9 +97,8 @@ class WorkloadInputs(BaseModel):
         try:
             return cls.model_validate(dict(extras or {}))
         except ValidationError as exc:
-            problems = "; ".join(f"`{'.'.join(map(str, e['loc'])) or 'extras'}`: {e['msg']}" for e in exc.errors())
             raise WorkloadInputsError(
-                f"{where} are not valid workload inputs: {problems}. Expected a JSON object with `config`, "
+                f"{where} are not valid workload inputs: {field_problems(exc, 'extras')}. Expected a JSON object with `config`, "
                 "`checkpoint_uri` and optionally `checkpoint_every_steps`, `telemetry_seconds`, `attempt`, ..."
             ) from None
 
@@ -114,3 +113,10 @@ class WorkloadInputs(BaseModel):
             return None
         with PipesDefaultContextLoader().load_context(loader.load_context_params()) as data:
             return cls.from_extras(data.get("extras") or {})
+
+
+def field_problems(exc: ValidationError, whole: str) -> str:
+    """What pydantic refused, on one line: `field.path`: what is wrong; ... (`whole` names what an
+    error of the whole value is about). The workload side's form; catalogs and job files on the
+    control plane say theirs with `catalog.yaml_files.validation_problems`."""
+    return "; ".join(f"`{'.'.join(map(str, e['loc'])) or whole}`: {e['msg']}" for e in exc.errors())

@@ -29,6 +29,8 @@ from typing import Any
 
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
+from workload_runtime.node_env import node_env
+
 DATA_KEY_BYTES = 32
 
 
@@ -171,7 +173,7 @@ class KmsKeyring:
             import boto3
 
             self._client = boto3.session.Session().client(
-                "kms", region_name=self.region or os.environ.get("AWS_DEFAULT_REGION") or "us-east-1",
+                "kms", region_name=self.region or node_env().aws_default_region or "us-east-1",
                 endpoint_url=self.endpoint or None, **{k: v for k, v in self.credentials.items() if v},
             )
         return self._client

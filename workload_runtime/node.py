@@ -1,19 +1,21 @@
 """What the node a workload runs on offers it: a cache folder for files it makes at run time.
 
-Workload side, standard library only. The orchestrator's settings do not travel to the node,
-so the runtime reads the node's own environment here (and `SINEWGRID_WORKLOAD_EXTRAS` in
-`workload.py`), nowhere else.
+Workload side, standard library only. Where each cache goes is set on the node (the
+orchestrator's settings do not travel there), read in `node_env.py`.
 """
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
+from workload_runtime.node_env import node_env
 
-def cache_dir(name: str, override_env: str | None = None) -> Path:
-    """`$<override_env>` if set, else `<user cache>/sinewgrid/<name>` (`$XDG_CACHE_HOME` or `~/.cache`)."""
-    if override_env and os.environ.get(override_env):
-        return Path(os.environ[override_env])
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(base) / "sinewgrid" / name
+
+def cache_dir(name: str) -> Path:
+    """The folder of the node's cache `name` (`data`, `scenes`, `isaaclab`): the one its variable
+    names (`node_env.CACHE_FOLDER_ENV`) if set, else `<user cache>/sinewgrid/<name>`
+    (`$XDG_CACHE_HOME` or `~/.cache`)."""
+    env = node_env()
+    if env.cache_folders.get(name):
+        return Path(env.cache_folders[name])
+    return Path(env.user_cache or Path.home() / ".cache") / "sinewgrid" / name

@@ -48,11 +48,10 @@ from pathlib import Path
 from typing import Any
 
 from workload_runtime.node import cache_dir
+from workload_runtime.node_env import NODE_CACHE_MAX_GB_ENV as MAX_GB_ENV
+from workload_runtime.node_env import node_env
 from workload_runtime.storage import fs_for
 
-DIR_ENV = "SINEWGRID_NODE_CACHE_DIR"
-MAX_GB_ENV = "SINEWGRID_NODE_CACHE_MAX_GB"
-LOCAL_ENV = "SINEWGRID_NODE_CACHE_LOCAL"
 DEFAULT_MAX_BYTES = 100 * 10**9
 _HASH_CHUNK = 8 << 20
 
@@ -121,8 +120,9 @@ class NodeCache:
     @classmethod
     def from_env(cls, warn: Callable[[str], None] | None = None) -> NodeCache | None:
         """The node's cache as its environment sets it; None when `SINEWGRID_NODE_CACHE_MAX_GB=0`."""
-        root = cache_dir("data", override_env=DIR_ENV)
-        raw = os.environ.get(MAX_GB_ENV, "").strip()
+        env = node_env()
+        root = cache_dir("data")
+        raw = env.node_cache_max_gb
         if raw:
             try:
                 gigabytes = float(raw)
@@ -142,7 +142,7 @@ class NodeCache:
             root,
             max_bytes,
             warn=warn,
-            cache_local=os.environ.get(LOCAL_ENV, "") in {"1", "true", "yes"},
+            cache_local=env.node_cache_local,
         )
 
     def caches(self, uri: str) -> bool:

@@ -10,7 +10,6 @@ and exits 1 with the first problem, in words.
 from __future__ import annotations
 
 import importlib
-import os
 import platform
 import posixpath
 import subprocess
@@ -23,6 +22,7 @@ from dagster_pipes import open_dagster_pipes
 
 from workload_runtime.inputs import WorkloadInputs
 from workload_runtime.messages import Qualified
+from workload_runtime.node_env import node_env
 
 
 def _check_imports(modules: list[str]) -> str:
@@ -94,7 +94,7 @@ def run_checks(inputs: WorkloadInputs, node: str) -> tuple[dict[str, str], str |
 
 
 def main() -> int:
-    if os.environ.get("WORLD_SIZE", "1") != "1" or os.environ.get("SLURM_NTASKS", "1") != "1":
+    if node_env().in_gang:
         from workload_runtime.gang import member_from_env
 
         member = member_from_env()

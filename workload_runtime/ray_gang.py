@@ -33,6 +33,8 @@ import ray
 from ray.util.placement_group import placement_group, remove_placement_group
 from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
+from workload_runtime.node_env import node_env
+
 PREEMPTED_EXIT_CODE = 75
 GRACE_SECONDS = 30.0
 
@@ -53,6 +55,8 @@ class Rank:
             return s.getsockname()[1]
 
     def start(self, command: list[str], env: dict[str, str]) -> int:
+        # The rank's process gets this actor's environment as it is, plus its rendezvous variables:
+        # handed on, not read (and an actor cannot import the project: ray pickled it by value).
         self.process = subprocess.Popen(command, env={**os.environ, **env})
         return self.process.pid
 
@@ -97,7 +101,7 @@ def main(argv: list[str] | None = None) -> int:
         env = {
             "RANK": str(rank), "WORLD_SIZE": str(world), "LOCAL_RANK": str(rank % args.ranks), "LOCAL_WORLD_SIZE": str(args.ranks),
             "GROUP_RANK": str(rank // args.ranks), "MASTER_ADDR": master_addr, "MASTER_PORT": str(master_port),
-            "SINEWGRID_NODE": f"ray-{nodes[rank]}", "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1"),
+            "SINEWGRID_NODE": f"ray-{nodes[rank]}", "OMP_NUM_THREADS": node_env().omp_num_threads,
         }  # fmt: skip
         ray.get(actor.start.remote(command, env))
 

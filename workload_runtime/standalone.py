@@ -7,14 +7,12 @@ from __future__ import annotations
 import argparse
 import json
 import logging
-import os
 import sys
 from collections.abc import Mapping
 from typing import Any
 
 from workload_runtime.inputs import WorkloadInputs
-
-EXTRAS_ENV = "SINEWGRID_WORKLOAD_EXTRAS"
+from workload_runtime.node_env import EXTRAS_ENV, node_env
 
 
 class StandaloneReporter:
@@ -49,8 +47,8 @@ def standalone_inputs(argv: list[str]) -> WorkloadInputs:
     if args.extras:
         with open(args.extras) as fh:
             return WorkloadInputs.from_extras(json.load(fh), where=args.extras)
-    if os.environ.get(EXTRAS_ENV):
-        return WorkloadInputs.from_extras(json.loads(os.environ[EXTRAS_ENV]), where=f"${EXTRAS_ENV}")
+    if extras := node_env().extras_json:
+        return WorkloadInputs.from_extras(json.loads(extras), where=f"${EXTRAS_ENV}")
     raise SystemExit(
         "This workload was started outside Dagster without its settings. Pass "
         f"--extras FILE.json or set {EXTRAS_ENV} to a JSON object with `config`, "

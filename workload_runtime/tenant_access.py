@@ -81,6 +81,8 @@ class TenantAccess(BaseModel):
     def apply(self) -> None:
         """In the workload: use the tenant's credentials (and nothing inherited) and register its key."""
         if self.credentials is not None:
+            # Written, not read: boto and s3fs find credentials only in the environment, and every
+            # storage call after this one must be the tenant's, never the platform's it inherited.
             for name in AWS_CREDENTIAL_VARS:
                 os.environ.pop(name, None)
             os.environ["AWS_ACCESS_KEY_ID"] = self.credentials.access_key_id

@@ -5,9 +5,12 @@ Workload side only: imports torch, never Dagster.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
+
+if TYPE_CHECKING:
+    from workload_runtime.checkpoints import Checkpoint
 
 
 def optimizer_tensors(optimizer: torch.optim.Optimizer) -> dict[str, torch.Tensor]:
@@ -53,6 +56,14 @@ def restore_training(files: dict[str, dict[str, torch.Tensor]], model_key: str, 
     load_rng_tensors(generator, files["rng"])
 
 
+def seeded_torch(threads: int, seed: int) -> torch.Generator:
+    """Fix torch's thread count and global seed (one thread keeps CPU runs bit for bit the same
+    across resumes), and return a generator of the run's own, seeded alike, for its batches."""
+    torch.set_num_threads(threads)
+    torch.manual_seed(seed)
+    return torch.Generator().manual_seed(seed)
+
+
 def pick_device(requested: str = "auto") -> torch.device:
     if requested == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
@@ -75,3 +86,20 @@ def restore_sharded(state: dict[str, Any], model: torch.nn.Module, optimizer: to
 
     set_state_dict(model, optimizer, model_state_dict=state["model"], optim_state_dict=state["optimizer"])
     load_rng_tensors(generator, state["rng"])
+
+
+def resume_training(checkpoint: Checkpoint | None, model_key: str, model: torch.nn.Module, optimizer: torch.optim.Optimizer, generator: torch.Generator) -> int:
+    """Load a checkpoint's training state into the model, optimizer and generator, whichever way it
+    was written (sharded by a gang or one process, or safetensors files under `model_key`), and
+    return the step to go on from: the checkpoint's, or 0 without one."""
+    if checkpoint is None:
+        return 0
+    if checkpoint.sharded:
+        from workload_runtime.sharded import load_sharded
+
+        state = sharded_state(model, optimizer, generator)
+        load_sharded(checkpoint, state)
+        restore_sharded(state, model, optimizer, generator)
+    else:  # written by one process as safetensors
+        restore_training(checkpoint.tensors, model_key, model, optimizer, generator)
+    return checkpoint.step

@@ -6,8 +6,8 @@ local machine, in a Slurm job, a Kubernetes pod or a Ray job::
 
     with WorkloadRun() as run:
         cfg = run.config_as(MyConfig)             # the workload's config model, validated
-        state = run.resume()                      # newest valid checkpoint, or None
-        for step in range(start, cfg.steps):
+        state = run.resume()                      # newest valid checkpoint, or None (a final one ends the run)
+        for step in range(state.step if state else 0, cfg.steps):
             ...train one step...
             run.step_done(step + 1, lambda: {"model": model.state_dict()}, loss=loss)
         run.finish(cfg.steps, files, metadata={...})
@@ -17,21 +17,20 @@ arrives (preemption on every backend here), checkpoints at once and exits with
 PREEMPTED_EXIT_CODE so the platform relaunches it instead of calling it a failure.
 
 Started as one rank of a gang (`torchrun`, `srun`, the Ray and Kubernetes launchers: see
-`workload_runtime/gang.py`), the same loop runs on every rank: `run.gang` is this rank's membership
+`runtime/gang.py`), the same loop runs on every rank: `run.gang` is this rank's membership
 (None alone), the ranks agree at every `step_done` on checkpoints and preemption, checkpoints
-returned as `ShardedState` are written by all ranks together (`workload_runtime/sharded.py`), and only
+returned as `ShardedState` are written by all ranks together (`runtime/sharded.py`), and only
 rank 0 talks to Dagster Pipes (it reports every rank's step time).
 
 What the platform passes besides the config is one typed model, `WorkloadInputs`
-(`workload_runtime/inputs.py`); what the workload reports back are the typed messages of
-`workload_runtime/messages.py`. Outside Dagster (by hand, in a test) the inputs come from
+(`runtime/inputs.py`); what the workload reports back are the typed messages of
+`runtime/messages.py`. Outside Dagster (by hand, in a test) the inputs come from
 `--extras FILE.json` or the `SINEWGRID_WORKLOAD_EXTRAS` variable, and reports go to stderr.
 """
 
 from __future__ import annotations
 
 import logging
-import os
 import signal
 import sys
 import time
@@ -43,10 +42,11 @@ from pydantic import BaseModel, ValidationError
 
 from workload_runtime.checkpoints import Checkpoint, CheckpointStore, Framework
 from workload_runtime.failpoints import hold
-from workload_runtime.inputs import WorkloadInputs
+from workload_runtime.inputs import WorkloadInputs, field_problems
 from workload_runtime.messages import BaseMessage, CheckpointSaved, DataRead, Preemption, Progress, Resumed, Telemetry
 from workload_runtime.node_cache import NodeCache
-from workload_runtime.standalone import EXTRAS_ENV, StandaloneReporter, standalone_inputs  # noqa: F401 - EXTRAS_ENV: read from here too
+from workload_runtime.node_env import EXTRAS_ENV, node_env  # noqa: F401 - EXTRAS_ENV: imported from here too
+from workload_runtime.standalone import StandaloneReporter, standalone_inputs
 
 if TYPE_CHECKING:
     from workload_runtime.gang import Gang
@@ -63,7 +63,7 @@ C = TypeVar("C", bound=BaseModel)
 class ShardedState(dict):
     """A checkpoint's state as a `torch.distributed.checkpoint` state dict (nested mappings of
     tensors, e.g. `torch_state.sharded_state(...)`): `WorkloadRun` writes it with every rank of
-    the gang (`workload_runtime/sharded.py`) instead of as safetensors files from one process."""
+    the gang (`runtime/sharded.py`) instead of as safetensors files from one process."""
 
 
 class WorkloadConfigError(SystemExit):
@@ -72,6 +72,10 @@ class WorkloadConfigError(SystemExit):
 
 class Preempted(Exception):
     """Raised inside the workload once its preemption checkpoint is safe."""
+
+
+class AlreadyComplete(Exception):
+    """Raised by `resume` on a final checkpoint, its result reported again: the run ends, successfully."""
 
 
 class WorkloadRun:
@@ -101,7 +105,7 @@ class WorkloadRun:
     # Life cycle ---------------------------------------------------------------
     def __enter__(self) -> WorkloadRun:
         member = None
-        if os.environ.get("WORLD_SIZE", "1") != "1" or os.environ.get("SLURM_NTASKS", "1") != "1":
+        if node_env().in_gang:
             from workload_runtime.gang import member_from_env
 
             member = member_from_env()
@@ -146,11 +150,13 @@ class WorkloadRun:
         try:
             return model.model_validate(self.config)
         except ValidationError as exc:
-            problems = "; ".join(f"`{'.'.join(map(str, e['loc']))}`: {e['msg']}" for e in exc.errors())
+            problems = field_problems(exc, model.__name__)
             self.log.error(f"{model.__name__}: {problems}")
             raise WorkloadConfigError(f"this workload's config does not fit {model.__name__}: {problems}") from None
 
     def __exit__(self, exc_type, exc, tb) -> bool:
+        finished_before = isinstance(exc, AlreadyComplete)  # the run ends here as it ended before
+        exc_type, exc, tb = (None, None, None) if finished_before else (exc_type, exc, tb)
         if self.gang is not None and exc is None:
             self.gang.leave()
         if isinstance(exc, Preempted):
@@ -158,16 +164,13 @@ class WorkloadRun:
             self.info(f"preempted: checkpoint at step {self._last_saved_step} is safe; exiting {PREEMPTED_EXIT_CODE}")
             if self.gang is not None:
                 self.gang.leave()
-            self._close()
+            if isinstance(self._pipes, PipesContext):
+                self._pipes.close()
             sys.exit(PREEMPTED_EXIT_CODE)
         # Close the Pipes session either way; with an exception, Pipes reports it to Dagster.
         if isinstance(self._pipes, PipesContext):
             self._pipes.__exit__(exc_type, exc, tb)
-        return False
-
-    def _close(self) -> None:
-        if isinstance(self._pipes, PipesContext):
-            self._pipes.close()
+        return finished_before
 
     def _on_sigterm(self, signum, frame) -> None:
         # Only set a flag: the training loop checkpoints at the end of the current step.
@@ -185,7 +188,7 @@ class WorkloadRun:
         self.log.warning(msg)
 
     def report(self, message: BaseMessage) -> None:
-        """A typed event for the platform (`workload_runtime/messages.py`: checkpoints, progress,
+        """A typed event for the platform (`runtime/messages.py`: checkpoints, progress,
         telemetry, preemption), stamped with the wall-clock time (`at`, unix seconds)."""
         if self.gang is not None and not self.gang.leader:
             return  # rank 0 speaks for the gang
@@ -222,8 +225,9 @@ class WorkloadRun:
         return held
 
     # Resume and checkpoint -------------------------------------------------------
-    def resume(self) -> Checkpoint | None:
-        """The newest valid checkpoint (torn or corrupt ones are skipped with a warning)."""
+    def resume(self, *, final_ends_run: bool = True) -> Checkpoint | None:
+        """The newest valid checkpoint (torn or corrupt ones are skipped with a warning), or None.
+        A final one ends the run, its result reported again (unless not `final_ends_run`)."""
         checkpoint = self.checkpoints.latest_valid()
         if any(self.checkpoints.read_bytes):
             from_cache, from_store = self.checkpoints.read_bytes
@@ -235,11 +239,14 @@ class WorkloadRun:
             self._last_saved_step = checkpoint.step
         self.report(Resumed(step=checkpoint.step if checkpoint else 0))
         self._work_mark = time.monotonic()
+        if checkpoint is not None and checkpoint.final and final_ends_run:
+            self.report_already_complete(checkpoint)
+            raise AlreadyComplete()
         return checkpoint
 
     def cached(self, uri: str) -> str:
         """Where to read the dataset at `uri` on this node: a verified local copy from the node
-        cache (`workload_runtime/node_cache.py`), fetched from the store only where it is missing or
+        cache (`runtime/node_cache.py`), fetched from the store only where it is missing or
         changed; `uri` itself when it is a local path or the cache is off. Reports the bytes."""
         if self.cache is None:
             return uri

@@ -41,9 +41,6 @@ def main() -> None:
         cfg = run.config_as(FinetuneConfig)
         torch.set_num_threads(cfg.threads)
         checkpoint = run.resume()
-        if checkpoint is not None and checkpoint.final:
-            run.report_already_complete(checkpoint)
-            return
 
         foundation = CheckpointStore(cfg.foundation_checkpoint_uri, warn=run.warning).latest_valid()
         if foundation is None or not foundation.final:

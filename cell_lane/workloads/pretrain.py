@@ -19,48 +19,25 @@ from torch import nn
 from cell_lane.omics import dense_rows, read_dataset
 from cell_lane.workloads.config import PretrainConfig
 from cell_lane.workloads.models import MaskedExpressionModel
-from workload_runtime.torch_state import (
-    pick_device,
-    restore_sharded,
-    restore_training,
-    sharded_state,
-    training_files,
-)
+from workload_runtime.torch_state import pick_device, resume_training, seeded_torch, sharded_state, training_files
 from workload_runtime.workload import ShardedState, WorkloadRun
 
 
 def main() -> None:
     with WorkloadRun() as run:
         cfg = run.config_as(PretrainConfig)
-        torch.set_num_threads(cfg.threads)
-        torch.manual_seed(cfg.seed)
+        generator = seeded_torch(cfg.threads, cfg.seed)
         gang = run.gang  # None when it runs as one process
         device = gang.device if gang else pick_device(cfg.device)
-
         checkpoint = run.resume()
-        if checkpoint is not None and checkpoint.final:
-            run.report_already_complete(checkpoint)
-            return
 
         adata = read_dataset(run.cached(cfg.dataset_uri))  # from the node cache when an attempt here read it before
         expression = adata.X  # stays sparse in host memory; each batch is densified on its own
         n_cells, n_genes = expression.shape
         model = MaskedExpressionModel(n_genes, cfg.embedding_dim, cfg.hidden).to(device)
         optimizer = torch.optim.Adam(model.parameters(), lr=cfg.learning_rate)
-        generator = torch.Generator().manual_seed(cfg.seed)
-        losses: list[float] = []
-        start = 0
-        if checkpoint is not None and checkpoint.sharded:
-            from workload_runtime.sharded import load_sharded
-
-            state = sharded_state(model, optimizer, generator)
-            load_sharded(checkpoint, state)
-            restore_sharded(state, model, optimizer, generator)
-        elif checkpoint is not None:  # written by one process before checkpoints were sharded
-            restore_training(checkpoint.tensors, "model", model, optimizer, generator)
-        if checkpoint is not None:
-            losses = list(checkpoint.meta.get("losses", []))
-            start = checkpoint.step
+        start = resume_training(checkpoint, "model", model, optimizer, generator)
+        losses: list[float] = list(checkpoint.meta.get("losses", [])) if checkpoint else []
         trained = gang.wrap(model) if gang else model
         ranks = gang.world_size if gang else 1
 

@@ -19,7 +19,7 @@ from typing import Annotated
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from control_plane.catalog.yaml_files import read_yaml_mapping
+from control_plane.catalog.yaml_files import read_yaml_mapping, validation_problems
 from control_plane.settings import settings
 
 DEFAULT_BUDGETS = Path(__file__).with_name("budgets.yaml")
@@ -145,15 +145,7 @@ def _read_budgets(path: Path) -> Budgets:
         try:
             found[key] = Budget.model_validate({"id": key, **(entry or {})})
         except ValidationError as exc:
-            for err in exc.errors():
-                field = ".".join(map(str, err["loc"]))
-                fix = _FIXES.get(field, "")
-                if not field:
-                    problems.append(f"{path}: budget `{key}`: {err['msg'].removeprefix('Value error, ')}")
-                elif err["type"] == "extra_forbidden":
-                    problems.append(f"{path}: budget `{key}`, field `{field}`: unknown field; known: scope, name, title, period, {', '.join(LIMITS)}, warn_at")
-                else:
-                    problems.append(f"{path}: budget `{key}`, field `{field}`: {err['msg']}" + (f"; {fix}" if fix else ""))
+            problems += validation_problems(exc, path, f"budget `{key}`", fixes=_FIXES, known=[f for f in Budget.model_fields if f != "id"])
     problems += _repeated(path, found)
     if problems:
         raise BudgetCatalogError("invalid budgets file:\n  " + "\n  ".join(problems))

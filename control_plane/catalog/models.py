@@ -15,7 +15,7 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from control_plane.catalog.yaml_files import read_yaml_mapping
+from control_plane.catalog.yaml_files import read_yaml_mapping, validation_problems
 from control_plane.settings import settings
 
 DEFAULT_MODELS = Path(__file__).with_name("models.yaml")
@@ -181,8 +181,8 @@ def load_models(path: str | Path | None = None) -> ModelCatalog:
         try:
             provider = Provider(name=name, **entry)
         except ValidationError as exc:
-            problems = "; ".join(f"`{'.'.join(str(p) for p in e['loc'])}`: {e['msg']}" for e in exc.errors())
-            raise ModelCatalogError(f"{path}: provider `{name}`: {problems}. Fix these fields (docs/model-gateway.md).") from None
+            problems = validation_problems(exc, path, f"provider `{name}`", known=[f for f in Provider.model_fields if f != "name"])
+            raise ModelCatalogError("invalid model catalog (docs/model-gateway.md):\n  " + "\n  ".join(problems)) from None
         if not provider.base_url and provider.standin is None:
             raise ModelCatalogError(f"{path}: provider `{name}` has no `base_url`. Give its API's address, or `standin: {{}}` to start a stand-in on loopback.")
         if not provider.models:

@@ -18,7 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from control_plane.catalog.accelerators import check_accelerator
 from control_plane.catalog.backends import BACKENDS, backend_kind
-from control_plane.catalog.yaml_files import read_yaml_mapping
+from control_plane.catalog.yaml_files import read_yaml_mapping, validation_problems
 
 DEFAULT_CATALOG = Path(__file__).with_name("pools.yaml")
 CATALOG_HOLDS = (
@@ -175,8 +175,8 @@ class Pool(BaseModel):
         try:
             backend_kind(self.backend).settings.model_validate(self.backend_settings)
         except ValidationError as exc:
-            problems = "; ".join(f"`backend_settings.{'.'.join(map(str, e['loc']))}`: {e['msg']}" for e in exc.errors())
-            raise ValueError(f"not valid for a {self.backend} pool: {problems}") from None
+            problems = "; ".join(validation_problems(exc, f"not valid for a {self.backend} pool", under="backend_settings"))
+            raise ValueError(problems) from None
         return self
 
     @model_validator(mode="after")
@@ -346,10 +346,7 @@ def _section(path: Path, doc: dict, name: str, model, problems: list[str]):
     try:
         return model.model_validate(doc.get(name) or {})
     except ValidationError as exc:
-        for err in exc.errors():
-            where = ".".join(str(p) for p in err["loc"])
-            hint = f" (got {err['input']!r})" if err["type"] != "missing" else ""
-            problems.append(f"{path}: `{name}:` section, field `{where}`: {err['msg']}{hint}")
+        problems += validation_problems(exc, path, f"`{name}:` section")
         return model()
 
 
@@ -377,8 +374,7 @@ def load_catalog(path: str | Path | None = None) -> Catalog:
         try:
             tenants[tenant] = TenantLimits.model_validate(limits or {})
         except ValidationError as exc:
-            for err in exc.errors():
-                problems.append(f"{path}: tenant `{tenant}`, field `{'.'.join(map(str, err['loc']))}`: {err['msg']}")
+            problems += validation_problems(exc, path, f"tenant `{tenant}`", known=TenantLimits.model_fields)
     if problems:
         raise PoolCatalogError("invalid pool catalog:\n  " + "\n  ".join(problems))
     pools = {n: _with_provenance(p, prices) for n, p in pools.items()}
@@ -403,13 +399,7 @@ def _pools_of(path: Path, doc: dict) -> dict[str, Pool]:
         try:
             pools[name] = Pool(name=name, **fields)
         except ValidationError as exc:
-            for err in exc.errors():
-                field = ".".join(str(p) for p in err["loc"])
-                if not field:  # a check across fields: its message names them
-                    problems.append(f"{path}: pool `{name}`: {err['msg'].removeprefix('Value error, ')}")
-                    continue
-                hint = f" (got {err['input']!r})" if err["type"] not in ("missing", "value_error") else ""
-                problems.append(f"{path}: pool `{name}`, field `{field}`: {err['msg']}{hint}")
+            problems += validation_problems(exc, path, f"pool `{name}`", known=[f for f in Pool.model_fields if f != "name"])
     if problems:
         raise PoolCatalogError("invalid pool catalog:\n  " + "\n  ".join(problems))
     return pools

@@ -14,12 +14,13 @@ from __future__ import annotations
 import posixpath
 import re
 from pathlib import Path
+
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from control_plane.catalog.pools import TenantLimits
-from control_plane.catalog.yaml_files import read_yaml_mapping
-from workload_runtime.tenant_access import KeySpec
+from control_plane.catalog.yaml_files import read_yaml_mapping, validation_problems
 from control_plane.settings import settings
+from workload_runtime.tenant_access import KeySpec
 
 DEFAULT_TENANTS = Path(__file__).with_name("tenants.yaml")
 TENANTS_HOLDS = (
@@ -161,9 +162,7 @@ def _read_tenants(path: Path) -> Tenants:
         try:
             found[name] = Tenant.model_validate({"name": name, **(entry or {})})
         except ValidationError as exc:
-            for err in exc.errors():
-                where = ".".join(map(str, err["loc"])) or "entry"
-                problems.append(f"{path}: tenant `{name}`, field `{where}`: {err['msg']}")
+            problems += validation_problems(exc, path, f"tenant `{name}`", known=[f for f in Tenant.model_fields if f != "name"])
     problems += _overlaps(path, found)
     if problems:
         raise TenantCatalogError("invalid tenants catalog:\n  " + "\n  ".join(problems))

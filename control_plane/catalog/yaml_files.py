@@ -4,16 +4,19 @@ Plain YAML keeps the last of two equal keys in one mapping and says nothing, so 
 with two pools of the same name would quietly lose one. `UniqueKeyLoader` refuses that,
 naming the entry and both lines; `read_yaml_mapping` turns every way a file can be
 unusable (missing, a folder, not UTF-8, empty, not YAML, not a mapping, a repeated key)
-into one error naming the file, what is wrong and what the file must hold.
+into one error naming the file, what is wrong and what the file must hold; and
+`validation_problems` says what pydantic refused in one, as every catalog and job file says it:
+the file, the entry, the field, what is wrong and how to fix it.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
 import yaml
+from pydantic import ValidationError
 
 # A repeated key directly under one of these sections is a repeated entry of that kind.
 ENTRY_KINDS = {"pools": "pool", "steps": "step", "datasets": "dataset", "tenants": "tenant", "providers": "provider", "budgets": "budget"}
@@ -100,3 +103,48 @@ def read_yaml_mapping(path: Path, error: type[Exception], what: str, holds: str)
         held = {list: "a list", str: "plain text", int: "a number", float: "a number", bool: "true/false"}.get(type(doc), type(doc).__name__)
         raise error(f"{path}: the {what} holds {held}, not a mapping of names to values. {holds}")
     return doc
+
+
+def validation_problems(
+    exc: ValidationError,
+    where: str | Path,
+    entry: str = "",
+    *,
+    fixes: Mapping[str, str] | None = None,
+    known: Iterable[str] | None = None,
+    under: str = "",
+    most: int | None = None,
+) -> list[str]:
+    """Pydantic's errors for one file (or one entry of it) as lines a person can act on, each
+    `<where>: <entry>, field `<path>`: <what is wrong>; <how to fix it> (got <value>)`.
+
+    `where` is the file (or whatever else the data came from); `entry` names the entry that was
+    validated (``pool `p1` ``, ```egress:` section``), and where a whole file was validated
+    at once, an error under a section of entries (`steps: {name: ...}`) names that entry itself.
+    An error of the entry as a whole (a check across fields) says its own message with no field.
+    `fixes` adds a hint by field path (the allowed values, the unit); `known`, the entry's fields,
+    said when it holds one it does not know; `under`, the field the validated value sits in (its path is
+    said in full); `most` keeps only the first errors.
+    """
+    lines = []
+    for err in exc.errors()[:most]:
+        loc = [str(part) for part in err["loc"]]
+        at = entry
+        if not at and len(loc) >= 2 and loc[0] in ENTRY_KINDS:
+            at, loc = f"{ENTRY_KINDS[loc[0]]} `{loc[1]}`", loc[2:]
+        field = ".".join([under, *loc] if under else loc)
+        what = err["msg"].removeprefix("Value error, ")
+        if err["type"] == "extra_forbidden" and known is not None and len(loc) == 1 and not under:
+            what = f"unknown field; known: {', '.join(known)}"
+        fix = (fixes or {}).get(field)
+        value = err.get("input")
+        got = "" if err["type"] in _NO_VALUE or isinstance(value, dict | list) else f" (got {value!r})"
+        said = f"{what}{f'; {fix}' if fix else ''}{got}"
+        named = ", ".join(part for part in (at, f"field `{field}`" if field else "") if part)
+        lines.append(f"{where}: {named}: {said}" if named else f"{where}: {said}")
+    return lines
+
+
+# Errors whose input is no help to quote: a missing field has none, a check's message says it,
+# an unknown field's value is beside the point.
+_NO_VALUE = {"missing", "value_error", "extra_forbidden", "assertion_error"}

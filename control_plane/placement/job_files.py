@@ -16,7 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from control_plane.catalog.accelerators import check_accelerator
 from control_plane.catalog.pools import Capacity, Catalog, TenantLimits
 from control_plane.catalog.step_spec import DatasetRef, StepSpec
-from control_plane.catalog.yaml_files import read_yaml_mapping
+from control_plane.catalog.yaml_files import read_yaml_mapping, validation_problems
 
 JOB_FILE_HOLDS = (
     "A job file is a YAML mapping with `job` (a name), `tenant`, `start` (a UTC time) and `steps` "
@@ -127,13 +127,6 @@ class JobFile(BaseModel):
         return specs
 
 
-def _where(loc: tuple) -> str:
-    if len(loc) >= 2 and loc[0] in ("steps", "datasets"):
-        rest = ".".join(str(p) for p in loc[2:])
-        return f"{loc[0][:-1]} `{loc[1]}`" + (f", field `{rest}`" if rest else "")
-    return f"field `{'.'.join(str(p) for p in loc)}`" if loc else "job"
-
-
 def load_job(path: str | Path) -> JobFile:
     """Read and validate a job file; JobFileError names file, entry and field."""
     path = Path(path)
@@ -141,13 +134,7 @@ def load_job(path: str | Path) -> JobFile:
     try:
         return JobFile.model_validate(doc)
     except ValidationError as exc:
-        problems = []
-        for err in exc.errors():
-            msg = err["msg"].removeprefix("Value error, ")
-            hint = f" (got {err['input']!r})" if err["type"] not in ("missing", "value_error") and not isinstance(err["input"], dict) else ""
-            where = _where(err["loc"])
-            problems.append(f"{path}: {msg}" if msg.startswith("step `") else f"{path}: {where}: {msg}{hint}")
-        raise JobFileError("invalid job file:\n  " + "\n  ".join(problems)) from None
+        raise JobFileError("invalid job file:\n  " + "\n  ".join(validation_problems(exc, path))) from None
 
 
 def check_against_catalog(job: JobFile, catalog: Catalog, path: str | Path) -> None:
@@ -176,8 +163,8 @@ def check_against_catalog(job: JobFile, catalog: Catalog, path: str | Path) -> N
 def plan_job_file(path: str | Path, pool_sources: list[str | Path | None], time_budget_s: float | None = None):
     """Load a job file and the catalogs (files or folders, merged in order; None: the default)
     and plan it. Raises JobFileError, PoolCatalogError or InfeasiblePlanError with their reasons."""
-    from control_plane.placement.planner import plan_job
     from control_plane.catalog.pools import load_catalog
+    from control_plane.placement.planner import plan_job
 
     job = load_job(path)
     sources = list(pool_sources) or [None]
@@ -194,8 +181,8 @@ def plan_calendar(paths: list[str | Path], pool_sources: list[str | Path | None]
 
     Each step is named `<job>/<step>`; each job's `limits:` bind its own steps only. The jobs'
     budgets are checked one by one afterwards (JobPlan.rows() carries each step's cost)."""
-    from control_plane.placement.planner import InfeasiblePlanError, plan_job
     from control_plane.catalog.pools import load_catalog
+    from control_plane.placement.planner import InfeasiblePlanError, plan_job
 
     sources = list(pool_sources) or [None]
     catalog = load_catalog(sources[0])

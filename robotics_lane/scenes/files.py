@@ -65,7 +65,7 @@ def _holds(folder: Path, files: dict[str, str]) -> bool:
 
 def local_scene(scene: SceneFiles) -> Path:
     """The scene's entry file on this node: the registered bytes, fetched once and verified."""
-    folder = cache_dir("scenes", override_env="SINEWGRID_SCENE_CACHE") / content_hash(scene.files)
+    folder = cache_dir("scenes") / content_hash(scene.files)
     if _holds(folder, scene.files):
         return folder / scene.entry
     partial = folder.with_name(f".{folder.name}.partial-{os.getpid()}")
@@ -101,7 +101,7 @@ def catalog_scene(source: SceneSource) -> Path:
         return source.folder / source.entry
     from robotics_lane.scenes.build import scene_bytes
 
-    folder = cache_dir("scenes", override_env="SINEWGRID_SCENE_CACHE") / content_hash(source.pinned)
+    folder = cache_dir("scenes") / content_hash(source.pinned)
     if not _holds(folder, source.pinned):
         for name, data in scene_bytes(source).items():
             target = folder / name

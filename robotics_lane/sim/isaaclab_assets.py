@@ -19,7 +19,7 @@ from workload_runtime.node import cache_dir
 
 def asset_cache_dir() -> Path:
     """Where generated assets live: ``$SINEWGRID_ASSET_CACHE`` or ``~/.cache/sinewgrid/isaaclab``."""
-    return cache_dir("isaaclab", override_env="SINEWGRID_ASSET_CACHE")
+    return cache_dir("isaaclab")
 
 
 def scale_masses(text: str, mass_scales: dict[str, float]) -> str:

@@ -20,7 +20,7 @@ from torch import nn
 from robotics_lane.episodes.lerobot_v3 import read_dataset
 from robotics_lane.mlp_policy import MLPPolicy
 from robotics_lane.workloads.config import TrainPolicyConfig
-from workload_runtime.torch_state import restore_sharded, restore_training, sharded_state, training_files
+from workload_runtime.torch_state import resume_training, seeded_torch, sharded_state, training_files
 from workload_runtime.workload import ShardedState, WorkloadRun
 
 
@@ -42,32 +42,16 @@ def load_demonstrations(uris: list[str], successful_only: bool) -> tuple[np.ndar
 def main() -> None:
     with WorkloadRun() as run:
         cfg = run.config_as(TrainPolicyConfig)
-        torch.set_num_threads(cfg.threads)
-        torch.manual_seed(cfg.seed)
+        generator = seeded_torch(cfg.threads, cfg.seed)
         gang = run.gang  # None when it runs as one process
         checkpoint = run.resume()
-        if checkpoint is not None and checkpoint.final:
-            run.report_already_complete(checkpoint)
-            return
         local = [run.cached(uri) for uri in cfg.datasets]  # from the node cache when an attempt here read them before
         states, actions, n_episodes = load_demonstrations(local, cfg.successful_only)
         x, y = torch.from_numpy(states), torch.from_numpy(actions)
         model = MLPPolicy(cfg.hidden)
         optimizer = torch.optim.Adam(model.parameters(), lr=cfg.learning_rate)
-        generator = torch.Generator().manual_seed(cfg.seed)
-        losses: list[float] = []
-        start = 0
-        if checkpoint is not None and checkpoint.sharded:
-            from workload_runtime.sharded import load_sharded
-
-            saved = sharded_state(model, optimizer, generator)
-            load_sharded(checkpoint, saved)
-            restore_sharded(saved, model, optimizer, generator)
-        elif checkpoint is not None:  # written by one process as safetensors
-            restore_training(checkpoint.tensors, "policy", model, optimizer, generator)
-        if checkpoint is not None:
-            losses = list(checkpoint.meta.get("losses", []))
-            start = checkpoint.step
+        start = resume_training(checkpoint, "policy", model, optimizer, generator)
+        losses: list[float] = list(checkpoint.meta.get("losses", [])) if checkpoint else []
         trained = gang.wrap(model) if gang else model
         ranks = gang.world_size if gang else 1
 

@@ -44,7 +44,7 @@ def main() -> None:
             probes[f"overwrite {uri}"] = _try(lambda u=uri: write_bytes_atomic(u, b"overwritten by another tenant's workload"))
         for uri in cfg.get("open_checkpoint", []):
             probes[f"open_checkpoint {uri}"] = _try(lambda u=uri: _open_checkpoint(u))
-        resumed = run.resume()  # the tenant's own checkpoint: needs its key
+        resumed = run.resume(final_ends_run=False)  # the tenant's own checkpoint (final after one run): needs its key
         weights = np.asarray(cfg.get("weights", [0.0]), dtype=np.float32)
         run.finish(1, {"model": {"w": weights}}, metadata={
             "probes": json.dumps(probes), "resumed": resumed is not None,
