@@ -10,6 +10,7 @@ nothing here is a hand-kept list of files.
   `benchmarks/` imports no test.
 - No two modules import each other, directly or through others.
 - No product module is longer than about 400 lines.
+- No product module imports a private module of Dagster (`dagster._...`).
 """
 
 from __future__ import annotations
@@ -111,6 +112,17 @@ def test_benchmarks_import_no_tests():
 
 def test_no_import_cycles():
     assert graph.cycles() == [], "modules that import each other (move what they share into a module both import)"
+
+
+def test_the_product_uses_only_dagsters_public_api():
+    """Dagster's `_`-prefixed modules change without notice between releases; what the product
+    needs is public (`dagster.open_pipes_session`, `dg.AddDynamicPartitionsRequest`, ...)."""
+    private = {
+        module: sorted(name for name in graph.imports_of(module) if name.split(".")[0].startswith("dagster") and "._" in name)
+        for module in graph.modules()
+    }
+    private = {module: names for module, names in private.items() if names}
+    assert not private, f"import these from `dagster` (import dagster as dg) instead: {private}"
 
 
 def test_no_module_is_a_warehouse():
