@@ -4,8 +4,10 @@ This is what the Dagster daemon does on each tick, done once and synchronously, 
 loop can be driven from a terminal or a test against the same instance the UI shows.
 Sensor cursors are kept in the instance's key-value store; run keys are honoured as
 the daemon honours them (a run key already used by the sensor or schedule is not run again), and
-so are a sensor's dynamic partition requests (added and deleted) and asset events. Only Dagster's
-public API is used (`import dagster as dg`).
+so are a sensor's dynamic partition requests (added and deleted) and asset events. Everything
+comes from `import dagster as dg`, no private `dagster._` module. Dagster has no public call for
+a sensor's stored cursor (the daemon keeps it in its instigator state, reached only through
+private modules), hence the key-value store (`instance.run_storage`, the instance's own storage).
 """
 
 from __future__ import annotations
