@@ -45,7 +45,7 @@ def report(
     by: str = typer.Option(
         "lane", "--by",
         help="Group the ledger by run, project, provider, lane, tenant, cause (why attempts ended: notice, lost-node, ...), "
-        "task (a GPU step, or a model task such as label-failure@v1) or model.",
+        "task (a GPU step, or a model task such as label-failure@v1), model, pool or purchasing.",
     ),
     as_json: bool = typer.Option(False, "--json", help="Print the table and totals as JSON instead."),
     budgets: bool = typer.Option(False, "--budgets", help="Instead: each budget's spending against its limits, and its status (ok, warn, over)."),

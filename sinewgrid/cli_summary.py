@@ -25,19 +25,29 @@ def _table(title: str, columns: tuple[str, ...], left: int) -> Table:
 
 
 def print_gpu_steps(console: Console, storage: Storage) -> None:
+    """GPU time as `sinewgrid report` counts it: GPU-hours, each attempt's time × its GPUs, and
+    goodput as productive over allocated GPU-hours."""
     steps = ledger_by_step(storage)
-    table = _table("GPU steps: where they ran and what they cost", ("step", "pool", "purchasing", "attempts", "preempted", "wall s", "productive s", "goodput", "GPU-h", "cost"), 3)
+    table = _table(
+        "GPU steps: where they ran and what they cost (goodput: productive ÷ allocated GPU time)",
+        ("step", "pool", "purchasing", "attempts", "preempted", "GPU-h", "productive GPU-h", "goodput", "cost"), 3,
+    )
     for row in steps.itertuples():
         table.add_row(
-            row.step, row.pool, row.purchasing, str(row.attempts), str(row.preempted), f"{row.wall_seconds:.1f}",
-            f"{row.productive_seconds:.1f}", f"{row.goodput:.0%}" if row.goodput == row.goodput else "—",
-            f"{row.gpu_hours:.4f}", f"${row.cost_usd:.4f}",
+            row.step, row.pool, row.purchasing, str(row.attempts), str(row.preempted), f"{row.gpu_hours:.4f}",
+            f"{row.productive_gpu_hours:.4f}", _percent(row.goodput), f"${row.cost_usd:.4f}",
         )
     if len(steps):
-        table.add_row("total", "", "", str(int(steps["attempts"].sum())), str(int(steps["preempted"].sum())),
-                      f"{steps['wall_seconds'].sum():.1f}", f"{steps['productive_seconds'].sum():.1f}", "",
-                      f"{steps['gpu_hours'].sum():.4f}", f"${steps['cost_usd'].sum():.4f}", style="bold")
+        # the total's goodput from the summed GPU-hours: what `reports.totals` gives for these rows
+        gpu_hours, productive = steps["gpu_hours"].sum(), steps["productive_gpu_hours"].sum()
+        table.add_row("total", "", "", str(int(steps["attempts"].sum())), str(int(steps["preempted"].sum())), f"{gpu_hours:.4f}",
+                      f"{productive:.4f}", _percent(productive / gpu_hours if gpu_hours > 0 else float("nan")),
+                      f"${steps['cost_usd'].sum():.4f}", style="bold")
     console.print(table)
+
+
+def _percent(value: float) -> str:
+    return f"{value:.0%}" if value == value else "—"
 
 
 def print_model_tasks(console: Console, storage: Storage) -> None:
@@ -72,7 +82,7 @@ def print_tenants(console: Console, storage: Storage) -> None:
     table = _table("Per tenant: GPU hours and tokens, each with its cost", ("tenant", "GPU-h", "goodput", "GPU cost", "tokens", "token cost", "total"), 1)
     for row in tenants.itertuples():
         table.add_row(
-            escape(row.tenant), f"{row.gpu_hours:.4f}", f"{row.goodput:.0%}" if row.goodput == row.goodput else "—",
+            escape(row.tenant), f"{row.gpu_hours:.4f}", _percent(row.goodput),
             f"${row.gpu_cost_usd:.4f}", f"{row.tokens:,}", f"${row.token_cost_usd:.6f}", f"${row.cost_usd:.4f}",
         )
     console.print(table)

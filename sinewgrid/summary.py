@@ -10,6 +10,7 @@ import dagster as dg
 import numpy as np
 import pandas as pd
 
+from control_plane.accounting import reports
 from control_plane.accounting.ledger import read_ledger
 from workload_runtime.storage import Storage, fs_for, read_bytes
 
@@ -62,84 +63,45 @@ def training_rounds(instance: dg.DagsterInstance) -> list[RoundRow]:
     return rows
 
 
-def _with_tokens(ledger: pd.DataFrame) -> pd.DataFrame:
-    """The ledger with `tokens` (in plus out) and `token_cost_usd` as numbers, missing as 0: a
-    model task books tokens and no GPU time, a GPU step the reverse."""
-    number = lambda column: pd.to_numeric(ledger[column], errors="coerce").fillna(0)  # noqa: E731
-    return ledger.assign(tokens=(number("tokens_in") + number("tokens_out")).astype("int64"), token_cost_usd=number("token_cost_usd").astype(float))
+def _with_tokens(table: pd.DataFrame) -> pd.DataFrame:
+    """A table with `tokens`, in plus out, as numbers, missing as 0: a model task books tokens and
+    no GPU time, a GPU step the reverse."""
+    number = lambda column: pd.to_numeric(table[column], errors="coerce").fillna(0)  # noqa: E731
+    return table.assign(tokens=(number("tokens_in") + number("tokens_out")).astype("int64"), token_cost_usd=number("token_cost_usd").astype(float))
 
 
-GATEWAY = "model-gateway"  # the ledger's backend for model tasks (model_gateway/usage.py)
+GATEWAY = reports.GATEWAY_BACKEND  # the ledger's backend for model tasks (model_gateway/usage.py)
 
 
 def ledger_by_step(storage: Storage) -> pd.DataFrame:
-    """Per GPU step, pool and purchasing mode: attempts, time, GPU-hours and cost."""
+    """Per GPU step, pool and purchasing mode: attempts, GPU-hours (allocated and productive),
+    goodput and cost, as the reports figure them (`reports.summary`: GPU-weighted goodput)."""
     ledger = read_ledger(storage.ledger())
     if ledger.empty:
         return ledger
-    ledger = ledger[ledger["backend"] != GATEWAY]
-    return (
-        _with_tokens(ledger).groupby(["step", "pool", "purchasing"], as_index=False)
-        .agg(
-            attempts=("attempt", "size"),
-            preempted=("outcome", lambda s: int((s == "preempted").sum())),
-            wall_seconds=("wall_seconds", "sum"),
-            productive_seconds=("productive_seconds", "sum"),
-            gpu_hours=("gpu_hours", "sum"),
-            tokens=("tokens", "sum"),
-            gpu_cost_usd=("gpu_cost_usd", "sum"),
-            token_cost_usd=("token_cost_usd", "sum"),
-            cost_usd=("cost_usd", "sum"),
-        )
-        .assign(goodput=lambda f: f["productive_seconds"] / f["wall_seconds"].where(f["wall_seconds"] > 0))
-    )
+    table = reports.summary(ledger[ledger["backend"] != GATEWAY], ["task", "pool", "purchasing"])
+    return _with_tokens(table.rename(columns={"task": "step"})).sort_values(["step", "pool", "purchasing"], ignore_index=True)
 
 
 def model_tasks(storage: Storage) -> pd.DataFrame:
     """Per model task (and its evaluations), model and purchasing mode: items, tokens, cache hits,
-    token cost and cost per completed item."""
+    token cost and cost per completed item (`reports.summary`; an item is a task of its own)."""
     ledger = read_ledger(storage.ledger())
     if ledger.empty:
         return ledger
-    rows = _with_tokens(ledger[ledger["backend"] == GATEWAY])
-    number = lambda column: pd.to_numeric(rows[column], errors="coerce").fillna(0).astype("int64")  # noqa: E731
-    rows = rows.assign(tokens_in=number("tokens_in"), tokens_out=number("tokens_out"), tokens_cached=number("tokens_cached"), cache_hits=number("cache_hits"))
-    table = rows.groupby(["step", "model", "purchasing"], as_index=False).agg(
-        items=("attempt", "size"),
-        completed=("completed_task", "sum"),
-        tokens_in=("tokens_in", "sum"),
-        tokens_out=("tokens_out", "sum"),
-        tokens_cached=("tokens_cached", "sum"),
-        cache_hits=("cache_hits", "sum"),
-        token_cost_usd=("token_cost_usd", "sum"),
-    )
-    return table.assign(cost_per_completed=lambda f: f["token_cost_usd"] / f["completed"].where(f["completed"] > 0))
+    table = reports.summary(ledger[ledger["backend"] == GATEWAY], ["task", "model", "purchasing"])
+    return table.rename(
+        columns={"task": "step", "attempts": "items", "completed_tasks": "completed", "cost_per_completed_task": "cost_per_completed"}
+    ).sort_values(["step", "model", "purchasing"], ignore_index=True)
 
 
 def ledger_by_tenant(storage: Storage) -> pd.DataFrame:
-    """Cost (GPU and tokens), tokens and goodput per tenant: the ledger's `tenant` column where it has one, else its `lane`
-    (which holds the step's tenant in ledgers written before the column)."""
+    """Cost (GPU and tokens), tokens and goodput per tenant, as the reports figure them
+    (`reports.summary(..., "tenant")`: a row booked before the `tenant` column counts as its lane's)."""
     ledger = read_ledger(storage.ledger())
     if ledger.empty:
         return ledger
-    lane = ledger["lane"].fillna("").astype(str)
-    tenant = ledger["tenant"].fillna("").astype(str) if "tenant" in ledger.columns else lane
-    return (
-        _with_tokens(ledger).assign(tenant=tenant.where(tenant != "", lane))
-        .groupby("tenant", as_index=False)
-        .agg(
-            steps=("step", "nunique"),
-            attempts=("attempt", "size"),
-            wall_seconds=("wall_seconds", "sum"),
-            productive_seconds=("productive_seconds", "sum"),
-            gpu_hours=("gpu_hours", "sum"),
-            tokens=("tokens", "sum"),
-            gpu_cost_usd=("gpu_cost_usd", "sum"),
-            token_cost_usd=("token_cost_usd", "sum"),
-            cost_usd=("cost_usd", "sum"),
-        )
-        .assign(goodput=lambda f: f["productive_seconds"] / f["wall_seconds"].where(f["wall_seconds"] > 0))
-    )
+    return _with_tokens(reports.summary(ledger, "tenant")).sort_values("tenant", ignore_index=True)
 
 
 def quarantined(storage: Storage) -> list[dict]:

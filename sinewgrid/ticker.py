@@ -3,7 +3,11 @@
 This is what the Dagster daemon does on each tick, done once and synchronously, so the
 loop can be driven from a terminal or a test against the same instance the UI shows.
 Sensor cursors are kept in the instance's key-value store; run keys are honoured as
-the daemon honours them (a run key already used by the sensor is not run again).
+the daemon honours them (a run key already used by the sensor or schedule is not run again), and
+so are a sensor's dynamic partition requests (added and deleted) and asset events. Everything
+comes from `import dagster as dg`, no private `dagster._` module. Dagster has no public call for
+a sensor's stored cursor (the daemon keeps it in its instigator state, reached only through
+private modules), hence the key-value store (`instance.run_storage`, the instance's own storage).
 """
 
 from __future__ import annotations
@@ -17,7 +21,6 @@ from pathlib import Path
 
 import dagster as dg
 import yaml
-from dagster._core.definitions.dynamic_partitions_request import AddDynamicPartitionsRequest
 
 from control_plane.settings import REPO_ROOT
 from control_plane.signals import sigterm_kept
@@ -44,6 +47,7 @@ class SensorTick:
     sensor: str
     skipped: str | None = None
     new_partitions: list[str] = field(default_factory=list)
+    deleted_partitions: list[str] = field(default_factory=list)
     runs: list[RunOutcome] = field(default_factory=list)
     already_run: list[str] = field(default_factory=list)
     asset_events: list[str] = field(default_factory=list)
@@ -97,14 +101,20 @@ def tick_sensor(
     key = _cursor_key(location, sensor.name)
     cursor = instance.run_storage.get_cursor_values({key}).get(key)
     tick = SensorTick(location, sensor.name)
+    # The instance goes in as its reference, as the daemon passes it: only then does the context
+    # load dynamic partitions, which a run request for a partition just added is checked against.
     with dg.build_sensor_context(
         instance_ref=instance.get_ref(), cursor=cursor, definitions=defs, sensor_name=sensor.name, resources=defs.resources
     ) as context:
         data = sensor.evaluate_tick(context)
     for request in data.dynamic_partitions_requests or []:
-        if isinstance(request, AddDynamicPartitionsRequest):
+        if isinstance(request, dg.AddDynamicPartitionsRequest):
             instance.add_dynamic_partitions(request.partitions_def_name, list(request.partition_keys))
             tick.new_partitions.extend(request.partition_keys)
+        elif isinstance(request, dg.DeleteDynamicPartitionsRequest):
+            for partition_key in request.partition_keys:
+                instance.delete_dynamic_partition(request.partitions_def_name, partition_key)
+            tick.deleted_partitions.extend(request.partition_keys)
     if data.cursor is not None and data.cursor != cursor:
         instance.run_storage.set_cursor_values({key: data.cursor})
     for event in data.asset_events or []:
@@ -132,7 +142,7 @@ def _run_requests(
     for request in requests:
         job_name = request.job_name or default_job
         if request.run_key:
-            used = instance.get_runs(filters=dg.RunsFilter(tags={origin_tag: origin_name, RUN_KEY_TAG: request.run_key}), limit=1)
+            used = instance.get_run_records(filters=dg.RunsFilter(tags={origin_tag: origin_name, RUN_KEY_TAG: request.run_key}), limit=1)
             if used:
                 tick.already_run.append(request.run_key)
                 continue

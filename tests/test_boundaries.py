@@ -12,6 +12,7 @@ nothing here is a hand-kept list of files.
 - No lane imports the other; `drills/` imports no code location; `benchmarks/` imports no test.
 - No two modules import each other, directly or through others, not even only for a type checker.
 - No product module is longer than about 400 lines.
+- No product module imports a private module of Dagster (`dagster._...`).
 """
 
 from __future__ import annotations
@@ -115,6 +116,17 @@ def test_no_import_cycles_even_for_a_type_checker():
     assert graph.cycles(type_only=True) == [], (
         "modules that import each other under `if TYPE_CHECKING:` (type against a Protocol in a module both import)"
     )
+
+
+def test_the_product_uses_only_dagsters_public_api():
+    """Dagster's `_`-prefixed modules change without notice between releases; what the product
+    needs is public (`dagster.open_pipes_session`, `dg.AddDynamicPartitionsRequest`, ...)."""
+    private = {
+        module: sorted(name for name in graph.imports_of(module) if name.split(".")[0].startswith("dagster") and "._" in name)
+        for module in graph.modules()
+    }
+    private = {module: names for module, names in private.items() if names}
+    assert not private, f"import these from `dagster` (import dagster as dg) instead: {private}"
 
 
 def test_no_module_is_a_warehouse():

@@ -289,3 +289,37 @@ def test_the_demo_summary_tables_put_token_cost_beside_gpu_cost(home, booked):
     assert "label-failure@v1" not in steps.index and (steps["gpu_hours"] > 0).all()  # GPU steps only: model tasks have their own table
     tasks = model_tasks(Storage.at(str(home))).set_index("step")
     assert tasks.loc["label-failure@v1", ["tokens_in", "tokens_out", "token_cost_usd"]].tolist() == pytest.approx([12_000, 3_000, 0.25])
+
+
+def test_the_demo_summary_figures_goodput_and_cost_as_the_reports_do(home, booked):
+    """`sinewgrid summary` reads its goodput and cost from `reports.summary`: weighed by GPUs. A
+    step that ran on one GPU and on four shows it: unweighted it would be (30 + 15) / (30 + 60) = 50%."""
+    from rich.console import Console
+
+    from sinewgrid.cli_summary import print_gpu_steps
+    from sinewgrid.summary import ledger_by_step, ledger_by_tenant
+
+    start = DAY2 + dt.timedelta(hours=8)
+    booked.record(AttemptRecord.build(  # beside r2's 30 minutes, all productive, on one GPU of the same pool
+        run_id="r4", step="cell.finetune", asset="cell/finetune", partition=None, attempt=1, pool="gcp-on_demand", provider="gcp",
+        region="eu", backend="slurm", purchasing="on_demand", price_per_gpu_hour=2.0, gpus=4, started=start,
+        ended=start + dt.timedelta(minutes=60), productive_seconds=15 * 60, outcome="failed", exit_code=1, lane="cell", project="screen",
+    ))
+    frame = booked.frame()
+    storage = Storage.at(str(home))
+    steps = ledger_by_step(storage).set_index(["step", "pool", "purchasing"])
+    finetune = steps.loc[("cell.finetune", "gcp-on_demand", "on_demand")]
+    assert finetune["goodput"] == pytest.approx((30 * 1 + 15 * 4) / (30 * 1 + 60 * 4))
+    rows = frame[(frame["step"] == "cell.finetune") & (frame["pool"] == "gcp-on_demand")]
+    assert finetune[["goodput", "gpu_hours", "cost_usd"]].tolist() == pytest.approx([reports.totals(rows)[k] for k in ("goodput", "gpu_hours", "cost_usd")])
+    assert steps["cost_usd"].sum() == pytest.approx(reports.totals(frame)["cost_usd"])
+    tenants = ledger_by_tenant(storage).set_index("tenant")
+    expected = reports.summary(frame, "tenant").set_index("tenant")
+    assert sorted(tenants.index) == ["cell", "robotics"]  # rows without a tenant count as their lane's, here and in the reports
+    for tenant in tenants.index:
+        assert tenants.loc[tenant, ["goodput", "gpu_hours", "cost_usd"]].tolist() == pytest.approx(expected.loc[tenant, ["goodput", "gpu_hours", "cost_usd"]].tolist())
+        assert tenants.loc[tenant, "goodput"] == pytest.approx(reports.totals(frame[frame["lane"] == tenant])["goodput"])
+    console = Console(record=True, width=200)
+    print_gpu_steps(console, storage)
+    (line,) = [line for line in console.export_text().splitlines() if "cell.finetune" in line and "gcp-on_demand" in line]
+    assert "33%" in line and "50%" not in line

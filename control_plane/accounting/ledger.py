@@ -17,9 +17,9 @@ from __future__ import annotations
 import datetime as dt
 import functools
 import os
+import posixpath
 import sqlite3
 import time
-import posixpath
 from dataclasses import asdict, fields
 from pathlib import Path
 from typing import Any
@@ -27,11 +27,12 @@ from typing import Any
 import pandas as pd
 import sqlalchemy as sa
 from sqlalchemy.engine import Engine, make_url
-from sqlalchemy.exc import IntegrityError, OperationalError, ProgrammingError
+from sqlalchemy.exc import IntegrityError, OperationalError
 
+from control_plane.accounting.migrations import upgrade_ledger
 from control_plane.accounting.records import LOST_REASONS, AttemptRecord
-from workload_runtime.storage import Storage
 from control_plane.settings import settings
+from workload_runtime.storage import Storage
 
 LEDGER_URL_ENV = "SINEWGRID_LEDGER_URL"
 
@@ -41,6 +42,8 @@ class LedgerConfigError(RuntimeError):
 
 
 # The table ------------------------------------------------------------------------------
+# What the newest migration (migrations/versions/) leaves in the database. A change here is a new
+# migration there; tests/test_ledger.py checks that the two agree.
 
 metadata = sa.MetaData()
 attempts = sa.Table(
@@ -143,32 +146,8 @@ def _engine(url: str, pid: int) -> Engine:
         _sqlite_wal(engine)
     else:
         engine = sa.create_engine(url, pool_pre_ping=True)
-    try:
-        metadata.create_all(engine)
-    except (OperationalError, ProgrammingError, IntegrityError):
-        # Another process created the table between our check and our CREATE: fine if it is there now.
-        if not sa.inspect(engine).has_table(attempts.name):
-            raise
-    _add_missing_columns(engine)
+    upgrade_ledger(engine)  # the schema through its Alembic migrations (migrations/)
     return engine
-
-
-def _add_missing_columns(engine: Engine) -> None:
-    """Columns added since a ledger was created (`cause`) are added to it in place; old rows
-    get the column's default."""
-    present = {c["name"] for c in sa.inspect(engine).get_columns(attempts.name)}
-    for column in attempts.c:
-        if column.name in present or column.server_default is None:
-            continue
-        kind = column.type.compile(dialect=engine.dialect)
-        default = column.server_default.arg
-        try:
-            with engine.begin() as conn:
-                conn.exec_driver_sql(f"ALTER TABLE {attempts.name} ADD COLUMN {column.name} {kind} NOT NULL DEFAULT '{default}'")
-        except (OperationalError, ProgrammingError):
-            # Another process added it first.
-            if column.name not in {c["name"] for c in sa.inspect(engine).get_columns(attempts.name)}:
-                raise
 
 
 def ledger_url(storage: Storage) -> str:

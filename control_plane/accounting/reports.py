@@ -12,6 +12,7 @@ it completed.
 from __future__ import annotations
 
 import io
+from collections.abc import Sequence
 
 import numpy as np
 import pandas as pd
@@ -23,7 +24,7 @@ from control_plane.accounting.records import LOST_REASONS
 # model that answered a gateway row (GPU rows have none).
 GROUPINGS = {
     "run": "run_id", "project": "project", "provider": "provider", "lane": "lane", "tenant": "tenant", "cause": "cause",
-    "task": "step", "model": "model",
+    "task": "step", "model": "model", "pool": "pool", "purchasing": "purchasing",
 }
 # Tokens bought from model providers, and calls the gateway answered from its own cache.
 TOKEN_COLUMNS = ("tokens_in", "tokens_out", "tokens_cached", "cache_hits")
@@ -54,26 +55,42 @@ def _tokens(frame: pd.DataFrame) -> pd.DataFrame:
     )
 
 
-def summary(frame: pd.DataFrame, by: str = "lane") -> pd.DataFrame:
+def _group_values(frame: pd.DataFrame, by: str) -> pd.Series:
+    """The value each row is grouped under for `by`: its column, with a name for "none" where a
+    row has no value (`_NO_VALUE`); a row without a tenant (booked before the column) is its lane's,
+    which is where such ledgers kept the step's tenant."""
+    values = frame[GROUPINGS[by]]
+    if by == "tenant":
+        lane = frame["lane"].fillna("").astype(str)
+        values = values.fillna("").astype(str)
+        return values.where(values != "", lane)
+    if by in _NO_VALUE:
+        return values.fillna("").replace("", _NO_VALUE[by])
+    return values
+
+
+def summary(frame: pd.DataFrame, by: str | Sequence[str] = "lane") -> pd.DataFrame:
     """Goodput, time, tokens and cost per `by` (run, project, provider, lane, tenant, cause: why
-    attempts ended, task or model), costliest first. GPU-hours and tokens sit side by side: a
-    model task books tokens and no GPU time, a GPU step the reverse."""
-    if by not in GROUPINGS:
-        raise ValueError(f"cannot report by {by!r}; choose one of {', '.join(GROUPINGS)}")
-    key = GROUPINGS[by]
+    attempts ended, task, model, pool or purchasing; or several of them, e.g. `["task", "pool",
+    "purchasing"]`, one row per combination), costliest first. GPU-hours and tokens sit side by
+    side: a model task books tokens and no GPU time, a GPU step the reverse."""
+    keys = [by] if isinstance(by, str) else list(by)
+    unknown = [key for key in keys if key not in GROUPINGS]
+    if unknown or not keys:
+        raise ValueError(f"cannot report by {unknown[0] if unknown else by!r}; choose one of {', '.join(GROUPINGS)}")
     columns = [
-        by, "attempts", "preempted", "failed", "gpu_hours", "productive_gpu_hours", "checkpoint_gpu_hours",
+        *keys, "attempts", "preempted", "failed", "gpu_hours", "productive_gpu_hours", "checkpoint_gpu_hours",
         *(f"lost_{r}_gpu_hours" for r in LOST_REASONS), "goodput", *TOKEN_COLUMNS, "gpu_cost_usd", "token_cost_usd", "cost_usd",
         "completed_tasks", "cost_per_completed_task",
     ]
     if frame.empty:
         return pd.DataFrame(columns=columns)
-    work = pd.concat([frame[[key, "outcome", "gpu_cost_usd", "cost_usd", "task_id"]], _weighted(frame), _tokens(frame)], axis=1)
-    if key in _NO_VALUE:
-        work[key] = work[key].fillna("").replace("", _NO_VALUE[key])
+    work = pd.concat([frame[["outcome", "gpu_cost_usd", "cost_usd"]], _weighted(frame), _tokens(frame)], axis=1)
+    for key in keys:
+        work[key] = _group_values(frame, key)
     work["token_cost_usd"] = frame["token_cost_usd"].astype(float).fillna(0.0)
     work["completed"] = frame["task_id"].where(frame["completed_task"])
-    grouped = work.groupby(key, sort=False)
+    grouped = work.groupby(keys, sort=False)
     table = grouped.agg(
         attempts=("outcome", "size"),
         preempted=("outcome", lambda s: int((s == "preempted").sum())),
@@ -87,8 +104,8 @@ def summary(frame: pd.DataFrame, by: str = "lane") -> pd.DataFrame:
     )
     table["goodput"] = table["productive_gpu_hours"] / table["gpu_hours"].where(table["gpu_hours"] > 0)
     table["cost_per_completed_task"] = table["cost_usd"] / table["completed_tasks"].where(table["completed_tasks"] > 0)
-    table = table.reset_index().rename(columns={key: by})
-    return table[columns].sort_values(["cost_usd", by], ascending=[False, True], kind="stable").reset_index(drop=True)
+    table = table.reset_index()
+    return table[columns].sort_values(["cost_usd", *keys], ascending=[False, *[True] * len(keys)], kind="stable").reset_index(drop=True)
 
 
 def totals(frame: pd.DataFrame) -> dict[str, float]:

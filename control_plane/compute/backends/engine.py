@@ -32,7 +32,6 @@ from pathlib import Path
 from typing import ClassVar
 
 import dagster as dg
-from dagster._core.pipes.utils import open_pipes_session
 
 from control_plane.catalog.pools import Pool
 from control_plane.catalog.step_spec import StepSpec
@@ -132,7 +131,7 @@ class EngineBackend(Backend):
         status = JobStatus(JobState.gone)
         handle: JobHandle | None = None
         started_at: float | None = None
-        with open_pipes_session(
+        with dg.open_pipes_session(
             context=context,
             context_injector=dg.PipesFileContextInjector(str(folder / "context.json")),
             message_reader=WholeLineMessageReader(str(folder / "messages.jsonl")),

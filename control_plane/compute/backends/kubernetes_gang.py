@@ -43,7 +43,6 @@ import uuid
 from typing import Any
 
 import dagster as dg
-from dagster._core.pipes.utils import open_pipes_session
 from dagster_k8s.pipes import PipesK8sPodLogsMessageReader
 from dagster_pipes import PIPES_PROTOCOL_VERSION_FIELD
 from kubernetes.client import ApiException, CoreV1Api, CustomObjectsApi
@@ -309,7 +308,7 @@ class JobSetGangs:
         core = core_api(info)
         reader = _RankZeroLog()
         inflight = inflight_of(inputs)
-        with open_pipes_session(context=context, context_injector=dg.PipesEnvContextInjector(), message_reader=reader, extras=inputs.to_extras()) as session:
+        with dg.open_pipes_session(context=context, context_injector=dg.PipesEnvContextInjector(), message_reader=reader, extras=inputs.to_extras()) as session:
             body = jobset_for(pod, spec, settings, name=name, env=session.get_bootstrap_env_vars())
             try:
                 CustomObjectsApi(core.api_client).create_namespaced_custom_object(GROUP, VERSION, settings.namespace, PLURAL, body)

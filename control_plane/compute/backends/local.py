@@ -12,7 +12,6 @@ from typing import IO, Any
 
 import dagster as dg
 import psutil
-from dagster._core.pipes.utils import open_pipes_session
 
 from control_plane.catalog.pools import Pool
 from control_plane.catalog.step_spec import StepSpec
@@ -75,7 +74,7 @@ class PreemptiblePipesSubprocessClient(dg.PipesSubprocessClient):
         libraries the workload needs, imported ahead when it starts warm (`warm_start.py`).
         `start`: how to start it (`start_process` unless given; a gang's `GangProcess.start`).
         """
-        with open_pipes_session(
+        with dg.open_pipes_session(
             context=context,
             context_injector=self.context_injector,
             message_reader=self.message_reader,
