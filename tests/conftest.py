@@ -189,19 +189,30 @@ def pytest_collection_modifyitems(config, items):
 # stays whole on one worker, so its module-scoped fixtures run once too.
 SHARED_ON_ONE_WORKER = {"slurm_cluster": "engines", "ray_head": "engines", "demo_run": "demo"}
 
+# Module fixtures that take long before a module's first test: an engine its worker starts for
+# itself (PostgreSQL, the S3 server), or a run in another runtime (Isaac Lab: a cold start costs
+# 12-45 s; LeRobot's reader). A module using one starts with the end-to-end ones, not at the end.
+LONG_SETUP_FIXTURES = {"postgres", "s3_endpoint", "isaaclab_report", "isaaclab_runs", "made_here"}
+
 
 def _longest_groups_first(items) -> None:
     """Order the groups so the long ones start first: the groups sharing a session fixture (the
     demo and the UI on its instance, the engines), then the modules that run workloads end to
-    end, then the rest, each in collection order. pytest-xdist hands groups to workers in this
-    order (`make test` passes `--no-loadscope-reorder`; by default it would order them by their
-    number of tests), so the short ones fill in at the end instead of a long one running alone."""
+    end or start an engine or another runtime (`LONG_SETUP_FIXTURES`), then the rest; groups in
+    the order their first test is collected, each group's tests kept together. pytest-xdist
+    hands groups to workers in this order (`make test` passes `--no-loadscope-reorder`; by
+    default it would order them by their number of tests), so the short ones fill in at the end
+    instead of a long one running alone; without xdist (`-n 0`) each group's module fixtures
+    then run once too."""
     rank: dict[str, int] = {}
-    for item in items:
+    first: dict[str, int] = {}
+    for index, item in enumerate(items):
         group = _worker_group(item)
-        here = 0 if group in SHARED_ON_ONE_WORKER.values() else 1 if item.get_closest_marker("e2e") else 2
+        long_setup = item.get_closest_marker("e2e") or LONG_SETUP_FIXTURES & set(getattr(item, "fixturenames", ()))
+        here = 0 if group in SHARED_ON_ONE_WORKER.values() else 1 if long_setup else 2
         rank[group] = min(rank.get(group, here), here)
-    items.sort(key=lambda item: rank[_worker_group(item)])  # stable: collection order within a rank
+        first.setdefault(group, index)
+    items.sort(key=lambda item: (rank[g := _worker_group(item)], first[g]))  # stable: collection order within a group
 
 
 def _worker_group(item) -> str:

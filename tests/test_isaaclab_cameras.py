@@ -25,7 +25,7 @@ PIXELS_PER_METRE = (FRONT[1] / 2) / ISAAC_VIEWS["front"].half_width
 
 
 @pytest.fixture(scope="module")
-def runs(tmp_path_factory) -> dict[str, dict[int, dict[str, np.ndarray]]]:
+def isaaclab_runs(tmp_path_factory) -> dict[str, dict[int, dict[str, np.ndarray]]]:
     """run -> seed -> {"observations", "actions", "front" (if filmed), "cameras"}."""
     if not ISAACLAB_PYTHON.exists():
         pytest.fail(
@@ -67,26 +67,26 @@ def pole_leans(frames: np.ndarray) -> np.ndarray:
     return (pole.sum(axis=1) * columns).sum(axis=1) / np.maximum(pole.sum(axis=(1, 2)), 1) - cart_columns(frames)
 
 
-def test_every_episode_has_one_front_frame_per_step_of_the_shape_asked(runs):
+def test_every_episode_has_one_front_frame_per_step_of_the_shape_asked(isaaclab_runs):
     assert FRONT == (96, 128, 3)
     for run in ("slots", "single", *DRIVE_SEEDS):
-        for seed, episode in runs[run].items():
+        for seed, episode in isaaclab_runs[run].items():
             assert list(episode["cameras"]) == ["front"]
             frames = episode["front"]
             assert frames.dtype == np.uint8 and frames.shape == (len(episode["observations"]), *FRONT), (run, seed)
 
 
-def test_the_cart_and_pole_seen_by_the_camera_are_where_the_state_says_in_every_frame(runs):
+def test_the_cart_and_pole_seen_by_the_camera_are_where_the_state_says_in_every_frame(isaaclab_runs):
     # Balancing towards ±2.5 m: the cart crosses the image to both sides, pole up.
-    positions = np.concatenate([runs[run][seed]["observations"][:, 0] for run, (seed, _) in DRIVE_SEEDS.items()])
-    columns = np.concatenate([cart_columns(runs[run][seed]["front"]) for run, (seed, _) in DRIVE_SEEDS.items()])
+    positions = np.concatenate([isaaclab_runs[run][seed]["observations"][:, 0] for run, (seed, _) in DRIVE_SEEDS.items()])
+    columns = np.concatenate([cart_columns(isaaclab_runs[run][seed]["front"]) for run, (seed, _) in DRIVE_SEEDS.items()])
     assert positions.min() < -1.4 and positions.max() > 1.8, "the cart should have travelled both ways"
     slope, intercept = np.polyfit(positions, columns, 1)
     assert slope == pytest.approx(PIXELS_PER_METRE, rel=0.05)  # right of the image as cart_position grows
     assert intercept == pytest.approx((FRONT[1] - 1) / 2, abs=1.0)  # cart_position 0 is the image's centre
     # Every frame, the first one after each seeded reset included, shows the state the policy saw.
     for run in ("slots", "single"):
-        for seed, episode in runs[run].items():
+        for seed, episode in isaaclab_runs[run].items():
             seen = cart_columns(episode["front"])
             expected = slope * episode["observations"][:, 0] + intercept
             assert np.abs(seen - expected).max() < 1.0, (run, seed)
@@ -96,25 +96,25 @@ def test_the_cart_and_pole_seen_by_the_camera_are_where_the_state_says_in_every_
             assert tilted.any() and (np.sign(leans[tilted]) == np.sign(angles[tilted])).all(), (run, seed)
 
 
-def test_frames_depend_only_on_the_seed_not_on_env_slot_or_count(runs):
+def test_frames_depend_only_on_the_seed_not_on_env_slot_or_count(isaaclab_runs):
     # 3 envs (envs take new seeds after the adapter's reset) and 1 env with the seeds reversed.
     for seed in SEEDS:
-        slots, single = runs["slots"][seed], runs["single"][seed]
+        slots, single = isaaclab_runs["slots"][seed], isaaclab_runs["single"][seed]
         assert np.array_equal(slots["actions"], single["actions"])
         assert np.array_equal(slots["front"], single["front"]), f"seed {seed}: frames differ between runs"
         # The frames change as the cart-pole moves (a noisy operator never holds it still).
         assert len({frame.tobytes() for frame in slots["front"]}) > len(slots["front"]) // 2
-    firsts = {runs["slots"][seed]["front"][0].tobytes() for seed in SEEDS}
+    firsts = {isaaclab_runs["slots"][seed]["front"][0].tobytes() for seed in SEEDS}
     assert len(firsts) == len(SEEDS), "different seeds start in different states, so look different"
 
 
-def test_rendering_leaves_the_physics_unchanged(runs):
+def test_rendering_leaves_the_physics_unchanged(isaaclab_runs):
     for seed in SEEDS:
-        with_camera, without = runs["slots"][seed], runs["no_camera"][seed]
+        with_camera, without = isaaclab_runs["slots"][seed], isaaclab_runs["no_camera"][seed]
         assert list(without["cameras"]) == [] and "front" not in without
         assert np.array_equal(with_camera["observations"], without["observations"])
         assert np.array_equal(with_camera["actions"], without["actions"])
-    assert all(len(e["observations"]) <= TASK.max_steps for e in runs["slots"].values())
+    assert all(len(e["observations"]) <= TASK.max_steps for e in isaaclab_runs["slots"].values())
 
 
 def test_the_factory_refuses_unknown_backends_and_unknown_cameras():

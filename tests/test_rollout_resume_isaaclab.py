@@ -4,7 +4,10 @@ none twice, the same states, actions and front-camera videos bit for bit.
 
 The shards run as the platform runs an Isaac Lab shard: `robotics_lane.workloads.rollouts` under
 the Isaac Lab runtime's own interpreter (`.venv-isaaclab/bin/python`, the `isaaclab` runtime of
-a local pool), the relaunch forked warm with the sweep's imports (`sweep_imports("isaaclab")`).
+a local pool): the interrupted shards and their relaunches forked warm with the sweep's imports
+(`sweep_imports("isaaclab")`), as a local pool starts them, the reference started cold, as a
+person runs it by hand. One warm interpreter serves all four forks, where each cold start paid
+Isaac Lab's imports again.
 Isaac Lab's episodes on the CPU depend on their seed only, not on the env slot or the env count
 (each env at the same origin, see `isaaclab_backend.py`): the reference runs one env, the
 interrupted shard four, its relaunch three. The task is made hard enough (strong operator noise,
@@ -136,7 +139,7 @@ def uninterrupted(reference_output) -> dict:
 def test_interrupted_isaaclab_shard_resumes_to_exactly_the_same_episodes(tmp_path, uninterrupted, scene, sig):
     held = tmp_path / "held.json"
     extras = _extras(tmp_path, "shard", num_envs=4, scene=scene, hold=held)
-    victim = IsaacLabShard(extras, "interrupted", cold=True)
+    victim = IsaacLabShard(extras, "interrupted")  # forked warm, as a local pool starts it (the reference ran cold)
     victim.wait_until_held(held)  # the third episode is committed and the shard waits
     os.kill(victim.process.pid, sig)
     code = victim.wait(timeout=60)

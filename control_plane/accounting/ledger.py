@@ -115,10 +115,15 @@ def _sqlite_begin(connection) -> None:
     connection.exec_driver_sql("BEGIN IMMEDIATE")
 
 
+# The lock is held for one statement: ask again soon (30 s in all, as before, in shorter steps).
+WAL_RETRY_SECONDS = 0.05
+WAL_ATTEMPTS = 600
+
+
 def _sqlite_wal(engine: Engine) -> None:
     """WAL (readers never wait for a writer) is a property of the file: set it once, retrying
     while another process holds the lock (`journal_mode` does not wait on the busy timeout)."""
-    for attempt in range(60):
+    for attempt in range(WAL_ATTEMPTS):
         try:
             raw = engine.raw_connection()  # outside any transaction: the mode cannot change inside one
             try:
@@ -130,9 +135,9 @@ def _sqlite_wal(engine: Engine) -> None:
                 raw.close()
             return
         except (OperationalError, sqlite3.OperationalError):
-            if attempt == 59:
+            if attempt == WAL_ATTEMPTS - 1:
                 raise
-            time.sleep(0.5)
+            time.sleep(WAL_RETRY_SECONDS)
 
 
 @functools.cache
