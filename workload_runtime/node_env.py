@@ -18,13 +18,13 @@ from dataclasses import dataclass, field
 
 # How a workload started by hand (or a gang's other ranks) finds its inputs.
 EXTRAS_ENV = "SINEWGRID_WORKLOAD_EXTRAS"
-# The node cache (`runtime/node_cache.py`): its folder, its size bound, whether local paths go through it.
+# The node cache (`workload_runtime/node_cache.py`): its folder, its size bound, whether local paths go through it.
 NODE_CACHE_DIR_ENV = "SINEWGRID_NODE_CACHE_DIR"
 NODE_CACHE_MAX_GB_ENV = "SINEWGRID_NODE_CACHE_MAX_GB"
 NODE_CACHE_LOCAL_ENV = "SINEWGRID_NODE_CACHE_LOCAL"
-# The folder of each of the node's caches (`runtime/node.py`), when its variable is set.
+# The folder of each of the node's caches (`workload_runtime/node.py`), when its variable is set.
 CACHE_FOLDER_ENV = {"data": NODE_CACHE_DIR_ENV, "scenes": "SINEWGRID_SCENE_CACHE", "isaaclab": "SINEWGRID_ASSET_CACHE"}
-# What torchrun, srun and the platform's launchers set for one rank of a gang (`runtime/gang.py`).
+# What torchrun, srun and the platform's launchers set for one rank of a gang (`workload_runtime/gang.py`).
 GANG_VARIABLES = (
     "WORLD_SIZE", "RANK", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_RANK", "NODE_RANK", "MASTER_ADDR", "MASTER_PORT",
     "SLURM_NTASKS", "SLURM_PROCID", "SLURM_LOCALID", "SLURM_NTASKS_PER_NODE", "SLURM_TASKS_PER_NODE", "SLURM_NODEID",

@@ -17,14 +17,14 @@ arrives (preemption on every backend here), checkpoints at once and exits with
 PREEMPTED_EXIT_CODE so the platform relaunches it instead of calling it a failure.
 
 Started as one rank of a gang (`torchrun`, `srun`, the Ray and Kubernetes launchers: see
-`runtime/gang.py`), the same loop runs on every rank: `run.gang` is this rank's membership
+`workload_runtime/gang.py`), the same loop runs on every rank: `run.gang` is this rank's membership
 (None alone), the ranks agree at every `step_done` on checkpoints and preemption, checkpoints
-returned as `ShardedState` are written by all ranks together (`runtime/sharded.py`), and only
+returned as `ShardedState` are written by all ranks together (`workload_runtime/sharded.py`), and only
 rank 0 talks to Dagster Pipes (it reports every rank's step time).
 
 What the platform passes besides the config is one typed model, `WorkloadInputs`
-(`runtime/inputs.py`); what the workload reports back are the typed messages of
-`runtime/messages.py`. Outside Dagster (by hand, in a test) the inputs come from
+(`workload_runtime/inputs.py`); what the workload reports back are the typed messages of
+`workload_runtime/messages.py`. Outside Dagster (by hand, in a test) the inputs come from
 `--extras FILE.json` or the `SINEWGRID_WORKLOAD_EXTRAS` variable, and reports go to stderr.
 """
 
@@ -63,7 +63,7 @@ C = TypeVar("C", bound=BaseModel)
 class ShardedState(dict):
     """A checkpoint's state as a `torch.distributed.checkpoint` state dict (nested mappings of
     tensors, e.g. `torch_state.sharded_state(...)`): `WorkloadRun` writes it with every rank of
-    the gang (`runtime/sharded.py`) instead of as safetensors files from one process."""
+    the gang (`workload_runtime/sharded.py`) instead of as safetensors files from one process."""
 
 
 class WorkloadConfigError(SystemExit):
@@ -188,7 +188,7 @@ class WorkloadRun:
         self.log.warning(msg)
 
     def report(self, message: BaseMessage) -> None:
-        """A typed event for the platform (`runtime/messages.py`: checkpoints, progress,
+        """A typed event for the platform (`workload_runtime/messages.py`: checkpoints, progress,
         telemetry, preemption), stamped with the wall-clock time (`at`, unix seconds)."""
         if self.gang is not None and not self.gang.leader:
             return  # rank 0 speaks for the gang
@@ -246,7 +246,7 @@ class WorkloadRun:
 
     def cached(self, uri: str) -> str:
         """Where to read the dataset at `uri` on this node: a verified local copy from the node
-        cache (`runtime/node_cache.py`), fetched from the store only where it is missing or
+        cache (`workload_runtime/node_cache.py`), fetched from the store only where it is missing or
         changed; `uri` itself when it is a local path or the cache is off. Reports the bytes."""
         if self.cache is None:
             return uri
