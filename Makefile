@@ -48,8 +48,8 @@ demo: $(STAMP) isaaclab-runtime
 # Chromium the UI test drives (tests/test_ui.py).
 # Three workers (pytest-xdist) on two cores: a test often waits (on a workload's start, Slurm's
 # or Ray's scheduler, a page to render), and a third worker fills the CPU it leaves idle. Tests
-# sharing the Slurm cluster and the Ray head, or the demo's instance, stay on one worker, and so
-# does each module (tests/conftest.py, `_worker_group`).
+# sharing the Slurm cluster and the Ray head stay on one worker, and so does each module
+# (tests/conftest.py, `_worker_group`); the demo runs once beside them (tests/fixtures/demo.py).
 TEST_WORKERS ?= 3
 test: $(STAMP) isaaclab-runtime lerobot-runtime slurm-packages postgres-packages ui-packages
 	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadgroup --no-loadscope-reorder

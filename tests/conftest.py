@@ -138,11 +138,23 @@ def pytest_configure(config):
 
 def pytest_collection_finish(session):
     """Freeze what importing the test modules made (Dagster, torch, both lanes' definitions:
-    half a million objects) into the collector's permanent generation. The collection each test
-    starts with (`_fresh_dagster_context`) then walks only what tests made since, not all of it
-    again: about 0.26 s saved per test here."""
+    half a million objects) into the collector's permanent generation: see `_collect_garbage`."""
+    _collect_garbage(everything=True)
+
+
+_last_module: list[str] = [""]
+
+
+def _collect_garbage(everything: bool) -> None:
+    """Collect garbage, then freeze what survives, so the next collection walks only what was made
+    since. `everything` unfreezes first and walks the whole heap: done once per module, so what a
+    module's fixtures held and let go is collected there. A test's own collection walks only its
+    own objects: a worker's heap grows to millions of objects (torch, MuJoCo, the lanes' runs), and
+    walking all of them before every test cost about 0.6 s a test, a seventh of the suite."""
     import gc
 
+    if everything:
+        gc.unfreeze()
     gc.collect()
     gc.freeze()
 
@@ -187,7 +199,10 @@ def pytest_collection_modifyitems(config, items):
 # Tests that share an expensive session fixture run on one worker (`make test` runs the
 # suite on three, pytest-xdist's `--dist loadgroup`), so each starts once; every other module
 # stays whole on one worker, so its module-scoped fixtures run once too.
-SHARED_ON_ONE_WORKER = {"slurm_cluster": "engines", "ray_head": "engines", "demo_run": "demo"}
+SHARED_ON_ONE_WORKER = {"slurm_cluster": "engines", "ray_head": "engines"}
+# The demo runs once per session beside the workers (tests/fixtures/demo.py): a test reading it is
+# the last of its group, so its worker does the group's other tests while the demo runs.
+LAST_IN_GROUP = {"demo_run"}
 
 # Module fixtures that take long before a module's first test: an engine its worker starts for
 # itself (PostgreSQL, the S3 server), or a run in another runtime (Isaac Lab: a cold start costs
@@ -196,8 +211,7 @@ LONG_SETUP_FIXTURES = {"postgres", "s3_endpoint", "isaaclab_report", "isaaclab_r
 
 
 def _longest_groups_first(items) -> None:
-    """Order the groups so the long ones start first: the groups sharing a session fixture (the
-    demo and the UI on its instance, the engines), then the modules that run workloads end to
+    """Order the groups so the long ones start first: the group sharing the engines, then the modules that run workloads end to
     end or start an engine or another runtime (`LONG_SETUP_FIXTURES`), then the rest; groups in
     the order their first test is collected, each group's tests kept together. pytest-xdist
     hands groups to workers in this order (`make test` passes `--no-loadscope-reorder`; by
@@ -212,7 +226,9 @@ def _longest_groups_first(items) -> None:
         here = 0 if group in SHARED_ON_ONE_WORKER.values() else 1 if long_setup else 2
         rank[group] = min(rank.get(group, here), here)
         first.setdefault(group, index)
-    items.sort(key=lambda item: (rank[g := _worker_group(item)], first[g]))  # stable: collection order within a group
+    last = {item.nodeid for item in items if LAST_IN_GROUP & set(getattr(item, "fixturenames", ()))}
+    # stable: collection order within a group, the tests reading the demo at its end
+    items.sort(key=lambda item: (rank[g := _worker_group(item)], first[g], item.nodeid in last))
 
 
 def _worker_group(item) -> str:
@@ -235,7 +251,7 @@ def _no_tenant_keys_held():
 
 
 @pytest.fixture(autouse=True)
-def _fresh_dagster_context():
+def _fresh_dagster_context(request: pytest.FixtureRequest):
     """Start every test with no Dagster instance in context.
 
     Dagster points a context variable at the last instance opened; one left open by an
@@ -243,11 +259,11 @@ def _fresh_dagster_context():
     that depends on the garbage collector, and the next definitions load then fails
     with "undefined DagsterInstance weakref". Collect, and start clean, every time.
     """
-    import gc
-
     from dagster._core.storage.defs_state.base import set_defs_state_storage
 
-    gc.collect()
+    module = request.node.nodeid.split("::", 1)[0]
+    _collect_garbage(everything=module != _last_module[0])
+    _last_module[0] = module
     with set_defs_state_storage(None):
         yield
     # A command run in-process (CliRunner) silences logging for its own output; undo it, or
