@@ -144,7 +144,10 @@ def run_scenario(context: dg.AssetExecutionContext, setup: DrillSetup, scenario_
                 setup.cluster.set_partition_state("spot", "INACTIVE")
             faults.signal_workload(target(), signal.SIGKILL)
         elif scenario.key == "straggler":
-            throttle = faults.Throttle(target())
+            # A twentieth: far past the monitor's 3× threshold even when a busy machine slowed the
+            # attempt's first steps (its baseline) too, and slow enough that the run cannot finish
+            # before the monitor has seen the reports it needs.
+            throttle = faults.Throttle(target(), share=0.05)
             throttle.start()
             held["throttle"] = throttle
         elif scenario.key == "node-loss":

@@ -42,7 +42,7 @@ SCENARIOS: dict[str, Scenario] = {
         Scenario("preempt-no-notice", "Preemption without notice", "SIGKILL of the workload mid-step (the node is gone)", False, ("pretrain", "rollouts", "policy")),
         Scenario("torn-checkpoint", "Torn checkpoint", "the workload dies (SIGKILL) while writing a checkpoint: tensors written, manifest not", False, ("pretrain", "policy")),
         Scenario("pool-loss", "Pool loss mid-run", "the pool stops taking work (local: every slot taken; Slurm: partition INACTIVE) and its running job is killed", False, ("pretrain", "rollouts", "policy")),
-        Scenario("straggler", "Straggler", "the workload's node slows to a fifth of its speed (SIGSTOP/SIGCONT duty cycle)", True, ("pretrain", "policy"), on_straggler="replace"),
+        Scenario("straggler", "Straggler", "the workload's node slows to a twentieth of its speed (SIGSTOP/SIGCONT duty cycle)", True, ("pretrain", "policy"), on_straggler="replace"),
         Scenario("unhealthy-node", "Unhealthy node", "the node fails its health check mid-run (local: the pool's health check fails; Slurm: the node is drained, as NHC does)", True, ("pretrain", "rollouts", "policy")),
         Scenario(
             "node-loss", "Node loss in a gang", "one node of a 2-node gang dies mid-step with its rank (local: its torchrun agent and rank; Slurm: every process of the job on it; Ray: the whole Ray node)",

@@ -211,24 +211,28 @@ LONG_SETUP_FIXTURES = {"postgres", "s3_endpoint", "isaaclab_report", "isaaclab_r
 
 
 def _longest_groups_first(items) -> None:
-    """Order the groups so the long ones start first: the group sharing the engines, then the modules that run workloads end to
-    end or start an engine or another runtime (`LONG_SETUP_FIXTURES`), then the rest; groups in
-    the order their first test is collected, each group's tests kept together. pytest-xdist
+    """Order the groups so the long ones start first: the group sharing the engines, then the
+    modules that run workloads end to end or start an engine or another runtime
+    (`LONG_SETUP_FIXTURES`), then the modules reading the demo (which runs beside the workers from
+    the session's start), then the rest; groups in the order their first test is collected, each group's tests kept together. pytest-xdist
     hands groups to workers in this order (`make test` passes `--no-loadscope-reorder`; by
     default it would order them by their number of tests), so the short ones fill in at the end
     instead of a long one running alone; without xdist (`-n 0`) each group's module fixtures
     then run once too."""
     rank: dict[str, int] = {}
     first: dict[str, int] = {}
+    reads_demo = {item.nodeid for item in items if LAST_IN_GROUP & set(getattr(item, "fixturenames", ()))}
     for index, item in enumerate(items):
         group = _worker_group(item)
         long_setup = item.get_closest_marker("e2e") or LONG_SETUP_FIXTURES & set(getattr(item, "fixturenames", ()))
-        here = 0 if group in SHARED_ON_ONE_WORKER.values() else 1 if long_setup else 2
+        here = 0 if group in SHARED_ON_ONE_WORKER.values() else 1 if long_setup else 3
         rank[group] = min(rank.get(group, here), here)
         first.setdefault(group, index)
-    last = {item.nodeid for item in items if LAST_IN_GROUP & set(getattr(item, "fixturenames", ()))}
+    for item in items:
+        if item.nodeid in reads_demo:
+            rank[_worker_group(item)] = 2  # reached once the long groups are under way, when the demo is (nearly) done
     # stable: collection order within a group, the tests reading the demo at its end
-    items.sort(key=lambda item: (rank[g := _worker_group(item)], first[g], item.nodeid in last))
+    items.sort(key=lambda item: (rank[g := _worker_group(item)], first[g], item.nodeid in reads_demo))
 
 
 def _worker_group(item) -> str:

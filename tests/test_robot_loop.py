@@ -72,7 +72,8 @@ def first_versions(tmp_path_factory: pytest.TempPathFactory) -> dict:
     policies trained on it: one with the sweep as it is (domain-randomised), one with the same
     sweep without randomisation; each evaluated in simulation and on the robot-cell stand-in."""
     tmp = tmp_path_factory.mktemp("robot-loop")
-    rehearsal = LoopRehearsal(Storage.at(str(tmp / "home")), tmp / "work")
+    # States only: success rates are what these tests judge; the cameras' frames are the demo's (tests/test_lerobot_reader.py).
+    rehearsal = LoopRehearsal(Storage.at(str(tmp / "home")), tmp / "work", cameras=())
     teleop = rehearsal.teleop_sessions()
     sweep = SWEEPS["cartpole-mujoco-randomized"]
     data = {"randomised": teleop + [rehearsal.sweep("randomised", sweep, NIGHT)], "nominal": teleop + [rehearsal.sweep("nominal", replace(sweep, randomize={}), NIGHT)]}

@@ -17,7 +17,7 @@ import json
 import posixpath
 import subprocess
 import sys
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import pandas as pd
@@ -35,21 +35,30 @@ from workload_runtime.storage import Storage, read_bytes, read_json, write_json_
 
 @dataclass
 class LoopRehearsal:
-    """One rehearsal on ``storage``; workload inputs and logs go to ``workdir``."""
+    """One rehearsal on ``storage``; workload inputs and logs go to ``workdir``.
+
+    ``cameras``: what the teleop rig, the robot cell and the sweeps film (the front camera, as in the demo);
+    ``()`` records states only, the same episodes without frames to render and encode, for a
+    rehearsal that judges success rates, not videos."""
 
     storage: Storage
     workdir: Path
     settings: PolicySettings = field(default_factory=PolicySettings)
+    cameras: tuple[str, ...] = ("front",)
+
+    def _operator(self) -> TeleopOperatorStandIn:
+        return TeleopOperatorStandIn(self.storage, cameras=self.cameras)
 
     def teleop_sessions(self, sessions: int = 2, episodes: int = 5) -> list[str]:
         """The teleop stand-in's first sessions (as `sinewgrid demo` records them): their dataset URIs."""
-        ids = TeleopOperatorStandIn(self.storage).record_sessions(sessions=sessions, episodes=episodes, include_bad=False)
+        ids = self._operator().record_sessions(sessions=sessions, episodes=episodes, include_bad=False)
         return [self.storage.landing("teleop", i) for i in ids]
 
     def sweep(self, name: str, sweep: SweepConfig, night: str) -> str:
         """One night of a sweep, in one shard: the assembled LeRobot dataset's URI."""
         output = self.storage.uri("rollouts", night, name, "shard-0")
         seeds = sweep.seeds(night)
+        sweep = replace(sweep, cameras=tuple(c for c in sweep.cameras if c in self.cameras))
         self._run("robotics_lane.workloads.rollouts", sweep.rollout_config(seeds, output).model_dump(), f"sweep-{name}-{night}")
         trials = [read_json(trial_uri(output, s)) for s in seeds]
         dataset = self.storage.uri("rollouts", night, name, "dataset")
@@ -78,7 +87,7 @@ class LoopRehearsal:
         eval_id = f"eval-{version}"
         folder = self.storage.landing(ROBOT_EVAL, eval_id)
         write_json_atomic(self.storage.outbox("robot_eval", eval_id, "request.json"), eval_request(eval_id, version, checkpoint, trials_per_task, folder))
-        RobotCellStandIn(self.storage).answer_requests()
+        RobotCellStandIn(self.storage, cameras=self.cameras).answer_requests()
         lines = read_bytes(posixpath.join(folder, "trials.jsonl")).decode().splitlines()
         return pd.DataFrame([json.loads(line) for line in lines]).assign(eval_id=eval_id)
 
@@ -90,7 +99,7 @@ class LoopRehearsal:
         if relabel is None:
             return []
         write_json_atomic(self.storage.outbox("relabel", eval_id, "request.json"), relabel)
-        return [self.storage.landing("teleop", s) for s in TeleopOperatorStandIn(self.storage).answer_relabel_requests()]
+        return [self.storage.landing("teleop", s) for s in self._operator().answer_relabel_requests()]
 
     def _run(self, module: str, config: dict, label: str, checkpoint_uri: str | None = None) -> None:
         self.workdir.mkdir(parents=True, exist_ok=True)
@@ -108,8 +117,6 @@ def rehearse(root: Path, night: str, versions: int, randomise: bool = True) -> l
     policy versions, each trained on everything so far and evaluated in simulation and on the
     robot cell, its failed trials relabelled for the next (until one fails no trial): one row per
     version."""
-    from dataclasses import replace
-
     from robotics_lane.robot_cell_protocol import TRIALS_PER_TASK
     from robotics_lane.stats import wilson_interval
     from robotics_lane.sweeps import SWEEPS

@@ -47,6 +47,7 @@ def take_seed(request_id: str, failed_seed: int) -> int:
 class TeleopOperatorStandIn:
     storage: Storage
     noise_std: float = 0.1
+    cameras: tuple[str, ...] = CAMERAS  # the rig's camera, recorded in every session; () for state only
 
     def _record(
         self, session_id: str, conditions: list[tuple[TaskSpec, int]], note: str, corrupt: bool = False, on_real_robot: bool = False, **fields: str
@@ -57,7 +58,7 @@ class TeleopOperatorStandIn:
         episodes, fps = [], 25
         for task, seed in conditions:
             controller = BalancingController().adapted_to(task) if on_real_robot else BalancingController()  # a person adapts to the robot
-            with make_simulator("mujoco", task, cameras=CAMERAS) as sim:
+            with make_simulator("mujoco", task, cameras=self.cameras) as sim:
                 fps = max(1, round(1.0 / sim.control_dt))
                 episode = run_episode(sim, NoisyOperator(controller, self.noise_std, seed), seed)
             actions = episode.actions.copy()
