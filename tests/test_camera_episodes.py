@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import io
 import json
+import os
 import subprocess
 import sys
 from fractions import Fraction
@@ -25,6 +26,7 @@ from control_plane.settings import REPO_ROOT, child_env
 from robotics_lane.defs.assets.teleop import teleop_episodes
 from robotics_lane.episodes import Episode, assemble_dataset, read_dataset, read_episode_file, validate_dataset, write_dataset, write_episode_file
 from robotics_lane.episodes.video import ENCODER_OPTIONS, encode_video
+from workload_runtime.codecs import keep_scheduling
 
 FPS = 25
 FRONT, WRIST = "observation.images.front", "observation.images.wrist"
@@ -218,6 +220,17 @@ def test_shards_with_different_cameras_are_not_assembled(tmp_path: Path) -> None
         assemble_dataset(str(tmp_path / "ds"), paths, ["stack the cube"], FPS, "arm", ["a", "b", "c", "d"], ["x", "y"])
 
 
+def test_encoding_a_video_leaves_every_thread_scheduled_as_it_was():
+    """SVT-AV1 run as root (as here and in many containers) makes the thread that opens an encoder
+    real-time and leaves it so (workload_runtime/codecs.py); the writer undoes it. Run as another
+    user, the encoder changes nothing and this holds trivially."""
+    before = os.sched_getscheduler(0), os.sched_getparam(0)
+    assert len(encode_video(camera_frames(4, 32, 48), FPS)) > 0
+    threads = {int(t.name): os.sched_getscheduler(int(t.name)) for t in Path("/proc/self/task").iterdir()}
+    assert (os.sched_getscheduler(0), os.sched_getparam(0)) == before
+    assert set(threads.values()) == {before[0]}, f"threads left on another policy: {threads}"
+
+
 # --- bad camera data ---------------------------------------------------------------------------
 
 
@@ -225,7 +238,7 @@ def encode_at(frames: np.ndarray, times_in_frames: list[float], fps: int) -> byt
     """What a faulty recorder writes: `frames` presented at `times_in_frames` (in frame periods)."""
     time_base = Fraction(1, fps * 10)
     sink = io.BytesIO()
-    with av.open(sink, "w", format="mp4") as container:
+    with keep_scheduling(), av.open(sink, "w", format="mp4") as container:  # SVT-AV1 as root: see workload_runtime/codecs.py
         stream = container.add_stream("libsvtav1", rate=fps, options=dict(ENCODER_OPTIONS))
         stream.pix_fmt, stream.height, stream.width = "yuv420p", frames.shape[1], frames.shape[2]
         stream.codec_context.time_base = time_base

@@ -12,7 +12,8 @@ Encoding is deterministic: one encoder thread (SVT-AV1's `lp=1`), fixed paramete
 creation time in the container, so the same frames give the same bytes with the same PyAV
 build on the same kind of CPU. A rollout shard relaunched after preemption writes the very
 files the first attempt did. SVT-AV1's settings banner, printed each time an encoder opens, is
-kept out of stderr (`workload_runtime.codecs`; set `SVT_LOG` yourself to see it).
+kept out of stderr, and the real-time scheduling SVT-AV1 gives a process run as root is undone
+(`workload_runtime.codecs`; set `SVT_LOG` yourself to see the banner).
 
 Decoding uses PyAV's stream threading (`thread_type="AUTO"`); `probe_video` decodes every frame
 to prove the file decodes but never converts a frame to RGB, since it only counts and times them.
@@ -31,7 +32,7 @@ import fsspec
 import numpy as np
 from fsspec.implementations.local import LocalFileSystem
 
-from workload_runtime.codecs import quiet_video_encoders
+from workload_runtime.codecs import keep_scheduling, quiet_video_encoders
 
 CODEC, CODEC_NAME, PIX_FMT = "libsvtav1", "av1", "yuv420p"  # encoder; the stream's codec as readers name it
 GOP, CRF, PRESET, FAST_DECODE = 2, 30, 12, 0
@@ -49,11 +50,14 @@ def encode_video(frames: np.ndarray, fps: int) -> bytes:
     _, height, width, _ = frames.shape
     quiet_video_encoders()
     sink = io.BytesIO()
-    with av.open(sink, "w", format="mp4") as container:
+    # SVT-AV1 run as root makes this process real-time when the encoder opens (at the first frame).
+    with keep_scheduling() as restore, av.open(sink, "w", format="mp4") as container:
         stream = container.add_stream(CODEC, rate=int(fps), options=dict(ENCODER_OPTIONS))
         stream.pix_fmt, stream.width, stream.height = PIX_FMT, width, height
-        for image in frames:
+        for index, image in enumerate(frames):
             container.mux(stream.encode(av.VideoFrame.from_ndarray(np.ascontiguousarray(image), format="rgb24")))
+            if index == 0:
+                restore()
         container.mux(stream.encode())
     return sink.getvalue()
 
