@@ -214,8 +214,8 @@ def _longest_groups_first(items) -> None:
     """Order the groups so the long ones start first: the group sharing the engines, then the
     modules that run workloads end to end or start an engine or another runtime
     (`LONG_SETUP_FIXTURES`), then the modules reading the demo (which runs beside the workers from
-    the session's start), then the rest; groups in the order their first test is collected, each group's tests kept together. pytest-xdist
-    hands groups to workers in this order (`make test` passes `--no-loadscope-reorder`; by
+    the session's start), then the rest; groups in the order their first test is collected, each
+    group's tests kept together. pytest-xdist hands groups to workers in this order (`make test` passes `--no-loadscope-reorder`; by
     default it would order them by their number of tests), so the short ones fill in at the end
     instead of a long one running alone; without xdist (`-n 0`) each group's module fixtures
     then run once too."""
