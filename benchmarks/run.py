@@ -71,7 +71,7 @@ def machine_facts() -> dict[str, Any]:
 
 FIGURES = {
     "1": "validation", "2": "omics", "3a": "rollouts", "3b": "isaaclab", "4": "ingest", "5": "dispatch",
-    "6": "planner", "7": "registry", "8": "gang", "9": "sealing", "10": "gateway", "11": "camera",
+    "6": "planner", "7": "registry", "8": "gang", "9": "sealing", "10": "gateway", "11": "camera", "12": "instance",
 }
 """Figure number -> name; `--only` takes either (and '3' for both 3a and 3b)."""
 
@@ -148,8 +148,8 @@ def main(argv: list[str] | None = None) -> int:
     console.print(machine_table(facts))
 
     from benchmarks import (
-        camera_ingest, dispatch, episode_ingest, gang, gateway, isaaclab_overhead, omics_write, planner, registry, rollouts, sealing,
-        validation,
+        camera_ingest, dispatch, episode_ingest, gang, gateway, instance, isaaclab_overhead, omics_write, planner, registry, rollouts,
+        sealing, validation,
     )
 
     figures: dict[str, Any] = {}
@@ -256,6 +256,13 @@ def main(argv: list[str] | None = None) -> int:
         console.print(camera_ingest.table(camera_results, args.repeats))
         figures["camera_ingest_frames_per_s"] = [r.to_dict() for r in camera_results]
         method["camera_ingest"] = "validate, read decoded, plain PyAV decode and decode + RGB alternate; one call per repeat unless faster than the minimum"
+
+    if "12" in chosen:
+        with console.status("Measuring a Dagster instance on SQLite opened and given one run (about ten seconds)…"):
+            instance_result = instance.run(repeats=args.repeats)
+        console.print(instance.table(instance_result, args.repeats))
+        figures["instance_open_and_run_s"] = instance_result.to_dict()
+        method["instance"] = "a new SQLite instance in a fresh folder and one materialize per call; shared histories and Alembic's own reading alternate"
 
     total_s = time.perf_counter() - started
     created = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")

@@ -5,3 +5,7 @@ the control plane's compute loop (docs/architecture.md).
 
 Rule: nothing in this package imports a lane (tests/test_boundaries.py).
 """
+
+from shared_resources.migration_history import share_migration_histories
+
+share_migration_histories()
