@@ -2,7 +2,8 @@
 
 A step with `nodes: N` and `ranks_per_node: R` (`StepSpec.world_size` > 1) trains data-parallel
 as N × R processes. On a local pool each node is one `torchrun` agent on this machine
-(`--nnodes N --node-rank i --nproc-per-node R`, static rendezvous on loopback), named
+(`--nnodes N --node-rank i --nproc-per-node R`, static rendezvous on loopback), started warm like
+the local backend's workloads (`warm_start.py`), named
 `<pool>-node<i>` (`SINEWGRID_NODE`): the pool's `nodes` are the names there are, and a node the
 platform replaced (`StepSpec.exclude_nodes`) is skipped, so the gang runs on a spare. `GangProcess` holds the agents as one process for the Pipes
 client and the attempt monitor: signals go to every node, and when one node ends badly the gang
@@ -28,8 +29,12 @@ import psutil
 
 from control_plane.catalog.pools import Pool
 from control_plane.catalog.step_spec import StepSpec
+from control_plane.compute.backends.warm_start import Process, start_process
 
 PEER_GRACE_SECONDS = 10.0
+# A node's agent starts warm, as the local backend's workloads do (`warm_start.py`): importing
+# torchrun's module is ~2 CPU-s of each agent's start, paid again by every attempt of every node.
+AGENT_IMPORTS = ("torch.distributed.run",)
 MONITOR_SECONDS = "0.2"  # how often torchrun looks at its ranks
 
 
@@ -93,7 +98,7 @@ def gang_starter(interpreter: str, pool: Pool, spec: StepSpec) -> Callable[..., 
 class GangProcess:
     """The node agents of one gang, as one `Popen`-like process."""
 
-    def __init__(self, nodes: list[subprocess.Popen], names: list[str]):
+    def __init__(self, nodes: list[Process], names: list[str]):
         self.nodes, self.names = nodes, names
         self.returncode: int | None = None
         self.failed_node: str | None = None  # the node whose ending ended the gang
@@ -107,12 +112,8 @@ class GangProcess:
     ) -> GangProcess:
         nodes = []
         for command, name in zip(commands, names, strict=True):
-            nodes.append(
-                subprocess.Popen(
-                    list(command), cwd=cwd, env={**env, "SINEWGRID_NODE": name, "OMP_NUM_THREADS": env.get("OMP_NUM_THREADS", "1")},
-                    stdout=output, stderr=output,
-                )
-            )  # fmt: skip
+            node_env = {**env, "SINEWGRID_NODE": name, "OMP_NUM_THREADS": env.get("OMP_NUM_THREADS", "1")}
+            nodes.append(start_process(list(command), cwd=cwd, env=node_env, output=output, imports=AGENT_IMPORTS))
         return cls(nodes, list(names))
 
     @property
