@@ -168,3 +168,24 @@ def test_a_sweep_shard_with_cameras_assembles_into_a_dataset_with_video(tmp_path
     _, episodes = read_dataset(dataset, decode_images=True)
     assert [e.metadata["seed"] for e in episodes] == seeds
     assert all(e.images[feature_name("front")].shape == (e.length, *FRONT) for e in episodes)
+
+
+def test_the_camera_renders_without_multisampling_and_leaves_the_models_setting_as_it_was():
+    # Mesa's software 4x resolve is most of a frame's cost on a CPU node (benchmarks/cameras.py).
+    import mujoco
+
+    from robotics_lane.sim.camera import MujocoCameras
+    from robotics_lane.sim.mujoco_backend import make_vector_env
+
+    env = make_vector_env(1, TASK.max_steps)
+    model = env.envs[0].unwrapped.model
+    cameras = MujocoCameras(model, ["front"])
+    try:
+        assert cameras._context.offSamples == 0
+        assert model.vis.quality.offsamples == 4  # MuJoCo's default, untouched for anyone else who renders the model
+        data = env.envs[0].unwrapped.data
+        mujoco.mj_kinematics(model, data)
+        assert cameras.render(model, data)["front"].shape == FRONT
+    finally:
+        cameras.close()
+        env.close()

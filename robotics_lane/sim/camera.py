@@ -14,8 +14,11 @@ would come too late. On a machine without a GPU, EGL is Mesa's software rasteriz
 driver's EGL. The same state gives the same pixels: the frames of an episode depend only on
 its seed, like its states.
 
-Cost, measured on this project's 2-core CPU machine: about 1.5-2 ms per 128x96 frame, plus
-~0.1 s to set a context up (~3 s for the process's first, while Mesa starts).
+No multisampling (``MULTISAMPLES``): MuJoCo's offscreen buffer is 4x multisampled by default,
+and in Mesa's software rasterizer that resolve is most of a frame's cost. Measured on this
+project's 2-core CPU machine, 400 frames of the cart-pole: 0.6 ms per 128x96 frame without, 2.1
+ms with (the frames differ only along edges: 1.5% of pixels by more than 8 grey levels). Setting
+a context up costs ~0.05 s (~3 s for the process's first, while Mesa starts).
 """
 
 from __future__ import annotations
@@ -26,6 +29,8 @@ from dataclasses import dataclass
 import numpy as np
 
 DEBIAN_PACKAGES = "libegl1 libegl-mesa0 libgl1-mesa-dri"
+# Samples per pixel of the offscreen buffer (MuJoCo's `offsamples`, 4 by default): 0 renders 3.5x faster on the CPU.
+MULTISAMPLES = 0
 
 
 @dataclass(frozen=True)
@@ -113,7 +118,12 @@ class MujocoCameras:
         self._mujoco = mujoco
         self._gl = _egl_context(width, height)
         self._gl.make_current()
-        self._context = mujoco.MjrContext(model, mujoco.mjtFontScale.mjFONTSCALE_150.value)
+        default_samples = model.vis.quality.offsamples
+        model.vis.quality.offsamples = MULTISAMPLES  # read once, as the context makes its buffer
+        try:
+            self._context = mujoco.MjrContext(model, mujoco.mjtFontScale.mjFONTSCALE_150.value)
+        finally:
+            model.vis.quality.offsamples = default_samples
         mujoco.mjr_setBuffer(mujoco.mjtFramebuffer.mjFB_OFFSCREEN.value, self._context)
         self._scene = mujoco.MjvScene(model, maxgeom=max(100, 4 * model.ngeom))
         self._option = mujoco.MjvOption()
