@@ -40,6 +40,8 @@ from pathlib import Path
 from pydantic import AliasChoices, Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from workload_runtime.allowed_env import workload_environment
+
 # The checkout (or installed tree) the code runs from: workloads start here, `deploy/` is here.
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
@@ -133,6 +135,12 @@ def environment(overrides: Mapping[str, str]) -> Iterator[None]:
 def child_env(extra: Mapping[str, str] | None = None) -> dict[str, str]:
     """The environment for a child process: this one's, with `extra` on top."""
     return {**os.environ, **(extra or {})}
+
+
+def workload_env(*, platform_credentials: bool, extra: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The environment a workload starts with: the allowed variables of this one, never all of it
+    (`workload_runtime/allowed_env.py`), the platform's storage credentials only when asked, then `extra`."""
+    return workload_environment(os.environ, platform_credentials=platform_credentials, extra=extra)
 
 
 def use_dagster_home(path: Path) -> None:

@@ -14,6 +14,7 @@ import time
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
+from workload_runtime.node_env import process_environment
 from workload_runtime.workload import WorkloadRun
 
 
@@ -26,9 +27,19 @@ class CountingConfig(BaseModel):
     seed: int = 0
     step_seconds: float = Field(0.0, ge=0, description="Sleep this long in each step, so a test can interrupt a run mid-way.")
     fail_at_step: int | None = Field(None, description="Crash (a user-code failure) when this step starts.")
+    report_environ: bool = Field(False, description="Report the names (never the values) of the variables this process started with.")
+
+
+def environ_names() -> list[str]:
+    """The names of the variables this process started with: its environment now and as the kernel
+    holds it (/proc/self/environ: a process forked warm shows its forkserver's there)."""
+    with open("/proc/self/environ", "rb") as environ:
+        started = {entry.split(b"=", 1)[0].decode() for entry in environ.read().split(b"\0") if entry}
+    return sorted(started | set(process_environment()))
 
 
 def main() -> None:
+    started_with = environ_names()  # before anything here sets a variable
     with WorkloadRun(framework="numpy") as run:  # no torch: the counter starts in a fraction of a second
         cfg = run.config_as(CountingConfig)
         steps, seed, step_seconds, fail_at = cfg.steps, cfg.seed, cfg.step_seconds, cfg.fail_at_step
@@ -48,7 +59,10 @@ def main() -> None:
         run.finish(
             steps,
             {"state": {"value": value}},
-            metadata={"digest": digest, "resumed_from": start, "hostname_pool": run.inputs.pool},
+            metadata={
+                "digest": digest, "resumed_from": start, "hostname_pool": run.inputs.pool,
+                **({"environ": ",".join(started_with)} if cfg.report_environ else {}),
+            },  # fmt: skip
         )
 
 

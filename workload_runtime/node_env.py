@@ -66,3 +66,8 @@ def node_env(environ: Mapping[str, str] | None = None) -> NodeEnv:
         omp_num_threads=env.get("OMP_NUM_THREADS", "1"),
     )
 
+
+def process_environment() -> dict[str, str]:
+    """This process's whole environment, for `allowed_env` to filter before it starts a workload
+    (and for a test workload to report the names it started with): nothing reads a value from it."""
+    return dict(os.environ)

@@ -223,3 +223,10 @@ def runtime_interpreter(pool: Pool, spec: StepSpec) -> Path | None:
     if not configured:
         return None
     return Path(configured) if Path(configured).is_absolute() else REPO_ROOT / configured
+
+
+def platform_credentials(inputs: WorkloadInputs) -> bool:
+    """Whether a step's workload may hold the platform's storage credentials: only when its tenant
+    has none of its own (the platform's own steps, a tenant on the platform's storage). A tenant
+    with credentials gets only its own, through its inputs (`workload_runtime/allowed_env.py`)."""
+    return inputs.tenant is None or inputs.tenant.credentials is None

@@ -45,6 +45,7 @@ from control_plane.compute.backends.base import (
     JobStatus,
     ending_cause,
     outcome_of,
+    platform_credentials,
     runtime_interpreter,
 )
 from control_plane.compute.backends.message_file import WholeLineMessageReader
@@ -67,6 +68,8 @@ class Launch:
     env: dict[str, str]
     workdir: str
     output_path: str  # the job's stdout+stderr, on the shared folder
+    # Whether the workload may hold the platform's storage credentials (`base.platform_credentials`).
+    platform_credentials: bool = False
 
 
 class EngineBackend(Backend):
@@ -138,7 +141,7 @@ class EngineBackend(Backend):
             extras=inputs.to_extras(),
         ) as session:
             env = {**session.get_bootstrap_env_vars(), "SINEWGRID_POOL": pool.name}
-            handle = self.submit(pool, spec, Launch(env=env, **launch_base))
+            handle = self.submit(pool, spec, Launch(env=env, platform_credentials=platform_credentials(inputs), **launch_base))
             inflight.add(handle, **attempt_owner(context, spec, inputs))
             context.log.info(f"{spec.name}: submitted to {pool.name} as {self.kind} job {handle.job_id}")
             monitor = AttemptMonitor(

@@ -25,6 +25,7 @@ from control_plane.compute.backends.base import (
     JobStatus,
     ending_cause,
     killed_by_lost_node,
+    platform_credentials,
     runtime_interpreter,
 )
 from control_plane.compute.backends.gang import GangProcess, gang_starter, kill_node, local_nodes
@@ -35,7 +36,7 @@ from control_plane.compute.cooldowns import pool_slot
 from control_plane.compute.health import run_health_check
 from control_plane.compute.inflight import attempt_owner, inflight_of
 from control_plane.compute.monitor import AttemptMonitor
-from control_plane.settings import REPO_ROOT, child_env
+from control_plane.settings import REPO_ROOT, workload_env
 from workload_runtime.inputs import WorkloadInputs
 from workload_runtime.messages import Preemption, of_kind, parse_messages
 from workload_runtime.storage import write_bytes_atomic
@@ -64,6 +65,7 @@ class PreemptiblePipesSubprocessClient(dg.PipesSubprocessClient):
         on_poll: Callable[[Process, Any], None] | None = None,
         imports: Sequence[str] = (),
         start: Callable[..., Process] | None = None,
+        with_platform_credentials: bool = False,
     ) -> tuple[int, dg.PipesClientCompletedInvocation]:
         """Run `command` in a Pipes session; return its exit code and what it reported.
 
@@ -73,6 +75,8 @@ class PreemptiblePipesSubprocessClient(dg.PipesSubprocessClient):
         Pipes session a few times a second while it runs (the attempt monitor). `imports`: the
         libraries the workload needs, imported ahead when it starts warm (`warm_start.py`).
         `start`: how to start it (`start_process` unless given; a gang's `GangProcess.start`).
+        Its environment is an allow-list (`workload_runtime/allowed_env.py`), never this process's
+        whole one: the platform's storage credentials only `with_platform_credentials`.
         """
         with dg.open_pipes_session(
             context=context,
@@ -83,7 +87,7 @@ class PreemptiblePipesSubprocessClient(dg.PipesSubprocessClient):
             process = (start or start_process)(
                 command,
                 cwd=cwd or self.cwd,
-                env=child_env({**self.env, **(env or {}), **session.get_bootstrap_env_vars()}),
+                env=workload_env(platform_credentials=with_platform_credentials, extra={**self.env, **(env or {}), **session.get_bootstrap_env_vars()}),
                 output=output,
                 imports=imports,
             )
@@ -201,7 +205,7 @@ class LocalBackend(Backend):
             with tempfile.TemporaryFile() as output:
                 exit_code, invocation = self.client.launch(
                     context=context, command=command, extras=inputs.to_extras(), output=output, on_started=started, on_ended=ended, on_poll=poll,
-                    imports=spec.imports, start=start,
+                    imports=spec.imports, start=start, with_platform_credentials=platform_credentials(inputs),
                 )
                 output.seek(0)
                 log = output.read()

@@ -42,6 +42,8 @@ import signal
 import sys
 import time
 import urllib.request
+from collections.abc import Mapping
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -219,7 +221,8 @@ class RayBackend(EngineBackend):
     def submit(self, pool: Pool, spec: StepSpec, launch: Launch) -> JobHandle:
         settings: RaySettings = settings_for(pool)
         runtime_env = self.runtime_env(pool, spec, launch.env)
-        entrypoint = self.entrypoint(launch, in_working_dir=bool(runtime_env.get("working_dir")))
+        command = allow_listed(launch.command, keep=runtime_env["env_vars"], platform_credentials=launch.platform_credentials)
+        entrypoint = self.entrypoint(replace(launch, command=command), in_working_dir=bool(runtime_env.get("working_dir")))
         resources = dict(settings.resources)
         gpus: dict[str, Any] = {}
         if spec.gpus and settings.gpu_resource == "GPU":
@@ -317,3 +320,18 @@ class RayBackend(EngineBackend):
                     )
                 ) from exc
         return self._clients[address]
+
+
+def allow_listed(command: list[str], *, keep: Mapping[str, str], platform_credentials: bool) -> list[str]:
+    """The workload's command (after a gang launcher's `--`) behind `workload_runtime.allowed_env`.
+
+    A Ray job's entrypoint and actors start from the raylet's environment, not the submitter's:
+    the list is applied on the node, keeping besides it only the runtime env's own `env_vars`
+    (the pool's, the runtime's, the Pipes bootstrap). A gang's launcher (`ray_gang.py`) runs
+    unwrapped, as it needs Ray's own variables; each rank it starts is wrapped."""
+    split = len(command) - command[::-1].index("--") if "--" in command else 0
+    workload = command[split:]
+    wrapper = [workload[0], "-m", "workload_runtime.allowed_env", f"--keep={','.join(sorted(keep))}"]
+    if platform_credentials:
+        wrapper.append("--platform-credentials")
+    return [*command[:split], *wrapper, "--", *workload]

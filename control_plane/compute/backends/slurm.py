@@ -34,6 +34,7 @@ import signal as signals
 import subprocess
 import time
 import uuid
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -46,7 +47,7 @@ from control_plane.compute.backends.engine import EngineBackend, Launch
 from control_plane.compute.backends.slurm_nodes import job_nodes_problem, partition_problem
 from control_plane.catalog.pools import Pool
 from control_plane.catalog.step_spec import StepSpec
-from control_plane.settings import REPO_ROOT, child_env
+from control_plane.settings import REPO_ROOT, child_env, workload_env
 from control_plane.settings import settings as platform_settings
 
 BATCH_TEMPLATE = REPO_ROOT / "deploy" / "slurm" / "step.sbatch"
@@ -173,10 +174,10 @@ class SlurmBackend(EngineBackend):
     poll_seconds = 1.0
 
     # Slurm client commands --------------------------------------------------------------
-    def _slurm(self, settings: SlurmSettings, args: list[str], pool: str) -> subprocess.CompletedProcess:
+    def _slurm(self, settings: SlurmSettings, args: list[str], pool: str, env: Mapping[str, str] | None = None) -> subprocess.CompletedProcess:
         try:
             return subprocess.run(
-                args, env=child_env(settings.env), capture_output=True, text=True, timeout=60
+                args, env=child_env(settings.env) if env is None else dict(env), capture_output=True, text=True, timeout=60
             )
         except FileNotFoundError:
             raise dg.Failure(
@@ -213,7 +214,10 @@ class SlurmBackend(EngineBackend):
             "script": str(script),
             "restarts": 0,
         }
-        result = self._slurm(settings, ["sbatch", "--parsable", *settings.extra_args, str(script)], pool.name)
+        # sbatch hands the job its own environment (`--export=ALL`, Slurm's default): an allow-list
+        # (workload_runtime/allowed_env.py), never the control plane's, so that is all the job gets.
+        env = workload_env(platform_credentials=launch.platform_credentials, extra=settings.env)
+        result = self._slurm(settings, ["sbatch", "--parsable", "--export=ALL", *settings.extra_args, str(script)], pool.name, env=env)
         if result.returncode != 0:
             message = " ".join(result.stderr.split()) or f"sbatch exited {result.returncode}"
             if any(refusal in message for refusal in _REFUSALS):

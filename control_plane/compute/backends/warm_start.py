@@ -31,7 +31,9 @@ from typing import IO, Any
 import psutil
 
 from control_plane.settings import REPO_ROOT, settings
+from workload_runtime.allowed_env import allowed
 from workload_runtime.forkserver import MAX_MESSAGE
+from workload_runtime.node_env import EXTRAS_ENV
 
 # Read by an interpreter or a native library as it loads: a child forked after the load cannot change them.
 STARTUP_ENV_PREFIXES = (
@@ -187,6 +189,14 @@ def startup_env(env: Mapping[str, str]) -> tuple[tuple[str, str], ...]:
     return tuple(sorted((k, v) for k, v in env.items() if k.startswith(STARTUP_ENV_PREFIXES)))
 
 
+def server_env(env: Mapping[str, str]) -> dict[str, str]:
+    """A forkserver's own environment, from the launch that starts it: the allowed variables
+    (`workload_runtime/allowed_env.py`) and nothing of that launch alone: no storage credentials,
+    inputs or Pipes session, and none of its pool's own variables. Every workload it forks
+    sees this environment in /proc/self/environ, whoever's it is (its own is set after the fork)."""
+    return {k: v for k, v in env.items() if allowed(k) and k != EXTRAS_ENV}
+
+
 def warm_imports(imports: Sequence[str]) -> list[str]:
     """What the forkserver imports ahead for a step that needs `imports`."""
     return [*RUNTIME_IMPORTS, *imports, *(c for name in imports for c in COMPANIONS.get(name, ()))]
@@ -202,8 +212,7 @@ def _server(interpreter: str, env: Mapping[str, str]) -> ForkServer | None:
             _cold.add(key)
             return None
         if server is None or not server.alive or server.owner != os.getpid():
-            quiet = {k: v for k, v in env.items() if not k.startswith("DAGSTER_PIPES_")}  # not one attempt's Pipes
-            server = _servers[key] = ForkServer(interpreter, quiet)
+            server = _servers[key] = ForkServer(interpreter, server_env(env))
         return server
 
 
