@@ -128,30 +128,52 @@ def data_get(
 def data_decrypt(
     path: str = typer.Argument(..., help="A folder (or one file) fetched with plain `dvc get`, holding a tenant's sealed files."),
     tenant: str = typer.Option(..., "--tenant", help="The tenant whose key sealed them (tenants catalog); its key must be usable here."),
+    to: str = typer.Option(None, "--to", help="Write the plain copy here (a new folder or file) and leave PATH sealed."),
     root: str = ROOT,
 ) -> None:
-    """Open a tenant's sealed files IN PLACE: each sealed file is replaced by its plain form.
+    """Open a tenant's sealed files: in place, or into a plain copy with --to.
 
-    Each file is decrypted to a hidden temporary file beside it first; only when every sealed file
-    has been opened are they renamed over the sealed originals (same names, so the folder is then
-    the plain dataset, e.g. a zarr store anndata opens). If any cannot be opened (the key
-    unavailable or disabled, a file changed or cut short) the temporary files are removed and
-    nothing is replaced: every sealed original stays as it was. Plain files are left alone, so
-    running it again is safe. Keep a sealed copy elsewhere (or fetch again) if you need one.
+    In place, each sealed file is replaced by its plain form. Each file is decrypted to a hidden
+    temporary file beside it first; only when every sealed file has been opened are they renamed
+    over the sealed originals (same names, so the folder is then the plain dataset, e.g. a zarr
+    store anndata opens). If any cannot be opened (the key unavailable or disabled, a file changed
+    or cut short) the temporary files are removed and nothing is replaced: every sealed original
+    stays as it was. Plain files are left alone, so running it again is safe.
+
+    Never under a storage root (the platform's or any tenant's, symlinks followed): plain text
+    there would sit where the platform and its workloads expect sealed objects. A PATH there is
+    decrypted only `--to` a destination outside every root.
     """
+    import shutil
     from pathlib import Path
 
+    from control_plane.tenancy.control import storage_root_holding
     from data_layer.registry.sealed_files import decrypt_folder
     from workload_runtime.tenant_access import opener
     from workload_runtime.envelope import SealedDataError
     from workload_runtime.keys import KeyUnavailable
 
     _tenant_root(root, tenant)
+    source = Path(path).expanduser()
+    target = Path(to).expanduser() if to else source
+    if (inside := storage_root_holding(target, _root(root))) is not None:
+        whose, where = inside
+        fix = "give another `--to` outside every storage root" if to else f"give `--to DEST` to write a plain copy outside it (`{path}` stays sealed)"
+        _fail(f"{target} is under the storage root of {whose} ({where}): plain files there would replace the sealed objects the platform reads. Nothing was changed; {fix}.")
+    if to:
+        if target.exists():
+            _fail(f"{target} exists already: give a new folder (or file) for the plain copy. Nothing was changed.")
+        if not source.exists():
+            _fail(f"{source} does not exist. Nothing was changed.")
+        (shutil.copytree if source.is_dir() else shutil.copy2)(source, target)
     try:
-        done = decrypt_folder(Path(path).expanduser(), opener())
+        done = decrypt_folder(target, opener())
     except (FileNotFoundError, KeyUnavailable, SealedDataError) as exc:
+        if to:
+            (shutil.rmtree if target.is_dir() else Path.unlink)(target)  # the copy this command made, sealed still
         _fail(f"{exc} Nothing under {path} was changed.")
-    console.print(f"{escape(path)}: {done.files} sealed files replaced by their plain form ({done.bytes / 1e6:.2f} MB), {done.plain} already plain")
+    where = f"{escape(path)} -> {escape(to)}" if to else escape(path)
+    console.print(f"{where}: {done.files} sealed files replaced by their plain form ({done.bytes / 1e6:.2f} MB), {done.plain} already plain")
 
 
 def lineage(

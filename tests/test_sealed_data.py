@@ -243,6 +243,34 @@ def test_data_decrypt_opens_a_plainly_fetched_folder_in_place(platform, tmp_path
     assert again.exit_code == 0 and _files(fetched) == plain  # plain files are left alone
 
 
+def test_data_decrypt_never_writes_plain_files_under_a_storage_root(platform, tmp_path):
+    """Run on the live registry folder it used to turn every sealed object into plain text (and
+    every later `data get` then failed): now it refuses there, also through a symlink, and writes a
+    plain copy only `--to` a destination outside every root."""
+    registry, version, folder, plain = _registered(platform)
+    live = Path(folder)
+    sealed = _files(live)
+    link = tmp_path / "looks-harmless"
+    link.symlink_to(live)
+    for target in (live, link, Path(platform)):
+        refused = CliRunner().invoke(app, ["data", "decrypt", str(target), "--tenant", TENANT, "--root", platform])
+        said = " ".join(refused.output.split())  # rich wraps long lines
+        assert refused.exit_code == 1, said
+        assert "under the storage root of tenant `lab-a`" in said or "under the storage root of the platform" in said, said
+        assert "--to" in said and "Nothing was changed" in said
+    into_root = CliRunner().invoke(app, ["data", "decrypt", str(live), "--tenant", TENANT, "--root", platform, "--to", str(Path(platform) / "plain")])
+    assert into_root.exit_code == 1 and "under the storage root of" in " ".join(into_root.output.split())
+    assert not (Path(platform) / "plain").exists()
+    assert _files(live) == sealed  # the live objects are untouched by every refusal
+
+    copy = tmp_path / "plain-copy"
+    result = CliRunner().invoke(app, ["data", "decrypt", str(live), "--tenant", TENANT, "--root", platform, "--to", str(copy)])
+    assert result.exit_code == 0, result.output
+    assert _files(copy) == plain and _files(live) == sealed
+    again = CliRunner().invoke(app, ["data", "get", "cell/omics", version, str(tmp_path / "got"), "--root", platform, "--tenant", TENANT])
+    assert again.exit_code == 0 and _files(tmp_path / "got") == plain  # the registry still serves its version
+
+
 def test_open_bytes_matches_the_documented_header(platform):
     """The header a field tool needs is in the object itself (tenant, key id, wrapped data key)."""
     storage = tenant_storage(platform, TENANT)

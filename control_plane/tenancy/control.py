@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from control_plane.catalog.tenants import Tenant, load_tenants
 from control_plane.settings import tenant_credentials
 from workload_runtime.keys import KeyUnavailable
@@ -52,3 +54,20 @@ def tenant_storage(platform_root: str, tenant: str | Tenant) -> Storage:
     access = tenant_access(platform_root, tenant)
     register(access.storage_root, access.keyring(create=True))
     return Storage.at(access.storage_root)
+
+
+def local_storage_roots(platform_root: str) -> dict[str, Path]:
+    """Every storage root on this machine's file system, resolved (symlinks followed), by whose it is:
+    the platform's and each tenant's in the catalog (a root on an object store is not here)."""
+    roots = {"the platform": Storage.at(platform_root).root}
+    roots.update({f"tenant `{name}`": tenant.root(Storage.at(platform_root).root) for name, tenant in load_tenants().items()})
+    return {whose: Path(root.removeprefix("file://")).expanduser().resolve() for whose, root in roots.items() if Storage.at(root).is_local}
+
+
+def storage_root_holding(path: Path, platform_root: str) -> tuple[str, Path] | None:
+    """(whose, root) of the storage root `path` lies in (or is), after resolving both; None if none."""
+    resolved = path.expanduser().resolve()
+    for whose, root in local_storage_roots(platform_root).items():
+        if resolved == root or root in resolved.parents:
+            return whose, root
+    return None
