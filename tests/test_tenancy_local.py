@@ -73,6 +73,49 @@ def test_the_tenants_catalog_refuses_what_would_mix_tenants(tmp_path: Path):
         load_tenants().get_tenant("lab-z")
 
 
+@pytest.mark.parametrize("storage", ["tenants/lab-a/../lab-b", "tenants//lab-a", ".", "../outside", "/data/lab-a", "file:///", "s3://bucket//lab-a"])
+def test_a_storage_value_that_could_name_another_place_is_refused_as_written(tmp_path: Path, storage: str):
+    catalog = tmp_path / "tenants.yaml"
+    catalog.write_text(f"tenants:\n  lab-a: {{lane: cell}}\n  lab-b: {{lane: cell, storage: '{storage}'}}\n")
+    with pytest.raises(TenantCatalogError) as refused:
+        load_tenants(catalog)
+    assert "tenant `lab-b`, field `storage`" in str(refused.value) and storage in str(refused.value)
+
+
+def test_tenants_that_alias_each_other_once_resolved_or_share_a_key_are_refused(home: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    from control_plane.tenancy.control import tenant_access
+
+    keys = tmp_path / "keys"
+    monkeypatch.setenv("SINEWGRID_KEYS_DIR", str(keys))
+    catalog = tmp_path / "tenants.yaml"
+    monkeypatch.setenv("SINEWGRID_TENANTS", str(catalog))
+
+    # One key file for two tenants: each one's workloads would hold the other's key.
+    catalog.write_text(f"tenants:\n  lab-a: {{lane: cell, key: {{file: {keys}/shared.key}}}}\n  lab-b: {{lane: cell, key: {{file: {keys}/../keys/shared.key}}}}\n")
+    with pytest.raises(TenantCatalogError, match="tenants `lab-a`, `lab-b` share the file"):
+        load_tenants(catalog)
+
+    # lab-b's own URI is lab-a's default prefix, written as a file:// path; then through a symlink.
+    link = tmp_path / "innocent-looking"
+    link.symlink_to(home / "tenants" / "lab-a", target_is_directory=True)
+    (home / "tenants" / "lab-a").mkdir(parents=True)
+    for alias in (f"file://{home}/tenants/lab-a", f"file://{link}", f"file://{home}"):
+        catalog.write_text(f"tenants:\n  lab-a: {{lane: cell}}\n  lab-b: {{lane: cell, storage: '{alias}'}}\n")
+        with pytest.raises(TenantCatalogError) as refused:
+            tenant_access(str(home), "lab-a")  # refused before any tenant's access is handed out
+        said = str(refused.value)
+        assert "nesting storage" in said or "holds the platform's root" in said, said
+        assert "`lab-b`" in said
+
+    # The keys folder under a storage root: copying the root would copy the keys.
+    catalog.write_text("tenants:\n  lab-a: {lane: cell}\n")
+    monkeypatch.setenv("SINEWGRID_KEYS_DIR", str(home / "tenants" / "lab-a" / "keys"))
+    with pytest.raises(TenantCatalogError, match="the keys folder .* is under tenant `lab-a`'s storage root"):
+        tenant_access(str(home), "lab-a")
+    monkeypatch.setenv("SINEWGRID_KEYS_DIR", str(keys))
+    assert tenant_access(str(home), "lab-a").storage_root == f"{home}/tenants/lab-a"  # a sound catalog is used as before
+
+
 def test_sinewgrid_tenants_key_commands(keys: Path, home: Path):
     from sinewgrid.cli import app
 

@@ -81,6 +81,22 @@ class Tenant(BaseModel):
     regions: list[str] | None = None
     agreement: Agreement = Field(default_factory=Agreement)
 
+    @field_validator("storage")
+    @classmethod
+    def _one_place(cls, v: str) -> str:
+        """Written one way only: no `..`, `.` or empty segment that could name another tenant's place."""
+        if not v:
+            return v
+        uri = "://" in v
+        if not uri and v.startswith("/"):
+            raise ValueError(f"`{v}` is an absolute path: write a prefix under the platform's root, or a URI such as file:///data/lab-a")
+        segments = (v.split("://", 1)[1] if uri else v).strip("/").split("/")
+        if ".." in segments:
+            raise ValueError(f"`{v}` has a `..` segment: write the prefix itself (a `..` can reach the platform's or another tenant's data)")
+        if any(segment in ("", ".") for segment in segments):
+            raise ValueError(f"`{v}` has an empty or `.` segment: write each folder once (e.g. tenants/lab-a), never the platform's root itself")
+        return v.rstrip("/") if uri else v.strip("/")
+
     def root(self, platform_root: str) -> str:
         """The tenant's storage root: its own URI, or its prefix under the platform's root."""
         if "://" in self.storage:
@@ -164,6 +180,7 @@ def _read_tenants(path: Path) -> Tenants:
         except ValidationError as exc:
             problems += validation_problems(exc, path, f"tenant `{name}`", known=[f for f in Tenant.model_fields if f != "name"])
     problems += _overlaps(path, found)
+    problems += _shared_keys(path, found)
     if problems:
         raise TenantCatalogError("invalid tenants catalog:\n  " + "\n  ".join(problems))
     return found
@@ -178,3 +195,52 @@ def _overlaps(path: Path, tenants: Tenants) -> list[str]:
             if a < b and (ra.startswith(rb) or rb.startswith(ra)):
                 said.append(f"{path}: tenants `{a}` and `{b}` have nesting storage ({ra.rstrip('/')} / {rb.rstrip('/')}); give each its own prefix or bucket")
     return said
+
+
+def _shared_keys(path: Path, tenants: Tenants) -> list[str]:
+    """Two tenants with one key: each one's workloads could open the other's data. Refused."""
+    holders: dict[str, list[str]] = {}
+    for name, tenant in tenants.items():
+        if tenant.key is None:
+            continue
+        key = f"file {tenant.key_file().resolve()}" if tenant.key.kind == "local" else f"KMS key {tenant.key.key_id}"
+        holders.setdefault(key, []).append(name)
+    return [
+        f"{path}: tenants {', '.join(f'`{n}`' for n in names)} share the {key}; give each tenant a key of its own"
+        for key, names in holders.items() if len(names) > 1
+    ]  # fmt: skip
+
+
+def storage_problems(tenants: Tenants, platform_root: str) -> list[str]:
+    """What the catalog's roots do on this platform root, resolved (symlinks followed, `file://`
+    and plain paths alike): two tenants in one place or one inside another, a tenant holding the
+    platform's root, a key file or the keys folder under a storage root. Empty when none."""
+    def place(root: str) -> str:
+        if root.startswith("s3://"):
+            return "s3://" + posixpath.normpath(root.removeprefix("s3://")).strip("/") + "/"
+        local = Path(root.removeprefix("file://")).expanduser().resolve()
+        return str(local).rstrip("/") + "/"
+
+    platform = place(platform_root)
+    roots = {name: place(t.root(platform_root)) for name, t in tenants.items()}
+    said = []
+    for a, ra in roots.items():
+        if platform.startswith(ra):
+            said.append(f"tenant `{a}`'s storage {ra.rstrip('/')} holds the platform's root {platform.rstrip('/')}: give it a prefix of its own")
+        for b, rb in roots.items():
+            if a < b and (ra.startswith(rb) or rb.startswith(ra)):
+                said.append(f"tenants `{a}` and `{b}` resolve to nesting storage ({ra.rstrip('/')} / {rb.rstrip('/')}): give each its own prefix or bucket")
+    keys = [("the keys folder", keys_dir())] + [(f"tenant `{n}`'s key file", t.key_file()) for n, t in tenants.items() if t.key is not None and t.key.kind == "local"]
+    for what, where in keys:
+        resolved = place(str(where))
+        for whose, root in [*((f"tenant `{n}`'s", r) for n, r in roots.items()), ("the platform's", platform)]:  # the innermost first
+            if resolved.startswith(root):
+                said.append(f"{what} {where} is under {whose} storage root {root.rstrip('/')}: keys never live with the data they open (set SINEWGRID_KEYS_DIR or `key.file` elsewhere)")
+                break
+    return said
+
+
+def check_storage(tenants: Tenants, platform_root: str) -> None:
+    """`storage_problems`, raised as one `TenantCatalogError` naming the catalog file."""
+    if problems := storage_problems(tenants, platform_root):
+        raise TenantCatalogError(f"the tenants catalog {tenants.file} cannot be used on {platform_root}:\n  " + "\n  ".join(problems))

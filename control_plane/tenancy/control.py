@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from control_plane.catalog.tenants import Tenant, load_tenants
+from control_plane.catalog.tenants import Tenant, Tenants, check_storage, keys_dir, load_tenants
 from control_plane.settings import tenant_credentials
 from workload_runtime.keys import KeyUnavailable
 from workload_runtime.storage import Storage
@@ -27,9 +27,25 @@ def access_for(tenant: Tenant, platform_root: str) -> TenantAccess:
     return TenantAccess(tenant=tenant.name, storage_root=tenant.root(platform_root), key=tenant.key, key_file=key_file, credentials=credentials)
 
 
+def checked_tenants(platform_root: str) -> Tenants:
+    """The tenants catalog, its storage checked on this platform root (`tenants.storage_problems`):
+    refused, with every problem named, before any tenant's data is touched through it."""
+    tenants = load_tenants()
+    key = (id(tenants), Storage.at(platform_root).root, str(keys_dir()))
+    if _CHECKED.get(key) is not tenants:
+        check_storage(tenants, Storage.at(platform_root).root)
+        _CHECKED.clear()
+        _CHECKED[key] = tenants
+    return tenants
+
+
+_CHECKED: dict[tuple, Tenants] = {}
+
+
 def tenant_access(platform_root: str, tenant: str | Tenant) -> TenantAccess:
     """The access a tenant's workloads are handed (its root, credentials and key)."""
-    entry = tenant if isinstance(tenant, Tenant) else load_tenants().get_tenant(tenant)
+    tenants = checked_tenants(platform_root)
+    entry = tenant if isinstance(tenant, Tenant) else tenants.get_tenant(tenant)
     return access_for(entry, Storage.at(platform_root).root)
 
 
@@ -60,7 +76,7 @@ def local_storage_roots(platform_root: str) -> dict[str, Path]:
     """Every storage root on this machine's file system, resolved (symlinks followed), by whose it is:
     the platform's and each tenant's in the catalog (a root on an object store is not here)."""
     roots = {"the platform": Storage.at(platform_root).root}
-    roots.update({f"tenant `{name}`": tenant.root(Storage.at(platform_root).root) for name, tenant in load_tenants().items()})
+    roots.update({f"tenant `{name}`": tenant.root(Storage.at(platform_root).root) for name, tenant in checked_tenants(platform_root).items()})
     return {whose: Path(root.removeprefix("file://")).expanduser().resolve() for whose, root in roots.items() if Storage.at(root).is_local}
 
 
