@@ -28,11 +28,12 @@ from typing import Any
 from control_plane.accounting.ledger import Ledger
 from control_plane.catalog.models import ModelCatalog, load_models
 from control_plane.settings import settings
+from control_plane.tenancy.control import tenants_of_root
 from model_gateway.addresses import addresses
 from model_gateway.batch import BatchOutcome, run_batch
 from model_gateway.client import Call, ModelClient
 from model_gateway.evaluation import Answered, qualities
-from model_gateway.policy import DataPolicy, policy_for
+from model_gateway.policy import DataPolicy, declared, policy_for
 from model_gateway.results import ItemResult, TaskRun
 from model_gateway.routing import choose
 from model_gateway.tasks import AnswerInvalid, Task
@@ -78,6 +79,8 @@ class Gateway:
 
         enforce(self.storage, project=who.project or who.lane, tenant=who.tenant)
         policy = policy if policy is not None else policy_for(data or self.storage, inputs)
+        # Whose call it is counts, not only its lineage inputs (fail closed: a tenant's call with none is its data).
+        policy = declared(policy, [who.tenant, *tenants_of_root(self.storage.root, (data or self.storage).root)])
         # A tenant's answers are never kept in the response cache: its data is sealed at rest, and
         # the cache (on the platform's disk) would hold what was derived from it in plain text.
         cache = not policy.tenants

@@ -8,7 +8,10 @@ agreement it was published with: `control_plane/tenancy/agreements.py`):
   data;
 - an outside provider may see a tenant's data only when that tenant's agreement lists it under
   `outside_models`; the platform's own data (no tenant) binds nothing;
-- data whose agreement records nothing counts as "no outside models".
+- data whose agreement records nothing counts as "no outside models";
+- the call's own tenant (`Who.tenant`) and the tenant whose root the data is read from count as
+  well, with their agreements in the tenants catalog (`declared`): a tenant's call whose lineage
+  inputs are empty is still that tenant's data, never the platform's.
 
 The gateway's own request log (on the platform's disk, unsealed) never keeps a prompt that holds a
 tenant's data, whoever answered it: a digest and the size stand in for it. The platform's own
@@ -91,3 +94,16 @@ def policy_for(storage, inputs: list[str]) -> DataPolicy:
     known = {d.tenant for d in data}
     data += [AgreedData(ref=n.id, tenant=str(n.facts["tenant"])) for n in named if n.facts["tenant"] not in known]
     return DataPolicy(data)
+
+
+def declared(policy: DataPolicy, tenants: list[str]) -> DataPolicy:
+    """`policy` with each tenant the call declares (its own, the one whose root it reads) bound by
+    its agreement in the tenants catalog; a name not in the catalog is the platform's own work."""
+    from control_plane.catalog.tenants import load_tenants
+
+    catalog, known = load_tenants(), set(policy.tenants)
+    extra = [
+        AgreedData(ref=f"the call of {tenant}", tenant=tenant, agreement=catalog[tenant].agreement)
+        for tenant in dict.fromkeys(tenants) if tenant and tenant in catalog and tenant not in known
+    ]  # fmt: skip
+    return DataPolicy([*policy.data, *extra]) if extra else policy

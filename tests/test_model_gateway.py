@@ -189,6 +189,31 @@ def test_data_that_may_not_go_to_outside_models_never_reaches_one(gateway, tmp_p
     assert SECRET not in log and "withheld: data of lab-x" in log
 
 
+def _holds(folder: Path, secret: str) -> list[Path]:
+    return [p for p in folder.rglob("*") if p.is_file() and secret.encode() in p.read_bytes()] if folder.exists() else []
+
+
+def test_a_tenants_call_without_lineage_inputs_is_still_that_tenants_data(gateway, tmp_path, two_labs):
+    """As an attacker would call it: lab-x's payload with no lineage inputs (and an empty policy
+    passed in) used to count as the platform's own data, go to an outside provider, be logged in
+    plain text and enter the response cache. The call's tenant binds it, as its agreement says."""
+    run = gateway.run(Task(TASK), _items_with_secret(), inputs=[], who=_who("lab-x-bare", tenant="lab-x"), policy=DataPolicy())
+    assert run.policy.tenants == ["lab-x"]
+    assert len(run.completed) == 6 and {m.provider.outside for m in run.route.order} == {False}
+    assert all(SECRET not in json.dumps(_standin(gateway, p.name).requests()) for p in gateway.catalog.providers.values() if p.outside)
+    models = Path(gateway.storage.root) / "models"
+    assert not _holds(models / "requests", SECRET) and not _holds(models / "response-cache", SECRET)
+    assert "withheld: data of lab-x" in (models / "requests" / "lab-x-bare-tell-parity.jsonl").read_text()
+
+
+def test_a_call_that_reads_a_tenants_root_is_bound_by_that_tenant(gateway, tmp_path, two_labs):
+    from control_plane.tenancy.control import tenant_storage
+
+    lab_root = tenant_storage(gateway.storage.root, "lab-x")  # no tenant in `who`, but lab-x's data
+    run = gateway.run(Task(TASK), _items_with_secret(), inputs=[], who=_who("lab-x-root"), data=lab_root)
+    assert run.policy.tenants == ["lab-x"] and {m.provider.outside for m in run.route.order} == {False}
+
+
 def test_an_agreement_that_lists_a_provider_lets_the_data_go_there(gateway, tmp_path, two_labs):
     ref = _published(gateway, tmp_path, "lab-y")
     run = gateway.run(Task(TASK), _items_with_secret(), inputs=[ref], who=_who("lab-y", tenant="lab-y"))

@@ -87,3 +87,10 @@ def storage_root_holding(path: Path, platform_root: str) -> tuple[str, Path] | N
         if resolved == root or root in resolved.parents:
             return whose, root
     return None
+
+
+def tenants_of_root(platform_root: str, root: str) -> list[str]:
+    """The tenants whose storage root `root` is, or lies in (none for the platform's own places)."""
+    platform = Storage.at(platform_root).root
+    inside = root.rstrip("/") + "/"
+    return [name for name, tenant in load_tenants().items() if inside.startswith(tenant.root(platform).rstrip("/") + "/")]
