@@ -48,8 +48,14 @@ class Flag:
 BASELINE_REPORTS = 5
 
 
+# A step must be this much slower than its reference (its own start, or its peers' median), besides
+# `factor` times: a few milliseconds of work per step vary by more than a factor on a busy node
+# (or between ranks) without meaning anything.
+MIN_SLOWER_SECONDS = 0.01
+
+
 def straggling(step_seconds: Sequence[float], factor: float, patience: int, warmup: int = 3) -> tuple[bool, float, float]:
-    """Whether the last `patience` step times are each over `factor` × the pace the attempt
+    """Whether the last `patience` step times are each over `factor` × (and `MIN_SLOWER_SECONDS` over) the pace the attempt
     started at: the median of its first reports (up to `BASELINE_REPORTS`, at least `warmup`,
     none of the last `patience`). Returns (flagged, baseline, recent median).
 
@@ -63,12 +69,7 @@ def straggling(step_seconds: Sequence[float], factor: float, patience: int, warm
     baseline = statistics.median(history[:BASELINE_REPORTS])
     if baseline <= 0:
         return False, baseline, statistics.median(recent)
-    return all(s > factor * baseline for s in recent), baseline, statistics.median(recent)
-
-
-# A rank must be this much slower than its peers' median, besides `factor` times: a few
-# milliseconds of work per step vary by more than a factor between ranks without meaning anything.
-MIN_SLOWER_SECONDS = 0.01
+    return all(s > factor * baseline and s - baseline > MIN_SLOWER_SECONDS for s in recent), baseline, statistics.median(recent)
 
 
 @dataclass(frozen=True)
