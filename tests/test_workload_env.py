@@ -18,6 +18,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import yaml
 
 from control_plane.compute.backends.ray import allow_listed
 from control_plane.settings import REPO_ROOT
@@ -101,10 +102,14 @@ def _assert_nothing_of_the_control_plane(names: set[str]) -> None:
     assert not leaked, f"the workload's environment holds {sorted(leaked)}"
 
 
-LOCAL_POOL = """
-pools:
-  local-any: {provider: local, region: local, backend: local, purchasing: on_demand, capacity: steady, accelerator: local, gpus_per_node: 1, price_per_gpu_hour: 1.0}
-"""
+def _pool(backend: str, backend_settings: dict, **fields) -> str:
+    """A catalog of one on-demand pool of `backend`."""
+    pool = {"provider": f"test-{backend}", "region": "local", "backend": backend, "backend_settings": backend_settings, "purchasing": "on_demand",
+            "capacity": "steady", "accelerator": "local", "gpus_per_node": 1, "price_per_gpu_hour": 1.0, **fields}  # fmt: skip
+    return yaml.safe_dump({"pools": {f"{backend}-pool": pool}})
+
+
+LOCAL_POOL = _pool("local", {})
 
 
 def test_a_tenants_local_step_gets_nothing_of_the_control_planes_environment(attacked: Path):
@@ -118,38 +123,14 @@ def test_the_platforms_own_step_gets_the_platforms_credentials_and_no_tenants(at
 
 
 def test_a_tenants_slurm_job_gets_nothing_of_the_control_planes_environment(attacked: Path, slurm):
-    pools = f"""
-pools:
-  slurm-gpu:
-    provider: test-slurm
-    region: local
-    backend: slurm
-    backend_settings: {json.dumps({"partition": "gpu", "env": slurm.env, "time_limit": "00:10:00"})}
-    purchasing: on_demand
-    accelerator: local
-    gpus_per_node: 2
-    price_per_gpu_hour: 1.0
-"""
+    pools = _pool("slurm", {"partition": "gpu", "env": slurm.env, "time_limit": "00:10:00"}, gpus_per_node=2)
     names = _started_with(attacked, pools, "lab-b")
     _assert_nothing_of_the_control_plane(names)
     assert "SLURM_JOB_ID" in names  # Slurm's own variables, set on the node, do arrive
 
 
 def test_a_tenants_ray_job_gets_nothing_of_the_raylets_or_the_control_planes_environment(attacked: Path, ray):
-    pools = f"""
-pools:
-  ray-steady:
-    provider: test-ray
-    region: local
-    backend: ray
-    backend_settings: {{address: "{ray.address}", resources: {{pool_steady: 1}}, gpu_resource: null}}
-    purchasing: on_demand
-    capacity: steady
-    accelerator: cpu
-    gpus_per_node: 1
-    price_per_gpu_hour: 1.0
-    pending_deadline_seconds: 60
-"""
+    pools = _pool("ray", {"address": ray.address, "resources": {"pool_steady": 1}, "gpu_resource": None}, accelerator="cpu", pending_deadline_seconds=60)
     names = _started_with(attacked, pools, "lab-b")
     _assert_nothing_of_the_control_plane(names)
     # The Ray head was started by this test runner: its variables reach the raylet, never the workload.
