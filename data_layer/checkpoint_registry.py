@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from workload_runtime.checkpoints import MANIFEST
-from workload_runtime.storage import Storage, fs_for
+from workload_runtime.storage import Storage, fs_for, read_objects
 
 _STEP_PREFIX = "step-"
 
@@ -186,7 +186,7 @@ class CheckpointRegistry:
             if inside and info.get("type") != "directory":
                 folders[key][inside] = int(info.get("size") or 0)
         manifest_paths = {key: f"{base}/{key[0]}/{_STEP_PREFIX}{key[1]:08d}/{MANIFEST}" for key, files in folders.items() if MANIFEST in files}
-        raw = fs.cat(list(manifest_paths.values()), on_error="return") if manifest_paths else {}
+        raw = read_objects(fs, list(manifest_paths.values()))
         entries, torn = [], []
         self._files = {
             f"{base}/{lineage}/{_STEP_PREFIX}{step:08d}": [f"{base}/{lineage}/{_STEP_PREFIX}{step:08d}/{name}" for name in files]

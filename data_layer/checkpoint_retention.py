@@ -23,7 +23,7 @@ from fsspec.implementations.local import LocalFileSystem
 
 from data_layer.checkpoint_registry import CheckpointEntry, CheckpointRegistry, TornCheckpoint, human_bytes, is_step_dir, ranking
 from workload_runtime.checkpoints import MANIFEST
-from workload_runtime.storage import Storage, fs_for
+from workload_runtime.storage import Storage, fs_for, read_objects
 
 POINTER_NAME = "latest.json"
 
@@ -215,7 +215,7 @@ def pointer_protections(root: str) -> set[str]:
     fs, base = fs_for(storage.uri("artifacts"))
     paths = [p for p in fs.find(base) if posixpath.basename(p) == POINTER_NAME]
     found: set[str] = set()
-    for data in (fs.cat(paths, on_error="return") if paths else {}).values():
+    for data in read_objects(fs, paths).values():
         if isinstance(data, BaseException):
             continue
         try:

@@ -30,7 +30,7 @@ from typing import Any
 import pandas as pd
 
 from data_layer.checkpoint_registry import as_number, model_matches, split_lineage
-from workload_runtime.storage import Storage, fs_for, read_bytes, write_bytes_atomic, write_json_atomic
+from workload_runtime.storage import Storage, fs_for, read_bytes, read_objects, write_bytes_atomic, write_json_atomic
 
 RUN_FILE = "run.json"
 METRICS_FILE = "metrics.parquet"
@@ -164,9 +164,8 @@ def _curves_frame(curves: Mapping[str, Sequence[Any]]) -> pd.DataFrame:
 
 def _read_payload(uri: str) -> dict[str, Any] | None:
     """run.json's content, or None if there is none."""
-    fs, path = fs_for(uri)
     try:
-        payload = json.loads(fs.cat_file(path))
+        payload = json.loads(read_bytes(uri))
     except FileNotFoundError:
         return None
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
@@ -289,7 +288,7 @@ def list_runs(root: str, model: str | None = None, warn: Callable[[str], None] |
             if model_matches(split_lineage("/".join(parts[:-1]))[0], model):
                 paths.append(path)
     runs = []
-    for path, data in sorted((fs.cat(paths, on_error="return") if paths else {}).items()):
+    for path, data in sorted(read_objects(fs, paths).items()):
         lineage = path[len(base) + 1 :].rsplit("/", 1)[0]
         try:
             if isinstance(data, BaseException):

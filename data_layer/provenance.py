@@ -16,6 +16,7 @@ Each returns metadata for the Dagster UI: the version, where to get it, and the 
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 
 import dagster as dg
@@ -48,13 +49,21 @@ def lineage_metadata(store: Storage, node_id: str) -> dict[str, Any]:
     }
 
 
-def record_drop(store: Storage, kind: str, drop: str, raw_uri: str, fields: dict[str, Any], files: int) -> Node:
+def record_drop(
+    store: Storage, kind: str, drop: str, raw_uri: str, fields: dict[str, Any], files: int, *, identifiers: Iterable[str] = ()
+) -> Node:
     """The raw drop (lab plate export, teleop session, robot-cell results) as it was handed in.
 
     A drop whose manifest says `in_reply_to: <lineage id>` (the lab answering a proposed plate,
     an operator answering a relabelling request) points back at it: the loop closes in the graph.
+    The manifest's fields become the node's facts; of a tenant's sealed drop only `identifiers`
+    do (the lineage is shown in Dagster's metadata; free text stays in the sealed raw manifest).
     """
-    shown = {k: v for k, v in fields.items() if isinstance(v, str | int | float) and k != "in_reply_to"}
+    sealed = keyring_for(store.root) is not None
+    shown = {
+        k: v for k, v in fields.items()
+        if isinstance(v, str | int | float) and k != "in_reply_to" and (not sealed or k in identifiers)
+    }
     answers = fields.get("in_reply_to")
     return LineageStore(store.root).record(
         drop_id(kind, drop), "drop", f"raw {kind} drop, byte for byte as handed in",

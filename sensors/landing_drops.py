@@ -181,7 +181,7 @@ def _tenant_landing_sensor(
                 cursor.advance(drop.mtime, drop.drop_id)
                 if not DROP_ID_PATTERN.match(drop.drop_id):
                     issue = _invalid_drop_id(drop.drop_id)
-                    where = quarantine_drop(store, kind, drop.drop_id, [issue], stage="landing", seal=True)
+                    where = quarantine_drop(store, kind, drop.drop_id, [issue], stage="landing")
                     context.log.error(f"{tenant}: {drop.drop_id!r} quarantined at {where}: {issue.message}")
                     continue
                 key = dg.MultiPartitionKey({tenant_dimension: tenant, drop_dimension: drop.drop_id})

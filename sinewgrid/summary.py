@@ -109,7 +109,7 @@ def quarantined(storage: Storage) -> list[dict]:
     fs, base = fs_for(storage.uri("quarantine"))
     if not fs.exists(base):
         return []
-    return [json.loads(fs.cat_file(p)) for p in sorted(fs.glob(f"{base}/*/*/QUARANTINE.json"))]
+    return [json.loads(read_bytes(fs.unstrip_protocol(p) if "://" in storage.root else p)) for p in sorted(fs.glob(f"{base}/*/*/QUARANTINE.json"))]
 
 
 def truth_rmse(predictions_uri: str, truth: pd.Series) -> float:

@@ -15,6 +15,7 @@ from cell_lane.defs.sensors import assay_drop_sensor
 from sensors.landing_drops import LOOKBACK_SECONDS, DropCursor, parse_tenant_cursors
 from shared_resources.resources import StorageResource
 from tests.helpers import LAB, drop_plate, ingest_drop, lab_drop, lab_storage
+from workload_runtime.storage import read_json
 
 
 @pytest.fixture
@@ -125,7 +126,7 @@ def test_folder_name_that_cannot_be_a_partition_is_quarantined(instance, home, l
     drop_plate(storage, "good-drop")
     result = _tick(instance, home)
     assert [r.partition_key for r in result.run_requests] == [lab_drop("good-drop")]
-    report = json.loads((lab / "quarantine" / "assays" / "bad name!" / "QUARANTINE.json").read_text())
+    report = read_json(str(lab / "quarantine" / "assays" / "bad name!" / "QUARANTINE.json"))  # sealed under the lab's root
     assert report["issues"][0]["rule"] == "drop_id"
     assert (bad / "manifest.json").exists()  # landing untouched
 

@@ -28,6 +28,7 @@ from robotics_lane.defs.assets.policy import policy
 from robotics_lane.defs.assets.teleop import teleop_episodes
 from robotics_lane.episodes import Episode, validate_dataset, write_dataset
 from tests.helpers import drop_plate, good_plate, lab_drop, lab_storage, sensor_ingest
+from workload_runtime.storage import read_bytes
 
 REPO = Path(__file__).resolve().parent.parent
 PLATE = good_plate().to_csv(index=False).encode()
@@ -36,13 +37,14 @@ PLATE = good_plate().to_csv(index=False).encode()
 def snapshot(folder: Path) -> dict[str, bytes]:
     """Every file under `folder` with its bytes (a lab's sealed copies opened with its key): what
     'nothing lost, nothing changed' compares."""
-    from workload_runtime.storage import read_bytes
-
     return {str(p.relative_to(folder)): read_bytes(str(p)) for p in sorted(folder.rglob("*")) if p.is_file()}
 
 
 def quarantine_report(home: Path, kind: str, drop_id: str) -> dict:
-    return json.loads((home / "quarantine" / kind / drop_id / "QUARANTINE.json").read_text())
+    """The quarantine's reasons (under a lab's root sealed with its key, held by this process)."""
+    from workload_runtime.storage import read_json
+
+    return read_json(str(home / "quarantine" / kind / drop_id / "QUARANTINE.json"))
 
 
 def one_line(text: str) -> str:
@@ -104,7 +106,7 @@ def test_a_bad_manifest_refuses_the_whole_drop_and_keeps_every_byte(instance, re
     issue = next(i for i in report["issues"] if i["rule"] == rule)
     assert f"assays drop `{drop_id}`" in issue["message"] and names_entry in issue["message"] and fix in issue["message"]
     assert "new drop_id" in issue["message"]
-    assert issue["message"] in (home / "quarantine" / "assays" / drop_id / "QUARANTINE.md").read_text()
+    assert issue["message"] in read_bytes(str(home / "quarantine" / "assays" / drop_id / "QUARANTINE.md")).decode()
     assert snapshot(folder) == sent, "landing must stay exactly as sent"
     assert snapshot(home / "quarantine" / "assays" / drop_id / "original") == sent, "quarantine keeps every file, byte for byte"
     assert not (home / "raw" / "assays" / drop_id).exists(), "nothing of a refused drop is ingested"

@@ -66,7 +66,8 @@ def test_the_same_drop_id_from_two_labs_is_ingested_into_each_labs_root_sealed(i
             assert not [v for v in values if v in stored], f"{path} holds plate values in the clear"
         # opened with the lab's key, the raw copy is what the lab sent, byte for byte
         assert read_bytes(str(lab / "raw" / "assays" / "x" / "plates" / "plate.csv")) == table.to_csv(index=False).encode()
-        assert not (lab / "raw" / "assays" / "x" / "manifest.json").read_bytes().startswith(SEALED)  # the manifest stays plain
+        manifest = (lab / "raw" / "assays" / "x" / "manifest.json").read_bytes()  # sealed too: it names the lab's files
+        assert manifest.startswith(SEALED) and b"plate.csv" not in manifest
         # the lineage names the key that sealed the drop and its curated version (its id, never the key)
         lineage = LineageStore(str(lab))
         for node in ("drop/assays/x", "cell/assays@x"):

@@ -8,6 +8,8 @@ import dagster as dg
 
 from robotics_lane.defs.policy_versions import policy_versions, verdict
 from tests.fixtures.demo import DemoRun
+from workload_runtime.envelope import open_bytes
+from workload_runtime.keys import LocalKeyring
 
 
 def test_demo_runs_both_loops_to_the_summary(demo_run: DemoRun):
@@ -62,7 +64,9 @@ def test_demo_runs_both_loops_to_the_summary(demo_run: DemoRun):
     assert (home / "quarantine" / "teleop" / "teleop-session-glitch" / "QUARANTINE.json").exists()
 
     for lab in ("lab-a", "lab-b"):
-        quarantine = json.loads((home / "tenants" / lab / "quarantine" / "assays" / "seed-plate-bad-export" / "QUARANTINE.json").read_text())
+        # Sealed with the lab's key, as everything under its root outside landing/ and outbox/ is.
+        sealed = (home / "tenants" / lab / "quarantine" / "assays" / "seed-plate-bad-export" / "QUARANTINE.json").read_bytes()
+        quarantine = json.loads(open_bytes(sealed, LocalKeyring(lab, home.parent / "keys" / f"{lab}.key")))
         assert {i["rule"] for i in quarantine["issues"]} == {"duplicate_well", "non_numeric_readout"}
         assert len(list((home / "tenants" / lab / "outbox" / "plates").iterdir())) == 3
 

@@ -15,7 +15,7 @@ import pandas as pd
 import pytest
 
 from cell_lane.defs.assets.ingest import raw_assay, validated_assay
-from workload_runtime.storage import read_bytes
+from workload_runtime.storage import read_bytes, read_json
 from workload_runtime.envelope import is_sealed
 from tests.helpers import LAB, drop_plate, good_plate, ingest_drop, lab_storage
 
@@ -43,7 +43,7 @@ def _snapshot(folder: Path) -> dict[str, str]:
 
 
 def _quarantine(home: Path, drop_id: str) -> dict:
-    return json.loads((home / "quarantine" / "assays" / drop_id / "QUARANTINE.json").read_text())
+    return read_json(str(home / "quarantine" / "assays" / drop_id / "QUARANTINE.json"))  # sealed under a lab's root
 
 
 def _check(result, name: str) -> bool:
@@ -145,7 +145,7 @@ def test_bad_drop_is_quarantined_at_raw_with_its_reason(instance, resources, lab
     assert _snapshot(lab / "quarantine" / "assays" / "bad" / "original") == before, "quarantine keeps the originals"
     assert not (lab / "raw" / "assays" / "bad").exists()
     assert not (lab / "curated" / "assays" / "bad").exists()
-    assert (lab / "quarantine" / "assays" / "bad" / "QUARANTINE.md").read_text().startswith("# Drop `bad`")
+    assert read_bytes(str(lab / "quarantine" / "assays" / "bad" / "QUARANTINE.md")).startswith(b"# Drop `bad`")
 
 
 def _plate_bytes(mutate) -> bytes:
@@ -211,11 +211,14 @@ def test_raw_zone_is_immutable(instance, resources, lab, storage):
     assert raw.stat().st_mtime_ns == written
 
 
-def test_quarantined_copies_are_sealed_and_the_reason_is_plain(instance, resources, lab, storage):
+def test_quarantined_copies_and_their_reasons_are_sealed(instance, resources, lab, storage):
     bad = good_plate()
     drop_plate(storage, "bad", bad[bad["sample_type"] != "pos_ctrl"])
     assert not _ingest(instance, resources, "bad").success
     where = lab / "quarantine" / "assays" / "bad"
     assert is_sealed((where / "original" / "plates" / "plate.csv").read_bytes())
-    assert not is_sealed((where / "original" / "manifest.json").read_bytes())  # the drop's manifest stays plain
-    assert (where / "QUARANTINE.md").read_text().startswith("# Drop `bad`")
+    # Under a lab's root everything outside landing/ and outbox/ is sealed: the drop's manifest and the
+    # reasons too (they quote the lab's values); its people read them in the UI or with `data decrypt --to`.
+    for name in ("original/manifest.json", "QUARANTINE.json", "QUARANTINE.md"):
+        assert is_sealed((where / name).read_bytes()), name
+    assert read_bytes(str(where / "QUARANTINE.md")).startswith(b"# Drop `bad`")

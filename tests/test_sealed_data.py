@@ -30,9 +30,10 @@ from cell_lane.omics.sealing import SealedStore
 from data_layer.registry.registry import DataRegistry
 from workload_runtime import tenant_access as access
 from control_plane.tenancy.control import tenant_storage
-from workload_runtime.envelope import MAGIC, SealedDataError, open_bytes
+from workload_runtime.envelope import MAGIC, open_bytes
 from workload_runtime.keys import KeyUnavailable, key_uses, set_local_key_enabled
 from sinewgrid.cli import app
+from workload_runtime.tenant_access import NotSealedForTenant
 
 TENANT = "lab-a"  # in the packaged tenants catalog, with a local key
 
@@ -82,7 +83,8 @@ def test_sealed_dataset_round_trips_through_every_reader_and_holds_no_plain_byte
     storage = tenant_storage(platform, TENANT)
     mark = len(key_uses())
     zarr_uri, adata, version = _publish(storage.curated("omics"))
-    assert [u.op for u in key_uses(mark) if u.tenant == TENANT] == ["generate"]  # one data key for the version
+    # One data key for every object of the dataset, one for the version's manifest beside it.
+    assert [u.op for u in key_uses(mark) if u.tenant == TENANT] == ["generate", "generate"]
 
     stored = _files(Path(zarr_uri))
     assert stored and all(blob.startswith(MAGIC) for blob in stored.values()), [k for k, b in stored.items() if not b.startswith(MAGIC)]
@@ -161,7 +163,7 @@ def test_a_plain_object_slipped_into_a_sealed_dataset_is_refused(platform):
     zarr_uri, _, _ = _publish(storage.curated("omics"))
     chunk = next(p for p in sorted(Path(zarr_uri, "X", "data").rglob("*")) if p.is_file() and p.name != "zarr.json")
     chunk.write_bytes(b"\x00" * 64)
-    with pytest.raises(SealedDataError, match="is not sealed"):
+    with pytest.raises(NotSealedForTenant, match=f"X/data/c/0 lies in tenant `{TENANT}`'s storage root .* holds plain bytes"):
         read_dataset(zarr_uri)
 
 
@@ -190,10 +192,10 @@ def _registered(platform: str) -> tuple[DataRegistry, str, str, dict[str, bytes]
     registry.register("cell/omics", version, folder)
     opener = access.opener()
     plain = {rel: opener.open(blob) if blob.startswith(MAGIC) else blob for rel, blob in _files(Path(folder)).items()}
-    # The DVC remote holds ciphertext only (the manifest beside the zarr store, and DVC's own .dir listing, aside).
+    # The DVC remote holds ciphertext only, the manifest beside the zarr store too (DVC's own .dir listing aside).
     remote = Path(storage.root) / "registry" / "dvc-store" / "files"
     objects = [p.read_bytes() for p in remote.rglob("*") if p.is_file() and not p.name.endswith(".dir")]
-    assert sum(blob.startswith(MAGIC) for blob in objects) == len(objects) - 1
+    assert objects and all(blob.startswith(MAGIC) for blob in objects)
     return registry, version, folder, plain
 
 

@@ -39,7 +39,7 @@ import numpy as np
 from workload_runtime.inputs import Failpoint
 from workload_runtime.node_cache import NodeCache
 from workload_runtime.storage import fs_for, read_bytes, read_stored_bytes, sha256_bytes, write_chunks_atomic, write_json_atomic
-from workload_runtime.tenant_access import keyring_for, opener
+from workload_runtime.tenant_access import check_seal, keyring_for, opener
 from workload_runtime.envelope import CHUNK_BYTES, Sealer, is_sealed
 
 Framework = Literal["torch", "numpy"]
@@ -199,8 +199,6 @@ class CheckpointStore:
         """Write the manifest of step `step` (its files, already written, with their sha256 and
         size): from now on readers see the checkpoint."""
         where = self.step_uri(step)
-        if layout == SHARDS and keyring_for(self.uri) is not None:
-            self._warn(f"checkpoint {where}: a gang's sharded checkpoint is not sealed with the tenant's key yet (docs/tenancy.md)")
         _failpoint_torn(self._failpoint, step)
         write_json_atomic(
             posixpath.join(where, MANIFEST),
@@ -264,9 +262,9 @@ class CheckpointStore:
             if sha256_bytes(data) != expected.get("sha256") or len(data) != expected.get("bytes"):
                 self._warn(f"checkpoint {where}: {name} does not match its manifest sha256 (corrupt); skipped")
                 return None
-            if is_sealed(data):
-                data = unsealer.open(data)  # KeyUnavailable (disabled, another tenant's) stops the load: it is not corruption
-            if name.endswith(".safetensors"):
+            check_seal(file_uri, data)  # plain or another tenant's under a tenant's root: refused, not skipped
+            if name.endswith(".safetensors"):  # a gang's shards are opened as DCP reads them (`sharded.py`)
+                data = unsealer.open(data) if is_sealed(data) else data  # KeyUnavailable stops the load: it is not corruption
                 tensors[name.removesuffix(".safetensors")] = from_safetensors(data, self.framework)
         local = None
         if manifest.get("layout") == SHARDS and self.cache is not None and self.cache.caches(where):

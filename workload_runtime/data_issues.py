@@ -22,6 +22,10 @@ class DropIssue:
     column: str | None = None
 
     def describe(self) -> str:
+        return f"{self.located()} {self.message}"
+
+    def located(self) -> str:
+        """The rule and where it broke, without the message (which may quote the data)."""
         where = []
         if self.file:
             where.append(self.file)
@@ -32,4 +36,4 @@ class DropIssue:
         if self.column:
             where.append(f"column {self.column}")
         prefix = f"{' '.join(where)}: " if where else ""
-        return f"{prefix}[{self.rule}] {self.message}"
+        return f"{prefix}[{self.rule}]"

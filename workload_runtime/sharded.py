@@ -8,7 +8,8 @@ Every rank of a gang writes its part at once (`dcp.save`, replicated tensors wri
 the object store through fsspec; rank 0 then publishes the step with the same manifest as a
 safetensors checkpoint, so a torn or corrupt one is skipped the same way. Loading reshards: the
 same folder loads onto one process or any number of ranks (`load_sharded`), which is how a gang
-resumes on fewer or more nodes, or on another backend. The folder is DCP's own format:
+resumes on fewer or more nodes, or on another backend. Under a tenant's root each file is sealed
+with its key (`sealed_dcp.py`). The folder is DCP's own format:
 `torch.distributed.checkpoint.format_utils.dcp_to_torch_save` turns it into one `torch.save`
 file; a run's final checkpoint is written as safetensors files for the registry.
 
@@ -29,10 +30,10 @@ from typing import Any
 
 import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
-from torch.distributed.checkpoint._fsspec_filesystem import FsspecReader, FsspecWriter
 
 from workload_runtime.checkpoints import SHARDS, Checkpoint, CheckpointStore
-from workload_runtime.storage import fs_for, read_bytes, sha256_bytes
+from workload_runtime.sealed_dcp import SealingReader, SealingWriter
+from workload_runtime.storage import fs_for, read_stored_bytes, sha256_bytes
 
 
 def save_sharded(
@@ -47,7 +48,7 @@ def save_sharded(
     """Write `state` (a DCP state dict) at `step` from every rank; rank 0 (`leader`) publishes it."""
     where = store.step_uri(step)
     shards = posixpath.join(where, SHARDS)
-    dcp.save(state, storage_writer=FsspecWriter(shards), no_dist=not dist.is_initialized())
+    dcp.save(state, storage_writer=SealingWriter(shards), no_dist=not dist.is_initialized())
     if leader:
         _publish(store, step, meta, lineage)
     return where
@@ -59,7 +60,7 @@ def _publish(store: CheckpointStore, step: int, meta: Mapping[str, Any] | None, 
     fs, root = fs_for(shards)
     entries = {}
     for path in sorted(fs.find(root)):
-        data = read_bytes(fs.unstrip_protocol(path) if "://" in shards else path)
+        data = read_stored_bytes(fs.unstrip_protocol(path) if "://" in shards else path)  # the manifest is of stored bytes
         sha = sha256_bytes(data)
         entries[posixpath.join(SHARDS, posixpath.relpath(path, root))] = {"sha256": sha, "bytes": len(data)}
         store.keep_on_node(data, sha, shards)
@@ -100,7 +101,7 @@ def start_sharded_save(
     gloo `group` kept for checkpoints so it never crosses the training's collectives)."""
     began = time.monotonic()
     shards = posixpath.join(store.step_uri(step), SHARDS)
-    response = dcp.async_save(state, storage_writer=FsspecWriter(shards), process_group=group)
+    response = dcp.async_save(state, storage_writer=SealingWriter(shards), process_group=group)
     future = getattr(response, "upload_completion", response)  # a Future, or DCP's response that holds one
     publish = (lambda: _publish(store, step, meta, lineage)) if leader else (lambda: None)
     return PendingSave(step, store.step_uri(step), future, publish, committed_seconds, round(time.monotonic() - began, 3))
@@ -109,4 +110,4 @@ def start_sharded_save(
 def load_sharded(checkpoint: Checkpoint, state: dict[str, Any]) -> None:
     """Fill `state` (a DCP state dict of this rank's model and optimizer) from `checkpoint`,
     whatever number of ranks wrote it (from the node's copy when its cache holds one)."""
-    dcp.load(state, storage_reader=FsspecReader(checkpoint.shards_uri), no_dist=not dist.is_initialized())
+    dcp.load(state, storage_reader=SealingReader(checkpoint.shards_uri), no_dist=not dist.is_initialized())

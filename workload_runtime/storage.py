@@ -38,8 +38,9 @@ import fsspec
 from fsspec.core import url_to_fs
 from fsspec.implementations.local import LocalFileSystem
 
-from workload_runtime.tenant_access import keyring_for, opener
-from workload_runtime.envelope import is_sealed, seal_bytes
+from workload_runtime.envelope import seal_bytes
+from workload_runtime.keys import KeyUnavailable
+from workload_runtime.tenant_access import keyring_for, open_stored
 
 def _normalise_root(root: str) -> str:
     if "://" in root:
@@ -107,12 +108,32 @@ def exists(uri: str) -> bool:
 
 def read_bytes(uri: str) -> bytes:
     """An object's bytes; a sealed one (a tenant's weights or data, `workload_runtime/envelope.py`) opened
-    with the tenant's key this process holds (`KeyUnavailable` when it holds none or the key is disabled)."""
+    with the tenant's key this process holds (`KeyUnavailable` when it holds none or the key is disabled).
+
+    Under a tenant's root whose key this process holds, an object that is plain or sealed for
+    another tenant is refused (`NotSealedForTenant`), outside the root's plain areas.
+    """
     fs, path = fs_for(uri)
-    data = fs.cat_file(path)
-    if is_sealed(data):
-        return opener().open(data)
-    return data
+    return open_stored(uri, fs.cat_file(path))
+
+
+def read_objects(fs: fsspec.AbstractFileSystem, paths: list[str]) -> dict[str, bytes | BaseException]:
+    """Many objects of one filesystem at once (`fs.cat`, concurrent on an object store), each
+    opened and checked as `read_bytes` does; an error stands in place of the bytes it stopped, but
+    a key this process cannot use (`KeyUnavailable`) stops the whole read: nothing can be said of them."""
+    found = fs.cat(paths, on_error="return") if paths else {}
+    local = isinstance(fs, LocalFileSystem)
+    opened: dict[str, bytes | BaseException] = {}
+    for path, data in found.items():
+        if not isinstance(data, BaseException):
+            try:
+                data = open_stored(path if local else fs.unstrip_protocol(path), data)
+            except KeyUnavailable:
+                raise
+            except Exception as exc:  # noqa: BLE001 - handed to the caller in the object's place
+                data = exc
+        opened[path] = data
+    return opened
 
 
 def read_stored_bytes(uri: str) -> bytes:
@@ -125,18 +146,19 @@ def read_json(uri: str) -> Any:
     return json.loads(read_bytes(uri))
 
 
-def write_bytes_atomic(uri: str, data: bytes, *, seal: bool = False) -> None:
+def write_bytes_atomic(uri: str, data: bytes) -> None:
     """Write so that readers see the old object or the whole new one, never a torn one.
 
-    `seal`: the bytes are a tenant's weights or data; under a storage root whose tenant has a
-    key (registered in this process, `workload_runtime/tenant_access.py`) they are sealed with a data key of
-    their own before they leave the writer.
+    Under a storage root whose tenant has a key (registered in this process,
+    `workload_runtime/tenant_access.py`) the bytes are sealed with a data key of their own before
+    they leave the writer: everything the platform writes there is, outside the root's plain
+    areas (landing/, outbox/).
 
     Object stores publish a PUT atomically (and have no folders to make: asking s3fs to make
     one costs a request per write); on a file system we write a temporary sibling and rename
     it into place.
     """
-    if seal and (keyring := keyring_for(uri)) is not None:
+    if (keyring := keyring_for(uri)) is not None:
         data = seal_bytes(data, keyring)
     fs, path = fs_for(uri)
     if isinstance(fs, LocalFileSystem):

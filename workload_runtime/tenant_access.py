@@ -4,9 +4,11 @@ The control plane builds a `TenantAccess` from the tenants catalog (`tenancy/con
 each attempt of a tenant's step in the workload inputs: the typed seam, never an environment
 the workload inherits. The workload applies it (`apply`) before it touches storage: its
 S3 credentials replace whatever the process inherited, and its keyring is registered for its
-storage root, so `storage.write_bytes_atomic(..., seal=True)` seals there and `read_bytes`
-opens what it sealed. A process holds only the keyrings registered in it: a workload only its
-own tenant's; the control plane every tenant's (in production it runs in the customer's account).
+storage root, so `storage.write_bytes_atomic` seals what it writes there and `read_bytes` opens
+it. Reads there fail closed: outside the root's plain areas (landing/, outbox/) an object that is
+plain or sealed for another tenant is refused (`check_seal`), never read as the tenant's data.
+A process holds only the keyrings registered in it: a workload only its own tenant's; the
+control plane every tenant's (in production it runs in the customer's account).
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from workload_runtime.envelope import Opener
+from workload_runtime.envelope import Opener, is_sealed, read_header
 from workload_runtime.keys import Keyring, KeyUnavailable, KmsKeyring, LocalKeyring
 
 AWS_CREDENTIAL_VARS = ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_PROFILE")
@@ -124,13 +126,61 @@ def forget_all() -> None:
     _KEYRINGS.clear()
 
 
-def keyring_for(uri: str) -> Keyring | None:
-    """The keyring that seals `uri`: the one registered for the longest root that holds it."""
+PLAIN_AREAS = ("landing", "outbox")
+"""Under a tenant's root, the areas its lab hands data in and takes plate lists from: plain by design."""
+
+
+class NotSealedForTenant(PermissionError):
+    """An object under a tenant's root that is not sealed for that tenant: never read as its data."""
+
+    def __init__(self, uri: str, root: str, tenant: str, found: str) -> None:
+        self.uri, self.root, self.tenant, self.found = uri, root, tenant, found
+        super().__init__(
+            f"{uri} lies in tenant `{tenant}`'s storage root {root.rstrip('/')}, where every object outside "
+            f"{' and '.join(a + '/' for a in PLAIN_AREAS)} is sealed with `{tenant}`'s key, but it holds {found}. "
+            "It is not read: it was not written by the platform for this tenant (copied in, replaced, or moved from "
+            "another root). Remove it, or write it again through the platform."
+        )
+
+
+def _held_root(uri: str) -> tuple[str, Keyring] | None:
+    """(root, keyring) of the longest registered root that holds `uri`."""
     best = ""
     for root in _KEYRINGS:
         if (uri + "/").startswith(root) and len(root) > len(best):
             best = root
-    return _KEYRINGS.get(best) if best else None
+    return (best, _KEYRINGS[best]) if best else None
+
+
+def keyring_for(uri: str) -> Keyring | None:
+    """The keyring that seals `uri`: the one registered for the longest root that holds it, unless
+    `uri` lies in one of that root's plain areas (`PLAIN_AREAS`), where nothing is sealed."""
+    held = _held_root(uri)
+    if held is None or uri[len(held[0]):].split("/", 1)[0] in PLAIN_AREAS:
+        return None
+    return held[1]
+
+
+def check_seal(uri: str, stored: bytes | memoryview) -> None:
+    """Refuse (`NotSealedForTenant`) an object under a tenant's root that is plain or sealed for
+    another tenant; anything under no tenant's root, or in its plain areas, passes as it is."""
+    keyring = keyring_for(uri)
+    if keyring is None:
+        return
+    if not is_sealed(stored):
+        found = "plain bytes (no seal)"
+    elif (sealed_for := read_header(stored)[0].tenant) != keyring.tenant:
+        found = f"an object sealed for tenant `{sealed_for}`"
+    else:
+        return
+    root, _ = _held_root(uri)  # type: ignore[misc]
+    raise NotSealedForTenant(uri, root, keyring.tenant, found)
+
+
+def open_stored(uri: str, stored: bytes | memoryview, unsealer: Opener | None = None) -> bytes:
+    """The bytes of the object stored at `uri`: checked (`check_seal`) and opened when sealed."""
+    check_seal(uri, stored)
+    return (unsealer or opener()).open(stored) if is_sealed(stored) else bytes(stored)
 
 
 def resolve(tenant: str, key_id: str) -> Keyring:

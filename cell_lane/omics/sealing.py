@@ -31,7 +31,7 @@ from zarr.abc.store import ByteRequest, OffsetByteRequest, RangeByteRequest, Sto
 from zarr.core.buffer import Buffer, BufferPrototype
 from zarr.storage import WrapperStore
 
-from workload_runtime.tenant_access import resolve
+from workload_runtime.tenant_access import check_seal, resolve
 from workload_runtime.envelope import Opener, SealedDataError, Sealer, is_sealed
 from workload_runtime.keys import Keyring
 
@@ -78,6 +78,7 @@ class SealedStore(WrapperStore[Store]):
     # Reading ---------------------------------------------------------------------------------
     def _open(self, key: str, stored: Buffer) -> bytes:
         data = memoryview(stored.as_buffer_like())
+        check_seal(f"{self._where}/{key}", data)  # under a tenant's root: sealed for that tenant, or refused
         if not is_sealed(data):
             raise SealedDataError(
                 f"{self._where}/{key} is not sealed, but the dataset is: it was not written by the sealing writer "

@@ -42,8 +42,8 @@ import zarr
 
 from cell_lane.omics.labels import JoinedDataset
 from cell_lane.omics.sealing import ROOT_METADATA, SealedStore, sealing_store
-from workload_runtime.storage import fs_for, write_json_atomic
-from workload_runtime.tenant_access import keyring_for, opener
+from workload_runtime.storage import exists, fs_for, write_json_atomic
+from workload_runtime.tenant_access import check_seal, keyring_for, opener
 from workload_runtime.envelope import is_sealed
 from workload_runtime.keys import Keyring
 
@@ -157,6 +157,8 @@ def dataset_store(uri: str) -> Any:
     """
     remote = "://" in uri
     if not is_sealed_dataset(uri):
+        if exists(posixpath.join(uri, ROOT_METADATA)):
+            check_seal(posixpath.join(uri, ROOT_METADATA), b"")  # a plain dataset under a tenant's root is refused
         return zarr.storage.FsspecStore.from_url(uri, read_only=True) if remote else uri
     inner = zarr.storage.FsspecStore.from_url(uri, read_only=True) if remote else zarr.storage.LocalStore(uri, read_only=True)
     return SealedStore(inner, opener=opener(), where=uri)  # one Opener: the data key unwrapped once

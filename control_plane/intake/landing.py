@@ -18,7 +18,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from workload_runtime.data_issues import DropIssue
-from workload_runtime.storage import Storage, fs_for, read_bytes, sha256_bytes, write_bytes_atomic, write_json_atomic
+from workload_runtime.storage import Storage, fs_for, read_bytes, read_json, sha256_bytes, write_bytes_atomic, write_json_atomic
 
 MANIFEST_NAME = "manifest.json"
 DROP_ID_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
@@ -219,35 +219,35 @@ def read_drop(storage: Storage, kind: str, drop_id: str, required_fields: Iterab
     return manifest, contents, issues
 
 
-def write_raw(storage: Storage, kind: str, manifest: DropManifest, contents: dict[str, bytes], *, seal: bool = False) -> str:
+def write_raw(storage: Storage, kind: str, manifest: DropManifest, contents: dict[str, bytes]) -> str:
     """Copy verified files byte for byte into the raw zone; the manifest goes last.
 
     The raw zone is immutable: a drop already there with the same manifest is left as it is.
-    `seal`: the files are a tenant's data, sealed with its key under its root (`read_bytes`
-    gives the lab's bytes back, so the manifest's checksums, of those bytes, still hold). The
-    manifest stays plain.
+    Under a tenant's root (its key held here) the files and the manifest are sealed with its key;
+    `read_bytes` gives the lab's bytes back, so the manifest's checksums, of those bytes, still hold.
     """
     base = storage.raw(kind, manifest.drop_id)
     manifest_uri = posixpath.join(base, MANIFEST_NAME)
     fs, manifest_path = fs_for(manifest_uri)
     if fs.exists(manifest_path):
-        if json.loads(fs.cat_file(manifest_path)) == manifest.to_dict():
+        if read_json(manifest_uri) == manifest.to_dict():
             return base
         raise FileExistsError(
             f"{base} already holds a different drop with id {manifest.drop_id!r}; a drop id is used once. "
             "Send the corrected files as a new drop with a new id."
         )
     for path, data in contents.items():
-        write_bytes_atomic(posixpath.join(base, path), data, seal=seal)
+        write_bytes_atomic(posixpath.join(base, path), data)
     write_json_atomic(posixpath.join(base, MANIFEST_NAME), manifest.to_dict())
     return base
 
 
-def quarantine_drop(storage: Storage, kind: str, drop_id: str, issues: list[DropIssue], *, stage: str, seal: bool = False) -> str:
+def quarantine_drop(storage: Storage, kind: str, drop_id: str, issues: list[DropIssue], *, stage: str) -> str:
     """Copy every file of a landing drop into quarantine with the reasons. Landing is left as it was.
 
-    `seal`: the files are a tenant's data, sealed with its key under its root; the drop's
-    manifest and the reasons (QUARANTINE.json / .md, for people to read) stay plain.
+    Under a tenant's root (its key held here) the copies and the reasons are sealed with its key,
+    as everything there is outside landing/ and outbox/: the reasons quote the lab's values. Its
+    people read them in the UI's metadata or with `sinewgrid data decrypt --tenant ... --to DEST`.
     """
     source = storage.landing(kind, drop_id)
     target = storage.quarantine(kind, drop_id)
@@ -257,7 +257,7 @@ def quarantine_drop(storage: Storage, kind: str, drop_id: str, issues: list[Drop
         for path in sorted(fs.find(source_path)):
             rel = posixpath.relpath(path, source_path)
             data = read_bytes(fs.unstrip_protocol(path) if "://" in source else path)
-            write_bytes_atomic(posixpath.join(target, "original", rel), data, seal=seal and rel != MANIFEST_NAME)
+            write_bytes_atomic(posixpath.join(target, "original", rel), data)
             copied.append(rel)
     report = {
         "drop_id": drop_id,

@@ -10,6 +10,7 @@ import pandas as pd
 from cell_lane.defs.assets.ingest import KIND, VALIDATED_ASSAY
 from cell_lane.defs.partitions import cell_tenants
 from cell_lane.omics import gene_labels, join_labels, load_reference_expression, publish_dataset
+from control_plane.tenancy.shown import sealed_tenant, table_or_count
 from data_layer.provenance import publish_version
 from shared_resources.resources import StorageResource
 from workload_runtime.storage import glob_uris, read_bytes, read_json, write_json_atomic
@@ -63,10 +64,8 @@ def omics_dataset(context: dg.AssetExecutionContext, storage: StorageResource) -
         {"version": dataset.version, "matrix_version": dataset.matrix_version, "uri": zarr_uri, "ref": registered.ref},
     )
     if dataset.unmatched_genes:
-        context.log.warning(
-            f"{len(dataset.unmatched_genes)} assayed genes are not in the expression matrix and carry no label: "
-            + ", ".join(dataset.unmatched_genes[:20])
-        )
+        named = "" if sealed_tenant(store.root) else ": " + ", ".join(dataset.unmatched_genes[:20])  # which genes a lab assayed is its data
+        context.log.warning(f"{len(dataset.unmatched_genes)} assayed genes are not in the expression matrix and carry no label{named}")
     var = dataset.adata.var
     labelled = var[var["assay_n"] > 0].sort_values("assay_effect", ascending=False)
     return dg.MaterializeResult(
@@ -80,9 +79,9 @@ def omics_dataset(context: dg.AssetExecutionContext, storage: StorageResource) -
             "labelled_genes": len(labelled),
             "drops": len(drops),
             "unmatched_genes": len(dataset.unmatched_genes),
-            "strongest_effects": dg.MetadataValue.md(
-                labelled[["assay_effect", "assay_sd", "assay_n"]].head(10).round(3).rename_axis("gene").reset_index().to_markdown(index=False)
-                if len(labelled) else "no assay results yet"
+            "strongest_effects": table_or_count(
+                store.root, labelled[["assay_effect", "assay_sd", "assay_n"]].head(10).round(3).rename_axis("gene").reset_index(),
+                "strongest per-gene effects", zarr_uri,
             ),
             **version_metadata,
         },

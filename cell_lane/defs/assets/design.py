@@ -10,6 +10,7 @@ import pandas as pd
 from cell_lane.defs.assets.training import FINETUNED_MODEL, pointer_uri
 from cell_lane.defs.partitions import cell_tenants
 from cell_lane.plate_layout import GENES_PER_PLATE, plate_layout
+from control_plane.tenancy.shown import table_or_count
 from data_layer.provenance import record_result
 from shared_resources.resources import StorageResource
 from workload_runtime.storage import exists, read_bytes, read_json, write_bytes_atomic, write_json_atomic
@@ -83,7 +84,7 @@ def next_plate_proposal(
             "genes": len(chosen),
             "candidates_left": len(ranked),
             "mean_predicted_effect": dg.MetadataValue.float(round(float(chosen["predicted_effect"].mean()), 4)),
-            "proposed": dg.MetadataValue.md(chosen[["gene", "predicted_effect", "uncertainty", "score"]].round(3).to_markdown(index=False)),
+            "proposed": table_or_count(store.root, chosen[["gene", "predicted_effect", "uncertainty", "score"]].round(3), "genes proposed", posixpath.join(folder, "proposal.json")),
             **provenance,
         }
     )

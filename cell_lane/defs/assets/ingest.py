@@ -15,6 +15,7 @@ from workload_runtime.data_issues import DropIssue
 from data_layer.provenance import drop_id as drop_lineage_id
 from data_layer.provenance import lineage_metadata, publish_version, record_drop
 from control_plane.intake.quarantine import quarantined
+from control_plane.tenancy.shown import issue_text, table_or_count
 from shared_resources.resources import StorageResource
 from workload_runtime.storage import exists, read_bytes, read_json, write_bytes_atomic
 
@@ -29,7 +30,7 @@ def _write_sealed_once(uri: str, data: bytes) -> None:
     deterministic (each object has its own data key), and the registered version must not change."""
     if exists(uri) and read_bytes(uri) == data:
         return
-    write_bytes_atomic(uri, data, seal=True)
+    write_bytes_atomic(uri, data)
 
 
 def _as_issue(v: Violation) -> DropIssue:
@@ -62,10 +63,10 @@ def raw_assay(context: dg.AssetExecutionContext, storage: StorageResource) -> dg
     store = storage.for_tenant(tenant)
     manifest, contents, issues = read_drop(store, KIND, drop_id, MANIFEST_FIELDS)
     if issues:
-        check = dg.AssetCheckResult(check_name=DROP_MANIFEST_CHECK, passed=False, metadata={"issues": len(issues), "first": issues[0].describe()})
-        return quarantined(context, store, KIND, drop_id, issues, stage="raw", check_results=[check], seal=True, metadata={"tenant": tenant})
-    where = write_raw(store, KIND, manifest, contents, seal=True)
-    record_drop(store, KIND, drop_id, where, manifest.fields, len(manifest.files))
+        check = dg.AssetCheckResult(check_name=DROP_MANIFEST_CHECK, passed=False, metadata={"issues": len(issues), "first": issue_text(store.root, issues[0])})
+        return quarantined(context, store, KIND, drop_id, issues, stage="raw", check_results=[check], metadata={"tenant": tenant})
+    where = write_raw(store, KIND, manifest, contents)
+    record_drop(store, KIND, drop_id, where, manifest.fields, len(manifest.files), identifiers=MANIFEST_FIELDS)
     files = pd.DataFrame([{"path": f.path, "bytes": f.bytes, "sha256": f.sha256[:16] + "…"} for f in manifest.files])
     return dg.MaterializeResult(
         metadata={
@@ -129,12 +130,12 @@ def validated_assay(context: dg.AssetExecutionContext, storage: StorageResource)
     schema_issues = [_as_issue(v) for v in violations if v.rule not in LAYOUT_RULES]
     layout_issues = [_as_issue(v) for v in violations if v.rule in LAYOUT_RULES]
     checks = [
-        dg.AssetCheckResult(check_name=PLATE_SCHEMA_CHECK, passed=not schema_issues, metadata={"issues": len(schema_issues), **({"first": schema_issues[0].describe()} if schema_issues else {})}),
-        dg.AssetCheckResult(check_name=PLATE_LAYOUT_CHECK, passed=not layout_issues, metadata={"issues": len(layout_issues), **({"first": layout_issues[0].describe()} if layout_issues else {})}),
+        dg.AssetCheckResult(check_name=PLATE_SCHEMA_CHECK, passed=not schema_issues, metadata={"issues": len(schema_issues), **({"first": issue_text(store.root, schema_issues[0])} if schema_issues else {})}),
+        dg.AssetCheckResult(check_name=PLATE_LAYOUT_CHECK, passed=not layout_issues, metadata={"issues": len(layout_issues), **({"first": issue_text(store.root, layout_issues[0])} if layout_issues else {})}),
         z_check,
     ]
     if violations:
-        return quarantined(context, store, KIND, drop_id, schema_issues + layout_issues, stage="validation", check_results=checks, seal=True, metadata={"tenant": tenant})
+        return quarantined(context, store, KIND, drop_id, schema_issues + layout_issues, stage="validation", check_results=checks, metadata={"tenant": tenant})
 
     table = pd.concat(tables, ignore_index=True)
     effects = normalised_effects(table).assign(drop_id=drop_id)
@@ -160,7 +161,7 @@ def validated_assay(context: dg.AssetExecutionContext, storage: StorageResource)
             "samples": int(counts.get("sample", 0)),
             "genes": int(effects["perturbation"].nunique()),
             "min_z_prime": dg.MetadataValue.float(round(min(z_primes.values()), 3)) if z_primes else dg.MetadataValue.float(float("nan")),
-            "preview": dg.MetadataValue.md(effects.head(10).round(3).to_markdown(index=False)),
+            "preview": table_or_count(store.root, effects.head(10).round(3), "effects (the first 10)", curated),
             **version,
         },
         check_results=checks,

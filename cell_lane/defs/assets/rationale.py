@@ -11,6 +11,7 @@ from cell_lane.defs.assets.design import NEXT_PLATE_PROPOSAL
 from cell_lane.defs.assets.training import pointer_uri
 from cell_lane.defs.partitions import cell_tenants
 from cell_lane.plate_design_rationale import rationale_payloads
+from control_plane.tenancy.shown import table_or_count
 from data_layer.provenance import record_result
 from shared_resources.resources import ModelGatewayResource, StorageResource
 from workload_runtime.storage import exists, read_bytes, read_json, write_bytes_atomic
@@ -47,7 +48,7 @@ def plate_rationale(context: dg.AssetExecutionContext, storage: StorageResource,
     uri = store.curated("plate_rationale", proposal_id, "rationale.parquet")
     buffer = io.BytesIO()
     notes.to_parquet(buffer, index=False)
-    write_bytes_atomic(uri, buffer.getvalue(), seal=True)  # derived from the lab's results: sealed with its key
+    write_bytes_atomic(uri, buffer.getvalue())  # derived from the lab's results: sealed with its key
     shown = notes[[c for c in ("gene", "direction", "confidence", "rationale", "model") if c in notes]].head(12)
     provenance = record_result(
         store, f"cell/plate_rationale/{proposal_id}", "notes", f"{len(run.completed)} gene notes for plate {proposal['plate_barcode']}",
@@ -57,7 +58,7 @@ def plate_rationale(context: dg.AssetExecutionContext, storage: StorageResource,
         metadata={
             "tenant": tenant,
             "proposal_id": proposal_id,
-            "notes": dg.MetadataValue.md(shown.to_markdown(index=False)),
+            "notes": table_or_count(store.root, shown, "gene notes (the first 12)", uri),
             "notes_file": dg.MetadataValue.path(uri),
             **run.metadata(),
             **provenance,
