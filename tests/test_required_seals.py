@@ -10,7 +10,7 @@ writes and reads them.
 from __future__ import annotations
 
 import hashlib
-import shutil
+import posixpath
 from pathlib import Path
 
 import pytest
@@ -22,38 +22,48 @@ from workload_runtime import tenant_access as access
 from workload_runtime.checkpoints import CheckpointStore
 from workload_runtime.envelope import MAGIC, is_sealed
 from workload_runtime.sharded import load_sharded, save_sharded
-from workload_runtime.storage import read_bytes, read_json, write_bytes_atomic, write_json_atomic
+from tests.conftest import ROOT_KINDS
+from workload_runtime.storage import fs_for, read_bytes, read_json, read_objects, read_stored_bytes, write_bytes_atomic, write_json_atomic
 from workload_runtime.tenant_access import NotSealedForTenant
 
 
 @pytest.fixture
-def labs(home: Path):
+def labs(root: str):
     """Two labs' roots with their keys held in this process, as the control plane holds them."""
     access.forget_all()
-    roots = {name: tenant_storage(str(home), name) for name in ("lab-a", "lab-b")}
+    roots = {name: tenant_storage(root, name) for name in ("lab-a", "lab-b")}
     yield roots
     access.forget_all()
 
 
+def _put(uri: str, data: bytes) -> None:
+    """Bytes put under a root by someone, not through the platform (a local folder or a bucket)."""
+    fs, path = fs_for(uri)
+    fs.makedirs(posixpath.dirname(path), exist_ok=True)  # a folder on disk; nothing to make in a bucket
+    fs.pipe_file(path, data)
+
+
+@pytest.mark.parametrize("root", ROOT_KINDS, indirect=True)
 def test_a_plain_or_foreign_sealed_object_in_a_tenants_root_is_refused_naming_it(labs):
     a, b = labs["lab-a"], labs["lab-b"]
     effects = a.curated("assays", "x", "effects.parquet")
     write_bytes_atomic(effects, b"lab-a's effects")
-    assert is_sealed(Path(effects).read_bytes()) and read_bytes(effects) == b"lab-a's effects"
+    assert is_sealed(read_stored_bytes(effects)) and read_bytes(effects) == b"lab-a's effects"
 
     # A plain object put beside it: refused, naming the object, the root, the tenant and what was found.
     planted = a.curated("assays", "y", "effects.parquet")
-    Path(planted).parent.mkdir(parents=True)
-    Path(planted).write_bytes(b"perturbation,effect\nTP53,9.9\n")
+    _put(planted, b"perturbation,effect\nTP53,9.9\n")
     with pytest.raises(NotSealedForTenant) as refused:
         read_bytes(planted)
     message = str(refused.value)
     assert planted in message and a.root in message and "tenant `lab-a`" in message and "plain bytes (no seal)" in message
+    listing = fs_for(a.root)[0]
+    found = read_objects(listing, [fs_for(effects)[1], fs_for(planted)[1]])  # a batched read (registry, retention)
+    assert sorted(type(v).__name__ for v in found.values()) == ["NotSealedForTenant", "bytes"]
 
     # lab-a's sealed object copied into lab-b's root opens nowhere as lab-b's data, even here, where both keys are held.
     stolen = b.curated("assays", "x", "effects.parquet")
-    Path(stolen).parent.mkdir(parents=True)
-    shutil.copy(effects, stolen)
+    _put(stolen, read_stored_bytes(effects))
     with pytest.raises(NotSealedForTenant, match="sealed for tenant `lab-a`"):
         read_bytes(stolen)
     with pytest.raises(NotSealedForTenant):
@@ -62,11 +72,11 @@ def test_a_plain_or_foreign_sealed_object_in_a_tenants_root_is_refused_naming_it
     # The plain areas stay plain both ways: what the lab drops, what the platform hands back.
     for uri in (a.uri("landing", "assays", "x", "manifest.json"), a.outbox("plates", "p1", "worklist.json")):
         write_json_atomic(uri, {"drop_id": "x"})
-        assert not is_sealed(Path(uri).read_bytes()) and read_json(uri) == {"drop_id": "x"}
+        assert not is_sealed(read_stored_bytes(uri)) and read_json(uri) == {"drop_id": "x"}
     # Everything else the platform writes under the root is sealed, metadata too.
     manifest = a.uri("raw", "assays", "x", "manifest.json")
     write_json_atomic(manifest, {"files": ["plate.csv"]})
-    assert Path(manifest).read_bytes().startswith(MAGIC) and read_json(manifest) == {"files": ["plate.csv"]}
+    assert read_stored_bytes(manifest).startswith(MAGIC) and read_json(manifest) == {"files": ["plate.csv"]}
 
 
 def test_a_checkpoint_with_a_planted_file_is_refused_not_loaded(labs, tmp_path):
@@ -85,13 +95,15 @@ def test_a_checkpoint_with_a_planted_file_is_refused_not_loaded(labs, tmp_path):
         store.latest_valid()
 
 
+@pytest.mark.parametrize("root", ROOT_KINDS, indirect=True)
 def test_a_gangs_sharded_checkpoint_is_sealed_and_loads_back(labs):
     store = CheckpointStore(labs["lab-a"].checkpoints("model/run-1"))
     secret = torch.arange(4096, dtype=torch.float32) * 0.123456
     save_sharded(store, 5, {"model": {"w": secret.clone()}})
-    files = [p for p in Path(store.step_uri(5), "dcp").rglob("*") if p.is_file()]
-    assert files and all(p.read_bytes().startswith(MAGIC) for p in files), files
-    assert all(secret.numpy().tobytes()[:64] not in p.read_bytes() for p in files)
+    fs, shards = fs_for(posixpath.join(store.step_uri(5), "dcp"))
+    stored = [fs.cat_file(p) for p in fs.find(shards)]
+    assert len(stored) >= 2 and all(blob.startswith(MAGIC) for blob in stored)  # .metadata and rank 0's file
+    assert all(secret.numpy().tobytes()[:64] not in blob for blob in stored)
 
     checkpoint = store.latest_valid()
     assert checkpoint is not None and checkpoint.step == 5
