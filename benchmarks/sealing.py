@@ -6,10 +6,10 @@ Two writes, each timed sealed against the same write plain, in the same run, in 
   of a ~256 MB float32 state (16 arrays of 4M values, fixed seed) into a local folder: plain where
   no key is registered for the folder; sealed where a ``LocalKeyring`` is registered for it
   (``access.register(folder, LocalKeyring(tenant, keyfile, create=True))``), so ``save`` seals the
-  safetensors bytes with the checkpoint's data key before writing them. If ``save`` does not seal
-  (checked on the first write: the stored file must start ``SGSEAL1``), the row times
-  ``write_bytes_atomic(uri, safetensors_bytes, seal=True)`` against ``seal=False`` instead, and
-  says so in its label.
+  safetensors bytes with the checkpoint's data key before writing them (checked on the first
+  write: the stored file must start ``SGSEAL1``).
+* **gang checkpoint save and load**: ``save_sharded`` / ``load_sharded`` (torch.distributed.checkpoint
+  on one process) of the same state as torch tensors, sealed through ``workload_runtime.sealed_dcp``.
 * **omics write**: ``cell_lane.omics.write_dataset(adata, path)`` of a figure-2 style generated
   sparse matrix (``omics_write.sparse_expression``, 20,000 cells × 20,000 genes at 5 %: 20M
   non-zeros, 160 MB as CSR; cell and gene names as obs and var), plain (an unregistered folder:
@@ -123,7 +123,6 @@ def checkpoint_state() -> dict[str, np.ndarray]:
 
 def measure_checkpoint(roots: _Roots, repeats: int) -> SealingResult:
     from workload_runtime.checkpoints import CheckpointStore, from_safetensors, to_safetensors
-    from workload_runtime.storage import read_bytes, write_bytes_atomic
     from workload_runtime.envelope import is_sealed
 
     state = checkpoint_state()
@@ -144,33 +143,65 @@ def measure_checkpoint(roots: _Roots, repeats: int) -> SealingResult:
         raise RuntimeError("the plain checkpoint was sealed: its folder has a key registered")
     roots.clean()
 
-    if save_seals:
-        subject = 'CheckpointStore(folder, framework="numpy").save(step, {"model": state})'
-        label = "checkpoint save, 16 × 4M float32 (CheckpointStore.save)"
-        steps = iter(range(2, 1_000_000))
+    if not save_seals:
+        raise RuntimeError("CheckpointStore.save did not seal under a folder with a key registered")
+    subject = 'CheckpointStore(folder, framework="numpy").save(step, {"model": state})'
+    label = "checkpoint save, 16 × 4M float32 (CheckpointStore.save)"
+    steps = iter(range(2, 1_000_000))
 
-        def sealed() -> None:
-            CheckpointStore(roots.sealed("ckpt"), framework="numpy").save(next(steps), {"model": state})
+    def sealed() -> None:
+        CheckpointStore(roots.sealed("ckpt"), framework="numpy").save(next(steps), {"model": state})
 
-        def plain() -> None:
-            CheckpointStore(roots.plain("ckpt"), framework="numpy").save(next(steps), {"model": state})
-    else:
-        subject = "write_bytes_atomic(uri, to_safetensors(state), seal=True | False)"
-        label = "checkpoint bytes, 16 × 4M float32 (write_bytes_atomic seal=True vs False: CheckpointStore.save does not seal yet)"
-        data = to_safetensors(state)
-        write_bytes_atomic(roots.sealed("check.safetensors"), data, seal=True)
-        if from_safetensors(read_bytes(roots.sealed("check.safetensors")), "numpy").keys() != state.keys():
-            raise RuntimeError("the sealed safetensors bytes do not read back")
-        roots.clean()
-
-        def sealed() -> None:
-            write_bytes_atomic(roots.sealed("model.safetensors"), data, seal=True)
-
-        def plain() -> None:
-            write_bytes_atomic(roots.plain("model.safetensors"), data, seal=False)
+    def plain() -> None:
+        CheckpointStore(roots.plain("ckpt"), framework="numpy").save(next(steps), {"model": state})
 
     sealed_t, plain_t = time_pair(sealed, plain, repeats=repeats, before_each=roots.make, after_each=roots.clean)
     return SealingResult("checkpoint", subject, label, size, sealed_t, plain_t, {"save_seals": save_seals, "safetensors_bytes": size})
+
+
+# (c) Gang checkpoint save and load ---------------------------------------------------------------
+def measure_sharded(roots: _Roots, repeats: int) -> list[SealingResult]:
+    """A gang's checkpoint (`save_sharded` / `load_sharded`, DCP on one process) of the same state
+    as (a) as torch tensors: sealed, each DCP file is sealed whole in memory (`sealed_dcp.py`)."""
+    import torch
+
+    from workload_runtime.checkpoints import CheckpointStore
+    from workload_runtime.envelope import is_sealed
+    from workload_runtime.sharded import load_sharded, save_sharded
+
+    state = {name: torch.from_numpy(array) for name, array in checkpoint_state().items()}
+    size = sum(t.numel() * t.element_size() for t in state.values())
+    empty = lambda: {"model": {name: torch.empty_like(t) for name, t in state.items()}}  # noqa: E731
+
+    roots.make()
+    stores = {"sealed": CheckpointStore(roots.sealed("gang")), "plain": CheckpointStore(roots.plain("gang"))}
+    for kind, store in stores.items():
+        _quiet(lambda store=store: save_sharded(store, 1, {"model": state}))()
+        files = [p for p in Path(store.step_uri(1), "dcp").rglob("*") if p.is_file()]
+        if any(is_sealed(p.read_bytes()) for p in files) != (kind == "sealed"):
+            raise RuntimeError(f"the {kind} gang checkpoint is {'not ' if kind == 'sealed' else ''}sealed")
+        back = empty()
+        load_sharded(store.latest_valid(), back)
+        if any(not torch.equal(back["model"][k], v) for k, v in state.items()):
+            raise RuntimeError(f"the {kind} gang checkpoint does not load back equal")
+    steps = iter(range(2, 1_000_000))
+    save = {kind: _quiet(lambda store=store: save_sharded(store, next(steps), {"model": state})) for kind, store in stores.items()}
+
+    def keep_first_step() -> None:  # each save writes 268 MB: only step 1 stays between repeats
+        for store in stores.values():
+            for step in store.steps()[1:]:
+                shutil.rmtree(store.step_uri(step), ignore_errors=True)
+
+    saved = time_pair(save["sealed"], save["plain"], repeats=repeats, after_each=keep_first_step)
+    keep_first_step()
+    checkpoints = {kind: store.latest_valid() for kind, store in stores.items()}
+    load = {kind: _quiet(lambda c=c: load_sharded(c, empty())) for kind, c in checkpoints.items()}
+    loaded = time_pair(load["sealed"], load["plain"], repeats=repeats)
+    roots.clean()
+    return [
+        SealingResult("gang_save", "save_sharded(store, step, {\"model\": state})", "gang checkpoint save, same state (DCP, sealed_dcp.py)", size, *saved),
+        SealingResult("gang_load", "load_sharded(checkpoint, state)", "gang checkpoint load, same state (DCP, sealed_dcp.py)", size, *loaded),
+    ]
 
 
 # (b) Omics write --------------------------------------------------------------------------------
@@ -226,7 +257,7 @@ def run(repeats: int = REPEATS) -> list[SealingResult]:
     work = Path(tempfile.mkdtemp(prefix="sinewgrid-bench-sealing-"))
     try:
         roots = _Roots(work)
-        return [measure_checkpoint(roots, repeats), measure_omics(roots, repeats)]
+        return [measure_checkpoint(roots, repeats), *measure_sharded(roots, repeats), measure_omics(roots, repeats)]
     finally:
         access.register(str(work / "sealed"), None)
         shutil.rmtree(work, ignore_errors=True)

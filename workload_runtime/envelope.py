@@ -17,10 +17,12 @@ docs/tenancy.md shows the ten lines of Python that do it without Sinewgrid.
 from __future__ import annotations
 
 import base64
+import io
 import json
 import os
 import struct
 from collections.abc import Callable, Iterator
+from typing import BinaryIO
 from dataclasses import dataclass
 
 from cryptography.exceptions import InvalidTag
@@ -105,6 +107,37 @@ class Sealer:
         for start in range(0, len(view), chunk_bytes):
             yield encryptor.update(view[start : start + chunk_bytes])
         yield encryptor.finalize() + encryptor.tag
+
+
+class SealingStream(io.RawIOBase):
+    """A writable stream that seals what is written to it into `out` as it comes: the bytes
+    `Sealer.seal` would make of the whole, without holding it (GCM is a stream cipher). `tell`
+    counts the plaintext written, as a reader of the opened object sees it; `close` writes the
+    tag and leaves `out` open for its owner to close."""
+
+    def __init__(self, sealer: Sealer, out: BinaryIO) -> None:
+        super().__init__()
+        nonce = os.urandom(12)
+        self._encryptor = Cipher(algorithms.AES(sealer._key), modes.GCM(nonce)).encryptor()
+        self._encryptor.authenticate_additional_data(sealer._prefix)
+        self._out, self._written = out, 0
+        out.write(sealer._prefix + nonce)
+
+    def writable(self) -> bool:
+        return True
+
+    def write(self, data: bytes | memoryview) -> int:  # type: ignore[override]
+        self._out.write(self._encryptor.update(data))
+        self._written += len(data)
+        return len(data)
+
+    def tell(self) -> int:
+        return self._written
+
+    def close(self) -> None:
+        if not self.closed:
+            self._out.write(self._encryptor.finalize() + self._encryptor.tag)
+        super().close()
 
 
 class Opener:

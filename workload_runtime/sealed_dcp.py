@@ -2,9 +2,10 @@
 
 DCP writes a gang's checkpoint as one file per rank plus `.metadata`, through fsspec. Under a
 tenant's root (its keyring registered in this process, `tenant_access.keyring_for`) each of those
-files is sealed whole as it is written and opened whole as it is read: a rank's part is in memory
-either way, and DCP then reads its tensors out of the opened bytes by offset as it would out of
-the file. Elsewhere (the platform's root, a node's cached copy of a plain checkpoint) the files
+files is sealed as DCP writes it (`envelope.SealingStream`: encrypted as it streams, never held
+whole) and opened whole as it is read (one GCM tag covers the file, so it is checked before any
+byte is used): DCP then reads its tensors out of the opened bytes by offset as it would out of
+the file, which holds the rank's file twice in memory while it loads. Elsewhere (the platform's root, a node's cached copy of a plain checkpoint) the files
 are DCP's own, unchanged. On a node's cached copy of a sealed checkpoint the files stay sealed
 and open with the key this process holds.
 
@@ -23,24 +24,13 @@ from contextlib import contextmanager
 from fsspec.implementations.local import LocalFileSystem
 from torch.distributed.checkpoint._fsspec_filesystem import FileSystem, FsspecReader, FsspecWriter
 
-from workload_runtime.envelope import Opener, Sealer
+from workload_runtime.envelope import Opener, Sealer, SealingStream
 from workload_runtime.tenant_access import keyring_for, open_stored, opener
 
 
-class _Written(io.BytesIO):
-    """What DCP writes to one file; it closes the stream itself, so the bytes are kept at close."""
-
-    kept = b""
-
-    def close(self) -> None:
-        if not self.closed:
-            self.kept = self.getvalue()
-        super().close()
-
-
 class SealingFileSystem(FileSystem):
-    """DCP's fsspec file system, each file sealed with `sealer` on write (none: written plain) and
-    checked and opened on read (`tenant_access.open_stored`)."""
+    """DCP's fsspec file system, each file sealed with `sealer` as it is written (a reader's has
+    none) and checked and opened on read (`tenant_access.open_stored`)."""
 
     def __init__(self, sealer: Sealer | None) -> None:
         super().__init__()
@@ -58,13 +48,12 @@ class SealingFileSystem(FileSystem):
                 stored = stream.read()
             yield io.BytesIO(open_stored(self._uri(path), stored, self._opener))
             return
-        written = _Written()
-        yield written
-        if not written.closed:
-            written.close()
-        data = self._sealer.seal(written.kept) if self._sealer is not None else written.kept
+        if self._sealer is None:
+            raise PermissionError(f"{path}: this file system only reads (a sealed checkpoint is written by SealingWriter)")
         with super().create_stream(path, mode) as stream:
-            stream.write(data)
+            sealing = SealingStream(self._sealer, stream)
+            yield sealing
+            sealing.close()  # DCP closes it itself: the tag is written once
             stream.flush()
             try:
                 os.fsync(stream.fileno())  # durable before the manifest names it, as DCP's own writer makes it
@@ -73,13 +62,14 @@ class SealingFileSystem(FileSystem):
 
 
 class SealingWriter(FsspecWriter):
-    """DCP's fsspec writer, each file sealed when a tenant's key seals `path`'s root."""
+    """DCP's fsspec writer, each file sealed when a tenant's key seals `path`'s root (else DCP's own)."""
 
     def __init__(self, path: str) -> None:
-        super().__init__(path, sync_files=False)  # each file is synced as it is written (above)
         keyring = keyring_for(path)
-        self.fs = SealingFileSystem(Sealer(keyring) if keyring is not None else None)
-        self.path = self.fs.init_path(path)
+        super().__init__(path, sync_files=keyring is None)  # sealed files are synced as they are written (above)
+        if keyring is not None:
+            self.fs = SealingFileSystem(Sealer(keyring))
+            self.path = self.fs.init_path(path)
 
 
 class SealingReader(FsspecReader):
