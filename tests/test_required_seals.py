@@ -96,6 +96,7 @@ def test_a_checkpoint_with_a_planted_file_is_refused_not_loaded(labs, tmp_path):
 
 
 @pytest.mark.parametrize("root", ROOT_KINDS, indirect=True)
+@pytest.mark.filterwarnings("ignore:torch.distributed is disabled")  # DCP on one process, as a gang's rank 0 alone
 def test_a_gangs_sharded_checkpoint_is_sealed_and_loads_back(labs):
     store = CheckpointStore(labs["lab-a"].checkpoints("model/run-1"))
     secret = torch.arange(4096, dtype=torch.float32) * 0.123456

@@ -156,8 +156,9 @@ class Opener:
         if aes is None:
             aes = AESGCM(self._resolve(header.tenant, header.key_id).unwrap(header.wrapped_key))
             self._keys[header.wrapped_key] = aes
+        view = memoryview(blob)  # slices of the stored bytes, not copies of a large object
         try:
-            return aes.decrypt(bytes(blob[at : at + 12]), bytes(blob[at + 12 :]), bytes(blob[:at]))
+            return aes.decrypt(view[at : at + 12], view[at + 12 :], view[:at])
         except InvalidTag:
             raise SealedDataError(f"sealed object of tenant `{header.tenant}` fails its integrity tag: it was changed or cut short") from None
 

@@ -5,7 +5,7 @@ tenant's root (its keyring registered in this process, `tenant_access.keyring_fo
 files is sealed as DCP writes it (`envelope.SealingStream`: encrypted as it streams, never held
 whole) and opened whole as it is read (one GCM tag covers the file, so it is checked before any
 byte is used): DCP then reads its tensors out of the opened bytes by offset as it would out of
-the file, which holds the rank's file twice in memory while it loads. Elsewhere (the platform's root, a node's cached copy of a plain checkpoint) the files
+the file. A rank's file is in memory twice while it is opened, once while DCP reads it. Elsewhere (the platform's root, a node's cached copy of a plain checkpoint) the files
 are DCP's own, unchanged. On a node's cached copy of a sealed checkpoint the files stay sealed
 and open with the key this process holds.
 
@@ -46,7 +46,9 @@ class SealingFileSystem(FileSystem):
         if "r" in mode:
             with super().create_stream(path, mode) as stream:
                 stored = stream.read()
-            yield io.BytesIO(open_stored(self._uri(path), stored, self._opener))
+            plain = open_stored(self._uri(path), stored, self._opener)
+            del stored  # only the opened bytes stay while DCP reads them
+            yield io.BytesIO(plain)
             return
         if self._sealer is None:
             raise PermissionError(f"{path}: this file system only reads (a sealed checkpoint is written by SealingWriter)")
