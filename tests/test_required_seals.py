@@ -10,6 +10,7 @@ writes and reads them.
 from __future__ import annotations
 
 import hashlib
+import os
 import posixpath
 from pathlib import Path
 
@@ -21,6 +22,7 @@ from control_plane.tenancy.control import tenant_storage
 from workload_runtime import tenant_access as access
 from workload_runtime.checkpoints import CheckpointStore
 from workload_runtime.envelope import MAGIC, is_sealed
+from workload_runtime.keys import KeyUnavailable, set_local_key_enabled
 from workload_runtime.sharded import load_sharded, save_sharded
 from tests.conftest import ROOT_KINDS
 from workload_runtime.storage import fs_for, read_bytes, read_json, read_objects, read_stored_bytes, write_bytes_atomic, write_json_atomic
@@ -116,3 +118,23 @@ def test_a_gangs_sharded_checkpoint_is_sealed_and_loads_back(labs):
     access.forget_all()
     with pytest.raises(CheckpointException, match="holds no key of that tenant"):  # DCP's wrapping of KeyUnavailable
         load_sharded(checkpoint, {"model": {"w": torch.zeros(4096)}})
+
+
+def test_without_the_tenants_key_a_checkpoint_listing_stops_and_retention_removes_nothing(labs):
+    from data_layer.checkpoint_registry import CheckpointRegistry
+    from data_layer.checkpoint_retention import plan_retention
+
+    root = labs["lab-a"].root
+    store = CheckpointStore(labs["lab-a"].checkpoints("model/run-1"))
+    for step in (1, 2, 3):
+        store.save(step, {"model": {"w": torch.full((4,), float(step))}}, meta={"loss": 1.0 / step})
+    assert [e.step for e in CheckpointRegistry(root).refresh().entries()] == [1, 2, 3]
+    key = Path(os.environ["SINEWGRID_KEYS_DIR"]) / "lab-a.key"
+    set_local_key_enabled(key, False)
+    try:
+        # Manifests that cannot be opened are not "torn" steps to prune: the listing stops, naming the key.
+        with pytest.raises(KeyUnavailable, match="disabled"):
+            plan_retention(CheckpointRegistry(root).refresh(), include_torn=True)
+    finally:
+        set_local_key_enabled(key, True)
+    assert store.steps() == [1, 2, 3]
