@@ -34,6 +34,7 @@ from control_plane.compute.cooldowns import SLOTS_ENV
 from control_plane.compute.inflight import InFlight
 from control_plane.compute.monitor import slow_rank
 from drills.faults import CpuQuota, Injector
+from drills.runner import STRAGGLER_DRILL_FACTOR
 from tests.fixtures.gang import (
     EVERY,
     IMPORTS,
@@ -257,10 +258,13 @@ def _rank_process(home: Path, node: int, rank: int) -> psutil.Process:
 def test_one_slow_rank_is_named_with_its_node_and_that_node_is_replaced(home, tmp_path, gang_dataset_uri):
     marker = tmp_path / "held.json"
     failpoint = Failpoint(kind="hold", at_step=10, marker=str(marker))
-    spec = pretrain_spec(gang_dataset_uri, nodes=2, ranks=1, failpoint=failpoint, on_straggler="replace", straggler_patience=3)
+    spec = pretrain_spec(gang_dataset_uri, nodes=2, ranks=1, failpoint=failpoint, on_straggler="replace", straggler_patience=3, straggler_factor=STRAGGLER_DRILL_FACTOR)
     throttles: list[CpuQuota] = []
 
-    def slow_down_rank_1() -> None:  # a node with a failing fan: its rank computes at a fiftieth of the speed
+    # A node with a failing fan: its rank computes at a fiftieth of the speed (~25x slower per step).
+    # Millisecond steps on a busy two-core machine drift 4x apart on their own, so the detector is
+    # set between the two, as the drills set it.
+    def slow_down_rank_1() -> None:
         throttles.append(CpuQuota([_rank_process(home, node=1, rank=1).pid], share=0.02))
 
     injector = Injector(slow_down_rank_1, failpoint)
