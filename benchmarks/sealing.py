@@ -1,13 +1,14 @@
 """Figure 9: what sealing a tenant's weights and data with its key costs (issue 17: at most 10 % slower).
 
-Two writes, each timed sealed against the same write plain, in the same run, in alternation:
+Each write timed sealed against the same write plain, in the same run, in alternation:
 
 * **checkpoint save**: ``CheckpointStore(folder, framework="numpy").save(step, {"model": state})``
   of a ~256 MB float32 state (16 arrays of 4M values, fixed seed) into a local folder: plain where
   no key is registered for the folder; sealed where a ``LocalKeyring`` is registered for it
   (``access.register(folder, LocalKeyring(tenant, keyfile, create=True))``), so ``save`` seals the
   safetensors bytes with the checkpoint's data key before writing them (checked on the first
-  write: the stored file must start ``SGSEAL1``).
+  write: the stored file must be sealed, ``envelope.is_sealed``).
+  Its **load** (``latest_valid()``: read, checked against the manifest, opened) is timed too.
 * **gang checkpoint save and load**: ``save_sharded`` / ``load_sharded`` (torch.distributed.checkpoint
   on one process) of the same state as torch tensors, sealed through ``workload_runtime.sealed_dcp``.
 * **omics write**: ``cell_lane.omics.write_dataset(adata, path)`` of a figure-2 style generated
@@ -15,6 +16,10 @@ Two writes, each timed sealed against the same write plain, in the same run, in 
   non-zeros, 160 MB as CSR; cell and gene names as obs and var), plain (an unregistered folder:
   zarr's own store, shards) against sealed (a registered folder: every object sealed through
   ``cell_lane.omics.sealing.SealedStore``, one data key for the dataset, one object per chunk).
+
+  Its **read** (``read_dataset(path)``, X in memory) is timed too.
+* **reseal** (``benchmarks/reseal.py``): ``sinewgrid tenants reseal``'s work on a tenant root of a
+  checkpoint and 1,000 small objects, against the same objects rewritten as they are.
 
 Each repeat writes into fresh folders (made and removed outside the timed region; the sealed and
 plain roots are separate folders so only the sealed one has a key). Before timing, both forms are
@@ -121,7 +126,7 @@ def checkpoint_state() -> dict[str, np.ndarray]:
     return {f"layer{i:02d}.weight": rng.standard_normal(CHECKPOINT_VALUES, dtype=np.float32) for i in range(CHECKPOINT_ARRAYS)}
 
 
-def measure_checkpoint(roots: _Roots, repeats: int) -> SealingResult:
+def measure_checkpoint(roots: _Roots, repeats: int) -> list[SealingResult]:
     from workload_runtime.checkpoints import CheckpointStore, from_safetensors, to_safetensors
     from workload_runtime.envelope import is_sealed
 
@@ -141,6 +146,7 @@ def measure_checkpoint(roots: _Roots, repeats: int) -> SealingResult:
             raise RuntimeError("the sealed checkpoint does not read back equal to the state saved")
     if is_sealed(next(Path(roots.plain("ckpt")).rglob("model.safetensors")).read_bytes()):
         raise RuntimeError("the plain checkpoint was sealed: its folder has a key registered")
+    loaded = time_pair(sealed_store.latest_valid, plain_store.latest_valid, repeats=repeats)
     roots.clean()
 
     if not save_seals:
@@ -156,7 +162,10 @@ def measure_checkpoint(roots: _Roots, repeats: int) -> SealingResult:
         CheckpointStore(roots.plain("ckpt"), framework="numpy").save(next(steps), {"model": state})
 
     sealed_t, plain_t = time_pair(sealed, plain, repeats=repeats, before_each=roots.make, after_each=roots.clean)
-    return SealingResult("checkpoint", subject, label, size, sealed_t, plain_t, {"save_seals": save_seals, "safetensors_bytes": size})
+    return [
+        SealingResult("checkpoint", subject, label, size, sealed_t, plain_t, {"save_seals": save_seals, "safetensors_bytes": size}),
+        SealingResult("checkpoint_load", "CheckpointStore(folder).latest_valid()", "checkpoint load, same state (CheckpointStore.latest_valid)", size, *loaded),
+    ]
 
 
 # (c) Gang checkpoint save and load ---------------------------------------------------------------
@@ -221,7 +230,7 @@ def _stored(folder: Path) -> dict[str, int]:
     return {"files": len(files), "bytes": sum(p.stat().st_size for p in files)}
 
 
-def measure_omics(roots: _Roots, repeats: int) -> SealingResult:
+def measure_omics(roots: _Roots, repeats: int) -> list[SealingResult]:
     from cell_lane.omics import is_sealed_dataset, read_dataset, write_dataset
 
     adata = omics_adata()
@@ -240,6 +249,7 @@ def measure_omics(roots: _Roots, repeats: int) -> SealingResult:
                 raise RuntimeError(f"{uri}: X does not read back equal")
     facts = {"sealed_stored": _stored(Path(roots.sealed("dataset.zarr"))), "plain_stored": _stored(Path(roots.plain("dataset.zarr"))),
              "shape": list(matrix.shape), "nnz": int(matrix.nnz)}
+    read = time_pair(_quiet(lambda: read_dataset(roots.sealed("dataset.zarr"))), _quiet(lambda: read_dataset(roots.plain("dataset.zarr"))), repeats=repeats)
     roots.clean()
 
     sealed_t, plain_t = time_pair(
@@ -248,7 +258,20 @@ def measure_omics(roots: _Roots, repeats: int) -> SealingResult:
         repeats=repeats, before_each=roots.make, after_each=roots.clean,
     )
     label = f"omics write, {OMICS_CELLS:,} × {OMICS_GENES:,} at {OMICS_DENSITY:.0%} (write_dataset; sealed: one object per chunk)"
-    return SealingResult("omics", "cell_lane.omics.write_dataset(adata, path)", label, size, sealed_t, plain_t, facts)
+    return [
+        SealingResult("omics", "cell_lane.omics.write_dataset(adata, path)", label, size, sealed_t, plain_t, facts),
+        SealingResult("omics_read", "cell_lane.omics.read_dataset(path)", "omics read, same dataset (read_dataset, X in memory)", size, *read),
+    ]
+
+
+def measure_reseal(work: Path, repeats: int) -> SealingResult:
+    from benchmarks import reseal
+
+    reseal_t, rewrite_t, size = reseal.measure(work / "reseal", checkpoint_state(), repeats)
+    label = (f"reseal a tenant root to a new key: a {CHECKPOINT_ARRAYS * CHECKPOINT_VALUES * 4 / MB:.0f} MB checkpoint + "
+             f"{reseal.SMALL_OBJECTS:,} × {reseal.SMALL_BYTES >> 10} KB objects (reseal_tenant; plain: rewritten as they are)")  # fmt: skip
+    return SealingResult("reseal", "data_layer.reseal.reseal_tenant(root, keyring, opener)", label, size, reseal_t, rewrite_t,
+                         {"objects": reseal.SMALL_OBJECTS + 2, "baseline": "every object read and written back in place, no cryptography"})  # fmt: skip
 
 
 def run(repeats: int = REPEATS) -> list[SealingResult]:
@@ -257,7 +280,7 @@ def run(repeats: int = REPEATS) -> list[SealingResult]:
     work = Path(tempfile.mkdtemp(prefix="sinewgrid-bench-sealing-"))
     try:
         roots = _Roots(work)
-        return [measure_checkpoint(roots, repeats), *measure_sharded(roots, repeats), measure_omics(roots, repeats)]
+        return [*measure_checkpoint(roots, repeats), *measure_sharded(roots, repeats), *measure_omics(roots, repeats), measure_reseal(work, repeats)]
     finally:
         access.register(str(work / "sealed"), None)
         shutil.rmtree(work, ignore_errors=True)
@@ -265,7 +288,7 @@ def run(repeats: int = REPEATS) -> list[SealingResult]:
 
 def table(results: list[SealingResult], repeats: int) -> Table:
     out = Table(
-        title="9. Sealing with the tenant's key: the same write sealed (AES-256-GCM, one data key) vs plain",
+        title="9. Sealing with the tenant's key: the same write sealed (AWS Encryption SDK messages, AES-256-GCM, one data key) vs plain",
         caption=(
             f"Median of {repeats} repeats, sealed and plain alternating, one write each into fresh folders "
             "(time.perf_counter); the sealed folder has a local key registered, the plain one none. "

@@ -11,9 +11,10 @@ ISAACLAB_PY       := $(ISAACLAB_VENV)/bin/python
 ISAACLAB_STAMP    := $(ISAACLAB_VENV)/.installed
 ISAACLAB_VERSION  ?= 3.0.0
 # What the workloads need beside Isaac Lab (kept in step with the main project's pins; pydantic for
-# the typed workload inputs and configs, s3fs for an s3:// storage root, cryptography and boto3 for
+# the typed workload inputs and configs, s3fs for an s3:// storage root, cryptography, the AWS
+# Encryption SDK (the sealed format) and boto3 for
 # a tenant's sealed data and KMS key; PyAV for LeRobot episodes with cameras, kept at the main venv's pin).
-ISAACLAB_WORKLOAD_PACKAGES ?= dagster-pipes==1.13.27 pydantic safetensors fsspec s3fs pyarrow pandas numpy cryptography boto3 av==18.1.0
+ISAACLAB_WORKLOAD_PACKAGES ?= dagster-pipes==1.13.27 pydantic safetensors fsspec s3fs pyarrow pandas numpy cryptography aws-encryption-sdk==4.0.7 boto3 av==18.1.0
 
 # python3.12 on PATH first (a pyenv shim there may exist yet not run: check that it does),
 # then pyenv's newest 3.12.x.

@@ -11,7 +11,7 @@ from rich.table import Table
 
 from control_plane.catalog.tenants import TenantCatalogError, UnknownTenant, load_tenants
 from control_plane.settings import storage_root
-from workload_runtime.keys import KeyUnavailable, LocalKeyring, create_local_key, set_local_key_enabled
+from workload_runtime.keys import KeyUnavailable, LocalKeyring, create_local_key, rotate_local_key, set_local_key_enabled
 
 console = Console()
 tenants_app = typer.Typer(help="The platform's tenants (docs/tenancy.md): who owns which data, under which key.", no_args_is_help=True)
@@ -97,6 +97,61 @@ def key_enable(tenant: str = typer.Argument(..., help="The tenant (tenants catal
     path = _existing_key_file(tenant)
     doc = set_local_key_enabled(path, True)
     console.print(f"enabled {doc['key_id']} of tenant {tenant}.")
+
+
+@key_app.command("rotate")
+def key_rotate(tenant: str = typer.Argument(..., help="The tenant (tenants catalog).")) -> None:
+    """A new local key for the tenant; the old one kept as a retired key (what it sealed still opens) until `sinewgrid tenants reseal` moves the data."""
+    path = _existing_key_file(tenant)
+    try:
+        old_id, new_id, kept = rotate_local_key(path, tenant)
+    except KeyUnavailable as exc:
+        console.print(f"[red]{escape(str(exc))}[/]")
+        raise typer.Exit(2) from None
+    console.print(f"tenant {tenant}: new key {new_id} at {path}; the old key {old_id} is kept at {kept}.")
+    console.print(f"Data sealed under the old key still opens. Move it to the new key with `sinewgrid tenants reseal {tenant}`; then the old key may go.")
+
+
+@tenants_app.command("reseal")
+def reseal(
+    tenant: str = typer.Argument(..., help="The tenant (tenants catalog)."),
+    old_kms_key: list[str] = typer.Option([], "--old-kms-key", help="An aws-kms tenant's previous key (id or ARN) that sealed data still under it; repeat for several."),
+) -> None:
+    """Move all of the tenant's sealed data (objects, checkpoints, registered versions) to its current key and format, checked object by object; run it again to finish a stopped run."""
+    from control_plane.tenancy.control import tenant_access
+    from data_layer.reseal import ResealCheckFailed, reseal_tenant
+    from workload_runtime.envelope import Opener, SealedDataError
+    from workload_runtime.keys import KmsKeyring
+    from workload_runtime.tenant_access import NotSealedForTenant, register, resolve
+
+    _tenant(tenant)
+    try:
+        access = tenant_access(storage_root(), tenant)
+        keyring = access.keyring(create=False)
+    except (UnknownTenant, TenantCatalogError, KeyUnavailable) as exc:
+        console.print(f"[red]{escape(str(exc))}[/]")
+        raise typer.Exit(2) from None
+    if keyring is None:
+        console.print(f"[red]tenant `{tenant}` has no key: its data is not sealed, there is nothing to reseal.[/]")
+        raise typer.Exit(2)
+    if old_kms_key and not isinstance(keyring, KmsKeyring):
+        console.print(f"[red]--old-kms-key is for a tenant whose key is in KMS; `{tenant}` has a local key (its retired keys are found by `key rotate`).[/]")
+        raise typer.Exit(2)
+    old = [KmsKeyring(tenant, k, keyring.region, keyring.endpoint, keyring.credentials) for k in old_kms_key] if isinstance(keyring, KmsKeyring) else []
+
+    def opening_key(name: str, key_id: str):  # type: ignore[no-untyped-def]
+        named = [k for k in old if name == k.tenant and (key_id == k.key_id or key_id.endswith("/" + k.key_id))]
+        return named[0] if named else resolve(name, key_id)
+
+    register(access.storage_root, keyring)
+    try:
+        report = reseal_tenant(access.storage_root, keyring, Opener(opening_key), say=lambda line: console.print(escape(line)))
+    except (KeyUnavailable, SealedDataError, NotSealedForTenant, ResealCheckFailed) as exc:
+        console.print(f"[red]{escape(str(exc))}[/]")
+        console.print("Nothing that did not check was changed; fix the cause and run the same command again to finish.")
+        raise typer.Exit(1) from None
+    for line in report.lines():
+        console.print(escape(line))
 
 
 def key_revoked_drill(root: str, out: Path) -> None:

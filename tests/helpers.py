@@ -25,6 +25,7 @@ from control_plane.compute.backends.warm_start import Process, start_process
 from control_plane.intake.landing import write_drop
 from control_plane.settings import REPO_ROOT, child_env
 from shared_resources.resources import StorageResource
+from workload_runtime.envelope import PREFIX
 from workload_runtime.storage import Storage
 
 GENES = ["CD3E", "CD14", "LYZ", "MS4A1", "NKG7", "GNLY", "FCGR3A", "CST3", "PPBP", "IL7R"]
@@ -54,7 +55,7 @@ def drop_plate(storage: Storage, drop_id: str, table: pd.DataFrame | None = None
     )
 
 
-SEALED = b"SGSEAL1\n"  # how every object sealed with a tenant's key starts (the envelope's magic line)
+SEALED = PREFIX  # how every object sealed with a tenant's key starts (an ESDK message, suite 0x0478)
 LAB = "lab-a"  # the tenant (a Cell lab of the packaged tenants catalog) that ingest tests use
 
 

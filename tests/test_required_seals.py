@@ -21,7 +21,7 @@ from torch.distributed.checkpoint.api import CheckpointException
 from control_plane.tenancy.control import tenant_storage
 from workload_runtime import tenant_access as access
 from workload_runtime.checkpoints import CheckpointStore
-from workload_runtime.envelope import MAGIC, is_sealed
+from workload_runtime.envelope import PREFIX, is_sealed
 from workload_runtime.keys import KeyUnavailable, set_local_key_enabled
 from workload_runtime.sharded import load_sharded, save_sharded
 from tests.conftest import ROOT_KINDS
@@ -78,7 +78,7 @@ def test_a_plain_or_foreign_sealed_object_in_a_tenants_root_is_refused_naming_it
     # Everything else the platform writes under the root is sealed, metadata too.
     manifest = a.uri("raw", "assays", "x", "manifest.json")
     write_json_atomic(manifest, {"files": ["plate.csv"]})
-    assert read_stored_bytes(manifest).startswith(MAGIC) and read_json(manifest) == {"files": ["plate.csv"]}
+    assert read_stored_bytes(manifest).startswith(PREFIX) and read_json(manifest) == {"files": ["plate.csv"]}
 
 
 def test_a_checkpoint_with_a_planted_file_is_refused_not_loaded(labs, tmp_path):
@@ -105,7 +105,7 @@ def test_a_gangs_sharded_checkpoint_is_sealed_and_loads_back(labs):
     save_sharded(store, 5, {"model": {"w": secret.clone()}})
     fs, shards = fs_for(posixpath.join(store.step_uri(5), "dcp"))
     stored = [fs.cat_file(p) for p in fs.find(shards)]
-    assert len(stored) >= 2 and all(blob.startswith(MAGIC) for blob in stored)  # .metadata and rank 0's file
+    assert len(stored) >= 2 and all(blob.startswith(PREFIX) for blob in stored)  # .metadata and rank 0's file
     assert all(secret.numpy().tobytes()[:64] not in blob for blob in stored)
 
     checkpoint = store.latest_valid()

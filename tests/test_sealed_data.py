@@ -30,7 +30,7 @@ from cell_lane.omics.sealing import SealedStore
 from data_layer.registry.registry import DataRegistry
 from workload_runtime import tenant_access as access
 from control_plane.tenancy.control import tenant_storage
-from workload_runtime.envelope import MAGIC, open_bytes
+from workload_runtime.envelope import PREFIX, open_bytes
 from workload_runtime.keys import KeyUnavailable, key_uses, set_local_key_enabled
 from sinewgrid.cli import app
 from workload_runtime.tenant_access import NotSealedForTenant
@@ -87,7 +87,7 @@ def test_sealed_dataset_round_trips_through_every_reader_and_holds_no_plain_byte
     assert [u.op for u in key_uses(mark) if u.tenant == TENANT] == ["generate", "generate"]
 
     stored = _files(Path(zarr_uri))
-    assert stored and all(blob.startswith(MAGIC) for blob in stored.values()), [k for k, b in stored.items() if not b.startswith(MAGIC)]
+    assert stored and all(blob.startswith(PREFIX) for blob in stored.values()), [k for k, b in stored.items() if not b.startswith(PREFIX)]
     assert is_sealed_dataset(zarr_uri)
     # One object per chunk: no shards in a sealed dataset (a sealed object cannot be range-read).
     array_meta = json.loads(access.opener().open(stored["X/data/zarr.json"]))
@@ -172,7 +172,7 @@ def test_an_unregistered_root_writes_todays_plain_zarr(platform, tmp_path):
     zarr_uri, adata, _ = _publish(str(tmp_path / "platform-data" / "omics"))
     assert access.keyring_for(zarr_uri) is None
     stored = _files(Path(zarr_uri))
-    assert not any(blob.startswith(MAGIC) for blob in stored.values())
+    assert not any(blob.startswith(PREFIX) for blob in stored.values())
     assert json.loads(stored["zarr.json"])["zarr_format"] == 3 and not is_sealed_dataset(zarr_uri)
     assert dataset_store(zarr_uri) == zarr_uri  # zarr's own store: no wrapper
     x_data = zarr.open_array(zarr_uri, path="X/data", mode="r")
@@ -191,11 +191,11 @@ def _registered(platform: str) -> tuple[DataRegistry, str, str, dict[str, bytes]
     registry = DataRegistry.for_root(storage.root)
     registry.register("cell/omics", version, folder)
     opener = access.opener()
-    plain = {rel: opener.open(blob) if blob.startswith(MAGIC) else blob for rel, blob in _files(Path(folder)).items()}
+    plain = {rel: opener.open(blob) if blob.startswith(PREFIX) else blob for rel, blob in _files(Path(folder)).items()}
     # The DVC remote holds ciphertext only, the manifest beside the zarr store too (DVC's own .dir listing aside).
     remote = Path(storage.root) / "registry" / "dvc-store" / "files"
     objects = [p.read_bytes() for p in remote.rglob("*") if p.is_file() and not p.name.endswith(".dir")]
-    assert objects and all(blob.startswith(MAGIC) for blob in objects)
+    assert objects and all(blob.startswith(PREFIX) for blob in objects)
     return registry, version, folder, plain
 
 
@@ -290,7 +290,7 @@ def test_sealed_dataset_on_an_object_store_root(platform, s3_root):
     zarr_uri, adata, _ = _publish(storage.curated("omics"))
     fs = s3fs.S3FileSystem()
     stored = [fs.cat_file(p) for p in fs.find(zarr_uri.removeprefix("s3://"))]
-    assert stored and all(blob.startswith(MAGIC) for blob in stored)
+    assert stored and all(blob.startswith(PREFIX) for blob in stored)
     assert is_sealed_dataset(zarr_uri) and isinstance(dataset_store(zarr_uri), SealedStore)
     assert (read_dataset(zarr_uri).X != adata.X).nnz == 0
     np.testing.assert_array_equal(read_dataset(zarr_uri, lazy_x=True).X[50:120].toarray(), adata.X[50:120].toarray())

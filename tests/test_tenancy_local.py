@@ -29,8 +29,11 @@ def test_sealed_bytes_open_only_with_their_tenants_key_and_only_whole(keys: Path
     sealed = seal_bytes(plain, a)
     assert is_sealed(sealed) and plain not in sealed and b"0.8731" not in sealed
     assert open_bytes(sealed, a) == plain
-    with pytest.raises(KeyUnavailable, match="wrapped by another key"):
+    with pytest.raises(KeyUnavailable, match="sealed for tenant `lab-a`"):
         open_bytes(sealed, b)
+    replaced = LocalKeyring("lab-a", keys / "replaced.key", create=True)  # lab-a's key file swapped for another
+    with pytest.raises(KeyUnavailable, match="wrapped by key local:lab-a:"):
+        open_bytes(sealed, replaced)
     tampered = bytearray(sealed)
     tampered[-5] ^= 1
     with pytest.raises(SealedDataError, match="integrity"):
@@ -45,6 +48,30 @@ def test_sealed_bytes_open_only_with_their_tenants_key_and_only_whole(keys: Path
     assert all(u.key_id.startswith("local:lab-a:") for u in key_uses(since))
 
 
+def test_a_sealed_object_opens_with_the_encryption_sdk_alone(keys: Path):
+    """What an auditor does with the tenant's key file and the AWS Encryption SDK (docs/tenancy.md)."""
+    import base64
+    import json
+
+    import aws_encryption_sdk
+    from aws_encryption_sdk.identifiers import Algorithm, CommitmentPolicy, EncryptionKeyType, WrappingAlgorithm
+    from aws_encryption_sdk.internal.crypto.wrapping_keys import WrappingKey
+    from aws_encryption_sdk.key_providers.raw import RawMasterKey
+
+    a = LocalKeyring("lab-a", keys / "lab-a.key", create=True)
+    sealed = seal_bytes(b"plate 7, well B02: 0.8731", a)
+    key_file = json.loads((keys / "lab-a.key").read_text())
+    key = RawMasterKey(
+        provider_id="sinewgrid-local", key_id=key_file["key_id"].encode(),
+        wrapping_key=WrappingKey(wrapping_algorithm=WrappingAlgorithm.AES_256_GCM_IV12_TAG16_NO_PADDING,
+                                 wrapping_key=base64.b64decode(key_file["material"]), wrapping_key_type=EncryptionKeyType.SYMMETRIC),
+    )  # fmt: skip
+    client = aws_encryption_sdk.EncryptionSDKClient(commitment_policy=CommitmentPolicy.REQUIRE_ENCRYPT_REQUIRE_DECRYPT)
+    plain, header = client.decrypt(source=sealed, key_provider=key)
+    assert plain == b"plate 7, well B02: 0.8731"
+    assert header.algorithm == Algorithm.AES_256_GCM_HKDF_SHA512_COMMIT_KEY and header.encryption_context == {"tenant": "lab-a"}
+
+
 def test_a_disabled_local_key_refuses_naming_itself_and_its_tenant(keys: Path):
     a = LocalKeyring("lab-a", keys / "lab-a.key", create=True)
     sealed = seal_bytes(b"weights", a)
@@ -56,7 +83,7 @@ def test_a_disabled_local_key_refuses_naming_itself_and_its_tenant(keys: Path):
     assert open_bytes(sealed, a) == b"weights"
     # A workload never makes a key: a missing key file is an error, not a new key.
     with pytest.raises(KeyUnavailable, match="no key file"):
-        LocalKeyring("lab-b", keys / "lab-b.key").new_data_key()
+        Sealer(LocalKeyring("lab-b", keys / "lab-b.key"))
 
 
 def test_the_tenants_catalog_refuses_what_would_mix_tenants(tmp_path: Path):

@@ -10,6 +10,7 @@ key mismatch), not from a check of ours.
 """
 
 import json
+import os
 from pathlib import Path
 
 import dagster as dg
@@ -128,17 +129,25 @@ def test_a_tenant_workload_cannot_reach_another_tenants_objects_or_key(tenancy, 
     again = _probe("lab-a", resources, instance)
     assert again.success and _metadata(again)["resumed"] is True
 
-    # B's key cannot unwrap A's data key even given A's bytes: KMS itself refuses the key mismatch.
-    from workload_runtime.envelope import read_header
+    # B's key cannot open A's data even given A's bytes: refused before KMS is asked, and KMS itself
+    # refuses B's key on A's wrapped data key.
+    import io
+
+    from aws_encryption_sdk.internal.formatting.deserialize import deserialize_header
+    from botocore.exceptions import ClientError
+
+    from workload_runtime.envelope import open_bytes, read_header
 
     sealed = server.client("s3", server.admin).get_object(Bucket="lab-a-data", Key=a_object.removeprefix("s3://lab-a-data/"))["Body"].read()
-    header, _ = read_header(sealed)
-    assert header.tenant == "lab-a" and header.key_id == keys["lab-a"]
+    header = read_header(sealed)
+    assert header.tenant == "lab-a" and header.key_id.endswith(f":key/{keys['lab-a']}")  # the KMS key's ARN
     b = principals["lab-b"]
     b_keyring = KmsKeyring("lab-b", keys["lab-b"], "us-east-1", server.endpoint, {"aws_access_key_id": b.access_key_id, "aws_secret_access_key": b.secret_access_key})
-    with pytest.raises(KeyUnavailable) as refused:
-        b_keyring.unwrap(header.wrapped_key)
-    assert "lab-b" in str(refused.value)
+    with pytest.raises(KeyUnavailable, match="sealed for tenant `lab-a`"):
+        open_bytes(sealed, b_keyring)
+    (wrapped,) = deserialize_header(io.BytesIO(sealed))[0].encrypted_data_keys
+    with pytest.raises(ClientError):
+        b_keyring.client().decrypt(CiphertextBlob=wrapped.encrypted_data_key, KeyId=keys["lab-b"], EncryptionContext={"tenant": "lab-a"})
 
     ledger = read_ledger(Storage.at(root).ledger())
     assert set(ledger["tenant"]) == {"lab-a", "lab-b"} and set(ledger["lane"]) == {"cell"}
@@ -179,3 +188,38 @@ def test_a_revoked_key_stops_its_tenant_at_the_next_attempt_and_leaves_the_other
     server.set_key_enabled(keys["lab-a"], True)
     restored = _probe("lab-a", resources, instance)
     assert restored.success and _metadata(restored)["resumed"] is True
+
+
+def test_a_kms_tenant_moves_to_a_new_kms_key_and_its_workloads_resume_without_the_old_one(tenancy, instance, monkeypatch):
+    """`sinewgrid tenants reseal lab-a --old-kms-key OLD` after the catalog names a new KMS key."""
+    from typer.testing import CliRunner
+
+    from sinewgrid.cli import app
+    from workload_runtime.envelope import FORMAT, read_header
+
+    server, keys, root, resources, principals = tenancy
+    assert _probe("lab-a", resources, instance).success
+    new_key = server.kms_key(principals["lab-a"], "lab-a's new key")
+    catalog_file = Path(os.environ["SINEWGRID_TENANTS"])
+    catalog = json.loads(catalog_file.read_text())
+    catalog["tenants"]["lab-a"]["key"]["key_id"] = new_key
+    catalog_file.write_text(json.dumps(catalog))
+    monkeypatch.setenv("SINEWGRID_HOME", root)
+
+    without_old = CliRunner().invoke(app, ["tenants", "reseal", "lab-a"])  # the old key is not named: refused, nothing changed
+    assert without_old.exit_code == 1 and "Nothing that did not check was changed" in without_old.output, without_old.output
+    result = CliRunner().invoke(app, ["tenants", "reseal", "lab-a", "--old-kms-key", keys["lab-a"]])
+    assert result.exit_code == 0 and "objects resealed" in result.output, result.output
+
+    s3 = server.client("s3", server.admin)
+    sealed, prefix = 0, catalog["tenants"]["lab-a"]["storage"].removeprefix("s3://lab-a-data/") + "/"  # this test's root in the shared bucket
+    for page in s3.get_paginator("list_objects_v2").paginate(Bucket="lab-a-data", Prefix=prefix):
+        for item in page.get("Contents", []):
+            body = s3.get_object(Bucket="lab-a-data", Key=item["Key"])["Body"].read()
+            header = read_header(body)
+            assert header.format == FORMAT and header.key_id.endswith(f":key/{new_key}"), item["Key"]
+            sealed += 1
+    assert sealed >= 2
+    server.set_key_enabled(keys["lab-a"], False)  # the old key off for good: the workload reads under the new one
+    again = _probe("lab-a", resources, instance)
+    assert again.success and _metadata(again)["resumed"] is True

@@ -1,134 +1,167 @@
-"""Envelope encryption of weights and data: AES-256-GCM (`cryptography`), data keys wrapped by the tenant's key.
+"""Envelope encryption of weights and data, in the AWS Encryption SDK's message format.
 
-A sealed object is::
+A sealed object is one ESDK message (docs.aws.amazon.com/encryption-sdk, "Message format
+reference"), made and opened by the `aws-encryption-sdk` library:
 
-    SGSEAL1\\n | header length (4 bytes, big-endian) | header (JSON) | nonce (12 bytes) | ciphertext + GCM tag
+- algorithm suite 0x0478, `AES_256_GCM_HKDF_SHA512_COMMIT_KEY`: AES-256-GCM with a key derived per
+  message by HKDF-SHA512, and **key commitment** (the header commits to the one key that opens it,
+  so no crafted message opens to different plaintexts under different keys). No signature: the
+  readers of a tenant's data are trusted as much as its writers (docs/tenancy.md says why);
+- the **encryption context** `{"tenant": <tenant>}`, authenticated in the header and bound into the
+  wrapping of the data key, so a message cannot be passed off as another tenant's;
+- one encrypted data key, wrapped by the tenant's key (`master_keys.py`: a raw AES keyring for a
+  local key file, AWS KMS in production);
+- the body in 1 MiB frames, each with its own GCM tag, and a final frame, so a message cut short
+  never opens.
 
-The header names the algorithm, the tenant, the tenant's key id and the data key wrapped by that
-key (never the data key itself); it is authenticated as associated data, so a header moved onto
-other bytes, or bytes changed by one bit, fail to open. One `Sealer` holds one data key for all
-the objects of one dataset version or one checkpoint (a fresh 96-bit random nonce per object);
-an `Opener` unwraps each data key once for its lifetime, so reading a dataset asks the key once.
+One `Sealer` asks the tenant's key for one data key for all the objects of one dataset version or
+one checkpoint; an `Opener` unwraps each data key once for its lifetime, so reading a dataset asks
+the key once. Objects sealed in the retired SGSEAL1 format (`legacy_seal.py`) still open, and
+`sinewgrid tenants reseal` rewrites them in this one.
 
-Decrypting by hand needs only this header and the key: `sinewgrid data get` does it, and
-docs/tenancy.md shows the ten lines of Python that do it without Sinewgrid.
+An auditor opens any sealed object with the ESDK alone (docs/tenancy.md, "Opening data without
+Sinewgrid"); `sinewgrid data get` and `data decrypt` do it here.
 """
 
 from __future__ import annotations
 
-import base64
 import io
-import json
-import os
-import struct
 from collections.abc import Callable, Iterator
-from typing import BinaryIO
 from dataclasses import dataclass
+from typing import BinaryIO
 
+import aws_encryption_sdk
+from aws_encryption_sdk.exceptions import AWSEncryptionSDKClientError
+from aws_encryption_sdk.identifiers import Algorithm, CommitmentPolicy
+from aws_encryption_sdk.internal.formatting.deserialize import deserialize_header
+from aws_encryption_sdk.materials_managers import EncryptionMaterialsRequest
 from cryptography.exceptions import InvalidTag
-from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes
-from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
-from workload_runtime.keys import Keyring
+from workload_runtime import legacy_seal
+from workload_runtime.keys import Keyring, KeyUnavailable
+from workload_runtime.master_keys import OneDataKey, key_id_of
 
-MAGIC = b"SGSEAL1\n"
-ALG = "AES-256-GCM"
-_LEN = struct.Struct(">I")
-CHUNK_BYTES = 8 << 20  # what `seal_chunks` hands a writer at a time
+SUITE = Algorithm.AES_256_GCM_HKDF_SHA512_COMMIT_KEY
+FRAME_BYTES = 1 << 20
+CHUNK_BYTES = 8 << 20  # what a writer of plain bytes is handed at a time
+TENANT = "tenant"  # the encryption context's one entry
+PREFIX = b"\x02" + SUITE.algorithm_id.to_bytes(2, "big")  # message format version 2, then the suite
+FORMAT = "aws-encryption-sdk message v2, suite 0x0478"
+_HEADER_BYTES = 1 << 16  # a header (one data key, one context entry) is well under 64 KiB
+_CLIENT = aws_encryption_sdk.EncryptionSDKClient(commitment_policy=CommitmentPolicy.REQUIRE_ENCRYPT_REQUIRE_DECRYPT, max_encrypted_data_keys=1)
 
 
 class SealedDataError(ValueError):
-    """Bytes that claim to be sealed and are not whole, or fail their tag."""
+    """Bytes that claim to be sealed and are not whole, or fail their integrity check."""
 
 
 @dataclass(frozen=True)
 class SealedHeader:
     tenant: str
     key_id: str
-    wrapped_key: bytes
-
-    def to_bytes(self) -> bytes:
-        return json.dumps(
-            {"alg": ALG, "tenant": self.tenant, "key_id": self.key_id, "wrapped_key": base64.b64encode(self.wrapped_key).decode()},
-            sort_keys=True, separators=(",", ":"),
-        ).encode()
+    format: str = FORMAT
 
 
 def is_sealed(data: bytes | memoryview) -> bool:
-    return bytes(data[: len(MAGIC)]) == MAGIC
+    return bytes(data[: len(PREFIX)]) == PREFIX or legacy_seal.is_legacy(data)
 
 
-def read_header(blob: bytes | memoryview) -> tuple[SealedHeader, int]:
-    """The header of a sealed object and where its nonce starts."""
-    if not is_sealed(blob):
-        raise SealedDataError("not a sealed object (it does not start with SGSEAL1)")
-    start = len(MAGIC) + _LEN.size
-    if len(blob) < start:
-        raise SealedDataError("sealed object cut short before its header")
-    (size,) = _LEN.unpack_from(blob, len(MAGIC))
+def read_header(blob: bytes | memoryview) -> SealedHeader:
+    """Whose a sealed object is and which key wrapped it, read without any key."""
+    if legacy_seal.is_legacy(blob):
+        try:
+            old = legacy_seal.read_legacy_header(blob)
+        except legacy_seal.LegacySealError as exc:
+            raise SealedDataError(str(exc)) from None
+        return SealedHeader(old.tenant, old.key_id, "SGSEAL1")
+    if bytes(blob[: len(PREFIX)]) != PREFIX:
+        raise SealedDataError(f"not a sealed object (it does not start as a message in {FORMAT})")
     try:
-        doc = json.loads(bytes(blob[start : start + size]))
-        header = SealedHeader(doc["tenant"], doc["key_id"], base64.b64decode(doc["wrapped_key"]))
-    except (ValueError, KeyError) as exc:
-        raise SealedDataError(f"sealed object with an unreadable header ({exc})") from None
-    if doc.get("alg") != ALG:
-        raise SealedDataError(f"sealed with {doc.get('alg')!r}; this version reads {ALG}")
-    return header, start + size
+        header, _ = deserialize_header(io.BytesIO(bytes(blob[:_HEADER_BYTES])), max_encrypted_data_keys=1)
+        (data_key,) = header.encrypted_data_keys
+        return SealedHeader(header.encryption_context[TENANT], key_id_of(data_key))
+    except (AWSEncryptionSDKClientError, KeyError, ValueError) as exc:
+        raise SealedDataError(f"sealed object with an unreadable header ({type(exc).__name__}: {exc})") from None
+
+
+class _Feed:
+    """The plaintext a writer pushes, read by the SDK's encryptor a frame at a time."""
+
+    def __init__(self) -> None:
+        self.buffer = bytearray()
+        self.closed = False
+
+    def read(self, size: int = -1) -> bytes:
+        size = len(self.buffer) if size < 0 else min(size, len(self.buffer))
+        out = bytes(self.buffer[:size])
+        del self.buffer[:size]
+        return out
 
 
 class Sealer:
-    """Seals objects with one data key, made by `keyring` (one tenant key use per Sealer)."""
+    """Seals objects with one data key from `keyring` (the tenant's key asked once per Sealer)."""
 
     def __init__(self, keyring: Keyring) -> None:
-        plain, wrapped = keyring.new_data_key()
+        self._materials = OneDataKey(keyring)  # reads the key now: its id is the one it has now
         self.tenant, self.key_id = keyring.tenant, keyring.key_id
-        self._key = plain
-        self._aes = AESGCM(plain)
-        header = SealedHeader(self.tenant, self.key_id, wrapped).to_bytes()
-        self._prefix = MAGIC + _LEN.pack(len(header)) + header
+        self._context = {TENANT: keyring.tenant}
+        # The data key is made now: a disabled or unreachable key stops the writer before it writes.
+        self._materials.get_encryption_materials(EncryptionMaterialsRequest(
+            encryption_context=dict(self._context), frame_length=FRAME_BYTES, algorithm=SUITE, commitment_policy=_CLIENT.config.commitment_policy,
+        ))  # fmt: skip
+
+    def _encryptor(self, source: object, length: int | None = None):  # type: ignore[no-untyped-def]
+        return _CLIENT.stream(
+            mode="e", source=source, materials_manager=self._materials, encryption_context=dict(self._context),
+            algorithm=SUITE, frame_length=FRAME_BYTES, source_length=length,
+        )  # fmt: skip
+
+    def seal_chunks(self, data: bytes | memoryview) -> Iterator[bytes]:
+        """The sealed object a frame at a time, so a writer writes and hashes one while the next is made."""
+        with self._encryptor(_reader(data), memoryview(data).nbytes) as encryptor:
+            while chunk := encryptor.read(FRAME_BYTES):
+                yield chunk
 
     def seal(self, data: bytes | memoryview) -> bytes:
-        """The sealed object, encrypted straight into its one buffer (no copy of a large object)."""
-        nonce = os.urandom(12)
-        head = len(self._prefix) + len(nonce)
-        out = bytearray(head + len(data) + 16)
-        out[: len(self._prefix)], out[len(self._prefix) : head] = self._prefix, nonce
-        self._aes.encrypt_into(nonce, data, self._prefix, memoryview(out)[head:])
-        return out  # a bytearray: every writer takes it as bytes
+        return b"".join(self.seal_chunks(data))
 
-    def seal_chunks(self, data: bytes | memoryview, chunk_bytes: int = CHUNK_BYTES) -> Iterator[bytes]:
-        """The same sealed object as `seal`, made a chunk at a time (GCM is a stream cipher: the
-        bytes are identical), so a writer can write and hash one chunk while the next is made."""
-        nonce = os.urandom(12)
-        encryptor = Cipher(algorithms.AES(self._key), modes.GCM(nonce)).encryptor()
-        encryptor.authenticate_additional_data(self._prefix)
-        yield self._prefix + nonce
-        view = memoryview(data)
-        for start in range(0, len(view), chunk_bytes):
-            yield encryptor.update(view[start : start + chunk_bytes])
-        yield encryptor.finalize() + encryptor.tag
+
+class _ViewReader:
+    """A reader over a memoryview that hands out one frame's bytes at a time (no copy of the whole)."""
+
+    def __init__(self, data: bytes | memoryview) -> None:
+        self._view, self._at, self.closed = memoryview(data).cast("B"), 0, False
+
+    def read(self, size: int = -1) -> bytes:
+        end = len(self._view) if size < 0 else self._at + size
+        out = self._view[self._at : end].tobytes()
+        self._at += len(out)
+        return out
+
+
+def _reader(data: bytes | memoryview) -> io.BytesIO | _ViewReader:
+    return io.BytesIO(data) if isinstance(data, bytes) else _ViewReader(data)  # BytesIO shares bytes, copies the rest
 
 
 class SealingStream(io.RawIOBase):
-    """A writable stream that seals what is written to it into `out` as it comes: the bytes
-    `Sealer.seal` would make of the whole, without holding it (GCM is a stream cipher). `tell`
-    counts the plaintext written, as a reader of the opened object sees it; `close` writes the
-    tag and leaves `out` open for its owner to close."""
+    """A writable stream that seals what is written to it into `out` as it comes, a frame at a
+    time, without holding the whole. `tell` counts the plaintext written, as a reader of the opened
+    object sees it; `close` writes the final frame and leaves `out` open for its owner to close."""
 
     def __init__(self, sealer: Sealer, out: BinaryIO) -> None:
         super().__init__()
-        nonce = os.urandom(12)
-        self._encryptor = Cipher(algorithms.AES(sealer._key), modes.GCM(nonce)).encryptor()
-        self._encryptor.authenticate_additional_data(sealer._prefix)
+        self._feed = _Feed()
+        self._encryptor = sealer._encryptor(self._feed)
         self._out, self._written = out, 0
-        out.write(sealer._prefix + nonce)
 
     def writable(self) -> bool:
         return True
 
     def write(self, data: bytes | memoryview) -> int:  # type: ignore[override]
-        self._out.write(self._encryptor.update(data))
+        self._feed.buffer += data
         self._written += len(data)
+        while len(self._feed.buffer) > FRAME_BYTES:  # more than a frame: this one is not the last
+            self._out.write(self._encryptor.read(FRAME_BYTES))
         return len(data)
 
     def tell(self) -> int:
@@ -136,7 +169,10 @@ class SealingStream(io.RawIOBase):
 
     def close(self) -> None:
         if not self.closed:
-            self._out.write(self._encryptor.finalize() + self._encryptor.tag)
+            self._feed.closed = True
+            while chunk := self._encryptor.read(FRAME_BYTES):
+                self._out.write(chunk)
+            self._encryptor.close()
         super().close()
 
 
@@ -146,21 +182,44 @@ class Opener:
     Each distinct data key is unwrapped once per Opener (one KMS call for a whole dataset version).
     """
 
-    def __init__(self, resolve: Callable[[str, str], Keyring]) -> None:
+    def __init__(self, resolve: Callable[[str, str], Keyring], sealer: Sealer | None = None) -> None:
         self._resolve = resolve
-        self._keys: dict[bytes, AESGCM] = {}
+        self._materials: dict[tuple[str, str], OneDataKey] = {}
+        if sealer is not None:  # what `sealer` sealed opens with the data key it made
+            self._materials[(sealer.tenant, sealer.key_id)] = sealer._materials
+        self._legacy_keys: dict[bytes, bytes] = {}
 
     def open(self, blob: bytes | memoryview) -> bytes:
-        header, at = read_header(blob)
-        aes = self._keys.get(header.wrapped_key)
-        if aes is None:
-            aes = AESGCM(self._resolve(header.tenant, header.key_id).unwrap(header.wrapped_key))
-            self._keys[header.wrapped_key] = aes
-        view = memoryview(blob)  # slices of the stored bytes, not copies of a large object
+        header = read_header(blob)
+        if header.format == "SGSEAL1":
+            return self._open_legacy(blob)
+        materials = self._materials.get((header.tenant, header.key_id))
+        if materials is None:
+            keyring = self._resolve(header.tenant, header.key_id)
+            if keyring.tenant != header.tenant:
+                raise KeyUnavailable(keyring.tenant, keyring.key_id, f"the object is sealed for tenant `{header.tenant}`", "A tenant's key opens only that tenant's data.")
+            materials = self._materials[(header.tenant, header.key_id)] = OneDataKey(keyring, wrapped_by=header.key_id)
+        decryptor = _CLIENT.stream(mode="d", source=_reader(blob), materials_manager=materials)
+        parts = []
+        try:  # not `with`: a message that fails is dropped, never closed as if whole
+            if decryptor.header.encryption_context.get(TENANT) != header.tenant:
+                raise SealedDataError(f"sealed object names tenant `{header.tenant}` but its message says otherwise")
+            while part := decryptor.read(FRAME_BYTES):
+                parts.append(part)
+            decryptor.close()  # checks the message ended with its final frame
+        except (AWSEncryptionSDKClientError, InvalidTag) as exc:
+            raise SealedDataError(f"sealed object of tenant `{header.tenant}` fails its integrity check: it was changed or cut short ({type(exc).__name__})") from None
+        return b"".join(parts)
+
+    def _open_legacy(self, blob: bytes | memoryview) -> bytes:
+        old = legacy_seal.read_legacy_header(blob)
+        data_key = self._legacy_keys.get(old.wrapped_key)
+        if data_key is None:
+            data_key = self._legacy_keys[old.wrapped_key] = self._resolve(old.tenant, old.key_id).unwrap(old.wrapped_key)
         try:
-            return aes.decrypt(view[at : at + 12], view[at + 12 :], view[:at])
-        except InvalidTag:
-            raise SealedDataError(f"sealed object of tenant `{header.tenant}` fails its integrity tag: it was changed or cut short") from None
+            return legacy_seal.open_legacy(blob, old, data_key)
+        except legacy_seal.LegacySealError as exc:
+            raise SealedDataError(str(exc)) from None
 
 
 def seal_bytes(data: bytes, keyring: Keyring) -> bytes:

@@ -1,15 +1,14 @@
-"""A tenant's key, as a keyring: it makes data keys and unwraps them, and nothing else.
+"""A tenant's key, as a keyring: where its key lives and how to reach it, never a copy elsewhere.
 
-Envelope encryption (`envelope.py`) seals each object or dataset version with its own 256-bit
-data key; the keyring wraps that data key with the tenant's key, and only the wrapped form is
-stored. Two keyrings:
+Envelope encryption (`envelope.py`, the AWS Encryption SDK's message format) seals each object
+with a data key; the tenant's key wraps that data key (`master_keys.py`), and only the wrapped form
+is stored. Two keyrings:
 
 - `LocalKeyring`: the embedded default. The tenant's key is a JSON file outside the storage root
-  (`<keys dir>/<tenant>.key`, mode 0600) holding 256 random bits; data keys are wrapped with
-  AES-256-GCM under it. Disabling the key (`sinewgrid tenants key disable`) marks the file, and
-  every later unwrap fails.
+  (`<keys dir>/<tenant>.key`, mode 0600) holding 256 random bits, used as a raw AES keyring.
+  Disabling the key (`sinewgrid tenants key disable`) marks the file, and every later use fails.
 - `KmsKeyring`: the tenant's key in its own AWS KMS (`GenerateDataKey` / `Decrypt`, with the
-  tenant's name as encryption context). The key never leaves KMS; disabling it in KMS stops
+  tenant's name in the encryption context). The key never leaves KMS; disabling it in KMS stops
   every later read.
 
 Every use is appended to `key_uses()` (tenant, key id, operation; never key material), for the
@@ -23,6 +22,7 @@ import datetime as dt
 import hashlib
 import json
 import os
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -102,25 +102,54 @@ class LocalKeyring:
                 return exc.key_id
         return self._key_id
 
-    def _aes(self) -> AESGCM:
-        doc = self._load()  # read each time: a key disabled a moment ago is disabled now
-        return AESGCM(base64.b64decode(doc["material"]))
-
-    def new_data_key(self) -> tuple[bytes, bytes]:
-        aes = self._aes()
-        plain, nonce = os.urandom(DATA_KEY_BYTES), os.urandom(12)
-        wrapped = nonce + aes.encrypt(nonce, plain, self.tenant.encode())
-        _used(self.tenant, self._key_id, "generate")
-        return plain, wrapped
+    def material(self) -> bytes:
+        """The key's 256 bits, read each time: a key disabled a moment ago is disabled now."""
+        return base64.b64decode(self._load()["material"])
 
     def unwrap(self, wrapped: bytes) -> bytes:
-        aes = self._aes()
+        """A data key of the retired SGSEAL1 format (`legacy_seal.py`), unwrapped for `reseal`."""
+        aes = AESGCM(self.material())
         try:
             plain = aes.decrypt(wrapped[:12], wrapped[12:], self.tenant.encode())
         except Exception:  # cryptography's InvalidTag: another key wrapped it
             raise KeyUnavailable(self.tenant, self._key_id, "this data key was wrapped by another key", "The data belongs to another tenant, or the key file was replaced.") from None
         _used(self.tenant, self._key_id, "unwrap")
         return plain
+
+
+    def retired(self, key_id: str) -> LocalKeyring | None:
+        """This tenant's retired key `key_id`, kept beside the key file when it was rotated
+        (`retire_local_key`), so data still sealed under it opens until it is resealed."""
+        fingerprint = key_id.removeprefix(f"local:{self.tenant}:")
+        if not _FINGERPRINT.fullmatch(fingerprint):  # a header's key id is the writer's word: never a path
+            return None
+        path = retired_key_path(self.path, self.tenant, fingerprint)
+        return LocalKeyring(self.tenant, path) if path.exists() else None
+
+
+_FINGERPRINT = re.compile(r"[0-9a-f]{12}")
+
+
+def retired_key_path(key_file: Path, tenant: str, fingerprint: str) -> Path:
+    return key_file.parent / "retired" / tenant / f"{fingerprint}.key"
+
+
+def rotate_local_key(path: Path, tenant: str) -> tuple[str, str, Path]:
+    """A new key for `tenant` at `path`; the old one kept, unchanged, as a retired key (it still
+    opens what it sealed, for `sinewgrid tenants reseal`). Returns (old key id, new key id, where
+    the old key is kept). At every moment `path` holds the old key or the new one, never neither."""
+    old = LocalKeyring(tenant, path)
+    old.material()  # a missing or disabled key is not rotated
+    old_id = old.key_id
+    kept = retired_key_path(path, tenant, old_id.rsplit(":", 1)[-1])
+    kept.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    if not kept.exists():
+        os.link(path, kept)
+    fresh = path.with_name(f".{path.name}.new")
+    fresh.unlink(missing_ok=True)
+    new_id = create_local_key(fresh, tenant)
+    os.replace(fresh, path)
+    return old_id, new_id, kept
 
 
 def local_key_id(tenant: str, material: bytes) -> str:
@@ -178,7 +207,8 @@ class KmsKeyring:
             )
         return self._client
 
-    def _refused(self, exc: Exception) -> KeyUnavailable:
+    def refused(self, exc: BaseException) -> KeyUnavailable:
+        """What KMS answered, as `KeyUnavailable` with the fix."""
         code = getattr(exc, "response", {}).get("Error", {}).get("Code", type(exc).__name__)
         message = getattr(exc, "response", {}).get("Error", {}).get("Message", str(exc))
         fix = {
@@ -188,23 +218,14 @@ class KmsKeyring:
         }.get(code, "")
         return KeyUnavailable(self.tenant, self.key_id, f"KMS answered {code}: {message}", fix)
 
-    def new_data_key(self) -> tuple[bytes, bytes]:
-        from botocore.exceptions import BotoCoreError, ClientError
-
-        try:
-            answer = self.client().generate_data_key(KeyId=self.key_id, KeySpec="AES_256", EncryptionContext={"tenant": self.tenant})
-        except (ClientError, BotoCoreError) as exc:
-            raise self._refused(exc) from None
-        _used(self.tenant, self.key_id, "generate")
-        return answer["Plaintext"], answer["CiphertextBlob"]
-
     def unwrap(self, wrapped: bytes) -> bytes:
+        """A data key of the retired SGSEAL1 format (`legacy_seal.py`), unwrapped for `reseal`."""
         from botocore.exceptions import BotoCoreError, ClientError
 
         try:
             answer = self.client().decrypt(CiphertextBlob=wrapped, KeyId=self.key_id, EncryptionContext={"tenant": self.tenant})
         except (ClientError, BotoCoreError) as exc:
-            raise self._refused(exc) from None
+            raise self.refused(exc) from None
         _used(self.tenant, self.key_id, "unwrap")
         return answer["Plaintext"]
 

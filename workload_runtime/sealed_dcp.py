@@ -2,10 +2,11 @@
 
 DCP writes a gang's checkpoint as one file per rank plus `.metadata`, through fsspec. Under a
 tenant's root (its keyring registered in this process, `tenant_access.keyring_for`) each of those
-files is sealed as DCP writes it (`envelope.SealingStream`: encrypted as it streams, never held
-whole) and opened whole as it is read (one GCM tag covers the file, so it is checked before any
-byte is used): DCP then reads its tensors out of the opened bytes by offset as it would out of
-the file. A rank's file is in memory twice while it is opened, once while DCP reads it. Elsewhere (the platform's root, a node's cached copy of a plain checkpoint) the files
+files is sealed as DCP writes it (`envelope.SealingStream`: encrypted a frame at a time as it
+streams, never held whole) and opened whole as it is read (the message is checked to its final
+frame before any byte is used): DCP then reads its tensors out of the opened bytes by offset as it
+would out of the file. A rank's file is in memory twice while it is opened, once while DCP reads
+it. Elsewhere (the platform's root, a node's cached copy of a plain checkpoint) the files
 are DCP's own, unchanged. On a node's cached copy of a sealed checkpoint the files stay sealed
 and open with the key this process holds.
 

@@ -169,7 +169,7 @@ def check_seal(uri: str, stored: bytes | memoryview) -> None:
         return
     if not is_sealed(stored):
         found = "plain bytes (no seal)"
-    elif (sealed_for := read_header(stored)[0].tenant) != keyring.tenant:
+    elif (sealed_for := read_header(stored).tenant) != keyring.tenant:
         found = f"an object sealed for tenant `{sealed_for}`"
     else:
         return
@@ -190,6 +190,9 @@ def resolve(tenant: str, key_id: str) -> Keyring:
     for keyring in held:
         if keyring.key_id == key_id:
             return keyring
+    for keyring in held:  # a local key rotated since: its retired key opens what it sealed
+        if isinstance(keyring, LocalKeyring) and (retired := keyring.retired(key_id)) is not None:
+            return retired
     if held:
         return held[0]
     raise KeyUnavailable(

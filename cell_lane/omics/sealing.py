@@ -5,12 +5,12 @@ A dataset written under a tenant's storage root (one whose keyring this process 
 writes — chunks, and metadata too (`zarr.json` holds obs and var, the cell and gene names and
 their annotations: assay data as much as the matrix) — goes through `SealedStore.set`, which seals
 it with ONE `Sealer` for the whole dataset version (one data key, wrapped once by the tenant's key;
-a fresh nonce per object). Reading goes through `SealedStore.get` with one `Opener` per opened
+each object its own message, with its own derived key). Reading goes through `SealedStore.get` with one `Opener` per opened
 dataset, so the tenant's key is asked once per dataset, not once per chunk.
 
 Partial reads. zarr reads byte ranges inside an object: the index at the end of a shard, then
-single chunks out of it. A sealed object is one AES-GCM message whose tag covers all of it, so a
-range cannot be checked (nor decrypted meaningfully) on its own. Two things follow:
+single chunks out of it. A sealed object is one message (`workload_runtime/envelope.py`) whose
+header and frames are checked together, so a range cannot be checked on its own. Two things follow:
 
 - sealed datasets are written **without shards** (`store.py`): one object per chunk (1 MiB of
   values), so the object zarr needs is exactly the chunk it reads, and a row-block read of a lazy
@@ -108,33 +108,12 @@ class SealedStore(WrapperStore[Store]):
         return await Store.getsize(self, key)
 
 
-class _WriterKeyring:
-    """The tenant's keyring for one writer: it remembers the data key it made, so the writer reads
-    back what it has just written (anndata does) without asking the tenant's key (KMS) again."""
-
-    def __init__(self, keyring: Keyring) -> None:
-        self._keyring = keyring
-        self.tenant = keyring.tenant
-        self._made: dict[bytes, bytes] = {}
-
-    @property
-    def key_id(self) -> str:
-        return self._keyring.key_id
-
-    def new_data_key(self) -> tuple[bytes, bytes]:
-        plain, wrapped = self._keyring.new_data_key()
-        self._made[wrapped] = plain
-        return plain, wrapped
-
-    def unwrap(self, wrapped: bytes) -> bytes:
-        return self._made[wrapped] if wrapped in self._made else self._keyring.unwrap(wrapped)
-
-
 def sealing_store(store: Store, keyring: Keyring, where: str = "") -> SealedStore:
     """A store for writing one dataset version: one Sealer (one data key, the tenant's key used once)."""
-    writer = _WriterKeyring(keyring)
-    sealer = Sealer(writer)  # type: ignore[arg-type]  # a Keyring in all it is asked for
-    opener = Opener(lambda tenant, key_id: writer if tenant == writer.tenant else resolve(tenant, key_id))  # type: ignore[arg-type, return-value]
+    sealer = Sealer(keyring)
+    # The writer reads back what it has just written (anndata does) with the data key it made,
+    # without asking the tenant's key (KMS) again.
+    opener = Opener(lambda tenant, key_id: keyring if tenant == keyring.tenant else resolve(tenant, key_id), sealer=sealer)
     return SealedStore(store, sealer=sealer, opener=opener, where=where)
 
 

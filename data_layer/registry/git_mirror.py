@@ -160,9 +160,11 @@ class GitMirror:
             run_git("init", "--bare", "--quiet", f"--initial-branch={BRANCH}", str(self.path))
             self._fingerprint_file.unlink(missing_ok=True)
 
-    def rollback(self, old_main: str | None, tag: str | None) -> None:
+    def rollback(self, old_main: str | None, tag: str | None, old_tag_rev: str | None = None) -> None:
         """Undo a local commit whose publication failed: the mirror stays what upstream has."""
-        if tag:
+        if tag and old_tag_rev:
+            run_git("update-ref", f"refs/tags/{tag}", old_tag_rev, cwd=self.path)
+        elif tag:
             run_git("tag", "-d", tag, cwd=self.path, check=False)
         if old_main:
             run_git("update-ref", f"refs/heads/{BRANCH}", old_main, cwd=self.path)
@@ -207,13 +209,15 @@ class GitMirror:
                 local.unlink(missing_ok=True)
             self._fingerprint_file.write_text(fingerprint)
 
-    def publish(self, refs: list[str]) -> None:
-        """Send the mirror's new refs upstream; PublishRejected when someone else published first."""
+    def publish(self, refs: list[str], moved: tuple[str, ...] = ()) -> None:
+        """Send the mirror's new refs upstream; PublishRejected when someone else published first.
+        `moved`: refs among them that may replace what upstream has (a tag moved by `republish`)."""
         if self.mode == "local":
             return
         with file_lock(self._sync_lock):
             if self.mode == "git":
-                proc = run_git("push", "--quiet", "--atomic", "--porcelain", self.git_url, *[f"{r}:{r}" for r in refs], cwd=self.path, check=False)
+                specs = [f"{'+' if r in moved else ''}{r}:{r}" for r in refs]
+                proc = run_git("push", "--quiet", "--atomic", "--porcelain", self.git_url, *specs, cwd=self.path, check=False)
                 if proc.returncode == 0:
                     return
                 text = proc.stdout + proc.stderr

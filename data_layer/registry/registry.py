@@ -37,6 +37,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+import yaml
+
 from data_layer.registry import dvc_store
 from data_layer.registry.dataset_version import DatasetVersion
 from data_layer.registry.git_mirror import BRANCH, GitMirror, PublishRejected, commit_identity, file_lock, run_git, user_name
@@ -214,6 +216,49 @@ class DataRegistry:
             raise RegistryError(f"{tag} was pushed to {self._mirror.path} but cannot be read back: inspect that repository.")
         return found[0]
 
+    def republish(self, dataset: str, version: str, folder: Path, reason: str) -> DatasetVersion:
+        """Store `dataset@version` anew from `folder`: the same data in other bytes (`sinewgrid
+        tenants reseal`: the same plaintext sealed under the tenant's new key). The version's tag
+        moves to a new commit that says why and names the md5 it replaces; the old commit stays in
+        the history. Returns the version as now registered (unchanged if `folder` hashes the same)."""
+        tag = f"{dataset}/{version}"
+        with file_lock(self._mirror.register_lock):
+            for _ in range(_PUBLISH_TRIES):
+                self._mirror.sync_down()
+                (old,) = self._read_tags([tag]) or [None]
+                if old is None:
+                    raise self._not_found(dataset, version)
+                ((_, _, dvcfile),) = self._mirror.tagged_dvcfiles([tag])
+                with tempfile.TemporaryDirectory(prefix="sinewgrid-registry-") as tmp:
+                    work = Path(tmp) / "work"
+                    run_git("clone", "--quiet", "--branch", BRANCH, str(self._mirror.path), str(work))
+                    with dvc_store.open_repo(work) as repo:
+                        dvc_store.check_remote(repo, self.remote_url, self.git_url)
+                        with dvc_store.hashed_source(repo, str(folder)) as hashed:
+                            if hashed.md5 == old.md5:
+                                return old
+                            dvc_store.upload(hashed, str(folder), self.remote_url)
+                        record = dict(yaml.safe_load(dvcfile).get("meta") or {})
+                        record["republished"] = {"at": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"), "reason": reason,
+                                                 "replaces_md5": old.md5, "replaces_rev": old.rev}  # fmt: skip
+                        (work / f"{tag}.dvc").unlink()  # written anew: DVC keeps an existing file's meta
+                        dvc_store.write_dvcfile(repo, work, dataset, version, hashed, record)
+                    run_git("add", f"{tag}.dvc", cwd=work)
+                    run_git(*commit_identity(), "commit", "--quiet", "-m", f"Republish {dataset}@{version}: {reason}\n\nmd5: {hashed.md5} (was {old.md5})", cwd=work)
+                    run_git("tag", "-f", tag, cwd=work)
+                    old_main = self._mirror.rev(f"refs/heads/{BRANCH}")
+                    run_git("push", "--quiet", "--atomic", "origin", f"HEAD:refs/heads/{BRANCH}", f"+refs/tags/{tag}:refs/tags/{tag}", cwd=work)
+                try:
+                    self._mirror.publish([f"refs/heads/{BRANCH}", f"refs/tags/{tag}"], moved=(f"refs/tags/{tag}",))
+                except PublishRejected:
+                    self._mirror.rollback(old_main, tag, old.rev)
+                    continue
+                except BaseException:
+                    self._mirror.rollback(old_main, tag, old.rev)
+                    raise
+                return self.find(dataset, version)
+        raise RegistryError(f"could not republish {dataset}@{version} to {self.git_url} after {_PUBLISH_TRIES} tries: other registrations kept landing first. Try again.")
+
     def _ensure_initialised(self) -> None:
         """A registry's first commit: `dvc init` and the remote (verify = true) on branch main."""
         if self._mirror.rev(f"refs/heads/{BRANCH}"):
@@ -307,7 +352,7 @@ Get one back without Sinewgrid:
 
     dvc get <this repository> cell/omics/VERSION --rev cell/omics/VERSION -o VERSION
 
-A tenant's data is stored sealed with the tenant's key (files starting `SGSEAL1`); whoever
+A tenant's data is stored sealed with the tenant's key (each file an AWS Encryption SDK message: docs/tenancy.md); whoever
 holds the key opens them in place with `sinewgrid data decrypt VERSION --tenant NAME`, or
 gets them plain at once with `sinewgrid data get DATASET VERSION DEST --tenant NAME`.
 

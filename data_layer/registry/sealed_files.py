@@ -22,7 +22,7 @@ from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
-from workload_runtime.envelope import MAGIC, Opener, SealedDataError, read_header
+from workload_runtime.envelope import Opener, SealedDataError, is_sealed, read_header
 
 _TEMP_MARK = ".sinewgrid-plain-"
 
@@ -42,18 +42,16 @@ def _files(where: Path) -> list[Path]:
 
 def _head(path: Path) -> bytes:
     with open(path, "rb") as fh:
-        return fh.read(len(MAGIC))
+        return fh.read(1 << 16)  # a header is well under 64 KiB
 
 
 def sealed_tenants(where: Path) -> Counter[str]:
     """{tenant: sealed files} under `where` (a folder or one file); empty when nothing is sealed."""
     found: Counter[str] = Counter()
     for path in _files(where):
-        with open(path, "rb") as fh:
-            head = fh.read(1 << 16)  # a header is well under 64 KiB
-        if head[: len(MAGIC)] == MAGIC:
-            header, _ = read_header(head)
-            found[header.tenant] += 1
+        head = _head(path)
+        if is_sealed(head):
+            found[read_header(head).tenant] += 1
     return found
 
 
@@ -65,7 +63,7 @@ def decrypt_folder(where: Path, opener: Opener) -> Decrypted:
     plain_files = total = 0
     try:
         for path in _files(where):
-            if _head(path) != MAGIC:
+            if not is_sealed(_head(path)):
                 plain_files += 1
                 continue
             try:

@@ -23,7 +23,7 @@ FROM nvidia/cuda:${CUDA_VERSION}-base-ubuntu${UBUNTU_VERSION}
 ARG PYTHON_VERSION=3.12
 ARG ISAACLAB_VERSION=3.0.0
 # The same list as mk/isaaclab.mk (s3fs: the production storage root is s3://).
-ARG ISAACLAB_WORKLOAD_PACKAGES="dagster-pipes==1.13.27 pydantic safetensors fsspec s3fs pyarrow pandas numpy cryptography boto3 av==18.1.0"
+ARG ISAACLAB_WORKLOAD_PACKAGES="dagster-pipes==1.13.27 pydantic safetensors fsspec s3fs pyarrow pandas numpy cryptography aws-encryption-sdk==4.0.7 boto3 av==18.1.0"
 
 ENV PYTHONUNBUFFERED=1 \
     PYTHONDONTWRITEBYTECODE=1 \
