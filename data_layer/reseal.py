@@ -203,10 +203,7 @@ def _manifest(fs, path: str, resealer: Resealer) -> dict | None:  # type: ignore
 
 def _reseal_registry(registry: DataRegistry, resealer: Resealer, report: ResealReport, say: Callable[[str], None]) -> tuple[int, int]:
     """Each registered version stored again under the current key; then the old copies removed."""
-    try:
-        versions = registry.versions()
-    except Exception:  # noqa: BLE001  # no registry under this root yet
-        versions = []
+    versions = registry.versions()  # none when the root has no registry yet
     moved = 0
     for version in versions:
         with tempfile.TemporaryDirectory(prefix="sinewgrid-reseal-") as tmp:

@@ -30,6 +30,7 @@ import posixpath
 import re
 import signal
 import time
+from concurrent.futures import ThreadPoolExecutor
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -40,7 +41,7 @@ from workload_runtime.inputs import Failpoint
 from workload_runtime.node_cache import NodeCache
 from workload_runtime.storage import fs_for, read_bytes, read_stored_bytes, sha256_bytes, write_chunks_atomic, write_json_atomic
 from workload_runtime.tenant_access import check_seal, keyring_for, opener
-from workload_runtime.envelope import CHUNK_BYTES, Sealer, is_sealed
+from workload_runtime.envelope import CHUNK_BYTES, SealedDataError, Sealer, is_sealed
 
 Framework = Literal["torch", "numpy"]
 MANIFEST = "manifest.json"
@@ -112,6 +113,36 @@ class Checkpoint:
     def shards_uri(self) -> str:
         """Where to read its `torch.distributed.checkpoint` folder: the node's copy when it has one."""
         return posixpath.join(self.local_uri or self.uri, SHARDS)
+
+
+@dataclass
+class _Opened:
+    """What opening a stored file gave: its plaintext, or the error (KeyUnavailable stops the load:
+    it is not corruption), kept until the file's sha256 says whether it is the file written."""
+
+    value: bytes | None = None
+    error: BaseException | None = None
+
+    def result(self) -> bytes:
+        if self.error is not None:
+            raise self.error
+        return self.value  # type: ignore[return-value]
+
+
+def _hash_while(data: bytes, open_it: Callable[[], bytes] | None) -> tuple[str, _Opened]:
+    """The sha256 of `data`, made on a second thread while this one opens it (hashlib lets go of the
+    GIL): a sealed file's check and its decryption overlap. The plaintext is used only once the
+    hash matches the manifest."""
+    opened = _Opened()
+    if open_it is None:
+        return sha256_bytes(data), opened
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        digest = pool.submit(sha256_bytes, data)
+        try:
+            opened.value = open_it()
+        except Exception as exc:  # noqa: BLE001  # told by `result()`, after the hash
+            opened.error = exc
+        return digest.result(), opened
 
 
 class CheckpointStore:
@@ -259,13 +290,19 @@ class CheckpointStore:
             except FileNotFoundError:
                 self._warn(f"checkpoint {where} is missing {name}; skipped")
                 return None
-            if sha256_bytes(data) != expected.get("sha256") or len(data) != expected.get("bytes"):
+            opening = name.endswith(".safetensors") and is_sealed(data)  # a gang's shards are opened as DCP reads them (`sharded.py`)
+            if opening:
+                try:
+                    check_seal(file_uri, data)  # another tenant's is refused before it is opened
+                except SealedDataError:
+                    opening = False  # a header cut short: its sha256 below says corrupt
+            digest, plain = _hash_while(data, (lambda: unsealer.open(data)) if opening else None)
+            if digest != expected.get("sha256") or len(data) != expected.get("bytes"):
                 self._warn(f"checkpoint {where}: {name} does not match its manifest sha256 (corrupt); skipped")
                 return None
             check_seal(file_uri, data)  # plain or another tenant's under a tenant's root: refused, not skipped
-            if name.endswith(".safetensors"):  # a gang's shards are opened as DCP reads them (`sharded.py`)
-                data = unsealer.open(data) if is_sealed(data) else data  # KeyUnavailable stops the load: it is not corruption
-                tensors[name.removesuffix(".safetensors")] = from_safetensors(data, self.framework)
+            if name.endswith(".safetensors"):
+                tensors[name.removesuffix(".safetensors")] = from_safetensors(plain.result() if opening else data, self.framework)
         local = None
         if manifest.get("layout") == SHARDS and self.cache is not None and self.cache.caches(where):
             local = self.cache.view_of(where, {name: e["sha256"] for name, e in manifest.get("files", {}).items()})
