@@ -72,9 +72,9 @@ class ResealReport:
 
 
 def is_current(stored: bytes | memoryview, keyring: Keyring) -> bool:
-    """Sealed in the current format under `keyring`'s key (a KMS key named by its id or its ARN)."""
+    """Sealed in the current format under `keyring`'s key."""
     header = read_header(stored)
-    return header.format == FORMAT and (header.key_id == keyring.key_id or header.key_id.endswith("/" + keyring.key_id))
+    return header.format == FORMAT and keyring.names(header.key_id)
 
 
 class Resealer:

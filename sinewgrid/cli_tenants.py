@@ -140,7 +140,7 @@ def reseal(
     old = [KmsKeyring(tenant, k, keyring.region, keyring.endpoint, keyring.credentials) for k in old_kms_key] if isinstance(keyring, KmsKeyring) else []
 
     def opening_key(name: str, key_id: str):  # type: ignore[no-untyped-def]
-        named = [k for k in old if name == k.tenant and (key_id == k.key_id or key_id.endswith("/" + k.key_id))]
+        named = [k for k in old if name == k.tenant and k.names(key_id)]
         return named[0] if named else resolve(name, key_id)
 
     register(access.storage_root, keyring)

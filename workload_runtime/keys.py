@@ -117,6 +117,10 @@ class LocalKeyring:
         return plain
 
 
+    def names(self, key_id: str) -> bool:
+        """Whether `key_id`, as a sealed object's header names its key, is this key."""
+        return key_id == self.key_id
+
     def retired(self, key_id: str) -> LocalKeyring | None:
         """This tenant's retired key `key_id`, kept beside the key file when it was rotated
         (`retire_local_key`), so data still sealed under it opens until it is resealed."""
@@ -196,6 +200,7 @@ class KmsKeyring:
     endpoint: str = ""
     credentials: dict[str, str] = field(default_factory=dict, repr=False)  # aws_access_key_id, aws_secret_access_key, aws_session_token
     _client: Any = field(default=None, repr=False)
+    _arn: str = field(default="", repr=False)  # what an alias `key_id` points to
 
     def client(self) -> Any:
         if self._client is None:
@@ -206,6 +211,22 @@ class KmsKeyring:
                 endpoint_url=self.endpoint or None, **{k: v for k, v in self.credentials.items() if v},
             )
         return self._client
+
+    def names(self, key_arn: str) -> bool:
+        """Whether the key ARN a sealed object's header names is this key: by its id or ARN as the
+        catalog writes it, or, for an alias, the key the alias points to now (asked of KMS once)."""
+        if key_arn == self.key_id or key_arn.endswith("/" + self.key_id):
+            return True
+        if "alias/" not in self.key_id:
+            return False
+        if not self._arn:
+            from botocore.exceptions import BotoCoreError, ClientError
+
+            try:
+                self._arn = self.client().describe_key(KeyId=self.key_id)["KeyMetadata"]["Arn"]
+            except (ClientError, BotoCoreError) as exc:
+                raise self.refused(exc) from None
+        return key_arn == self._arn
 
     def refused(self, exc: BaseException) -> KeyUnavailable:
         """What KMS answered, as `KeyUnavailable` with the fix."""

@@ -91,10 +91,9 @@ def master_key(keyring: Keyring, wrapped_by: str = "") -> RawMasterKey | KMSMast
     which must be this keyring's key."""
     if isinstance(keyring, KmsKeyring):
         key_id = wrapped_by or keyring.key_id
-        if wrapped_by and not (wrapped_by == keyring.key_id or wrapped_by.endswith("/" + keyring.key_id)):
+        if wrapped_by and not keyring.names(wrapped_by):
             raise KeyUnavailable(keyring.tenant, keyring.key_id, f"the data was sealed with KMS key {wrapped_by}, not this tenant's key",
-                                 "If the tenant moved to a new key, reseal its data: `sinewgrid tenants reseal "
-                                 f"{keyring.tenant} --old-kms-key {wrapped_by}`; name keys by id or ARN in the catalog (an alias cannot be matched).")  # fmt: skip
+                                 f"If the tenant moved to a new key, reseal its data: `sinewgrid tenants reseal {keyring.tenant} --old-kms-key {wrapped_by}`.")  # fmt: skip
         key: Any = _KmsKey(config=KMSMasterKeyConfig(key_id=key_id, client=keyring.client()))
     else:
         material = keyring.material()

@@ -185,10 +185,11 @@ def open_stored(uri: str, stored: bytes | memoryview, unsealer: Opener | None = 
 
 def resolve(tenant: str, key_id: str) -> Keyring:
     """The keyring of `tenant` held by this process that holds key `key_id` (for opening what it
-    sealed); another of the tenant's keyrings when none names that key (a local key not read yet)."""
+    sealed), or the retired local key of that id; else another of the tenant's keyrings, which
+    refuses the object naming both keys."""
     held = [k for k in _KEYRINGS.values() if k.tenant == tenant]
     for keyring in held:
-        if keyring.key_id == key_id:
+        if keyring.names(key_id):
             return keyring
     for keyring in held:  # a local key rotated since: its retired key opens what it sealed
         if isinstance(keyring, LocalKeyring) and (retired := keyring.retired(key_id)) is not None:
