@@ -8,7 +8,8 @@ plain areas and stay as they are):
   sealed again with the current key, checked, then put in place of the old one (one atomic write);
 - each checkpoint step as a whole: its files are resealed beside it (`.reseal-<name>`), then a new
   manifest naming their new sha256 and key is made, then the files and the manifest are moved into
-  place. A reseal stopped half-way picks a step up where it stopped;
+  place. A reseal stopped half-way picks a step up where it stopped (a step stopped between its
+  moves reads as corrupt, so a loader takes the one before, until then);
 - each registered dataset version: downloaded (sealed), resealed file by file, and stored again
   under the same version (`DataRegistry.republish`: the tag moves to a commit that says why). Once
   every version reads under the new key, the old copies in the DVC remote are removed.
