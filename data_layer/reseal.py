@@ -22,6 +22,7 @@ running it again finishes the work: objects already under the current key are le
 
 from __future__ import annotations
 
+import json
 import posixpath
 import tempfile
 import time
@@ -157,14 +158,14 @@ def _reseal_step(fs, step: str, resealer: Resealer, report: ResealReport) -> boo
     if not fs.exists(pending_manifest):
         for stray in [p for p in fs.find(step) if posixpath.basename(p).startswith(PENDING)]:
             fs.rm(stray)  # a run stopped before this step's new manifest: its work is redone
-        manifest = _manifest(fs, manifest_path, resealer)
+        stored_manifest = fs.cat_file(manifest_path)
+        manifest = _manifest(_uri(fs, manifest_path), stored_manifest, resealer)
         if manifest is None:
             _reseal_object(fs, manifest_path, resealer, report)  # not a checkpoint's manifest after all
             for path in fs.find(step):
                 if posixpath.basename(path) != MANIFEST:
                     _reseal_object(fs, path, resealer, report)
             return False
-        stored_manifest = fs.cat_file(manifest_path)
         entries, moved = dict(manifest["files"]), False
         for rel in sorted(entries):
             path = posixpath.join(step, rel)
@@ -189,14 +190,12 @@ def _reseal_step(fs, step: str, resealer: Resealer, report: ResealReport) -> boo
     return True
 
 
-def _manifest(fs, path: str, resealer: Resealer) -> dict | None:  # type: ignore[no-untyped-def]
-    import json
-
-    stored = fs.cat_file(path)
+def _manifest(uri: str, stored: bytes, resealer: Resealer) -> dict | None:
+    """The checkpoint manifest `stored` holds, or None when it is not one."""
     if not is_sealed(stored):
         return None
     try:
-        doc = json.loads(open_stored(_uri(fs, path), stored, resealer._opener))
+        doc = json.loads(open_stored(uri, stored, resealer._opener))
     except (ValueError, SealedDataError):
         return None
     return doc if isinstance(doc, dict) and doc.get("format") == CHECKPOINT_FORMAT and isinstance(doc.get("files"), dict) else None
