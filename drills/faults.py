@@ -20,6 +20,7 @@ fast or slow the machine is (and the pool loss waits until its holder is in line
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import json
 import os
@@ -253,8 +254,9 @@ def sick_nodes(drill_root: Path, pools: list[str]) -> list[str]:
 
 
 def rank_process(rank: int, entry_point: str) -> tuple[psutil.Process, str]:
-    """The process of one rank of the running gang (any backend: torchrun, srun and Ray ranks all
-    run `entry_point` with their rank in the environment), and its node's name."""
+    """The process of one rank of the running gang (srun and Ray ranks, and torchrun's on a cluster,
+    run `entry_point` with their rank in the environment; a local node's are forked), and its
+    node's name where the process says it."""
     for process in psutil.process_iter(["cmdline"]):
         try:
             if entry_point not in " ".join(process.info["cmdline"] or []):
@@ -264,4 +266,11 @@ def rank_process(rank: int, entry_point: str) -> tuple[psutil.Process, str]:
             continue
         if env.get("RANK", env.get("SLURM_PROCID")) == str(rank) and ("WORLD_SIZE" in env or "SLURM_NTASKS" in env):
             return process, env.get("SINEWGRID_NODE") or env.get("SLURMD_NODENAME") or ""
+    # A local node's ranks are forked by its torchrun agent under this process (the local backend's
+    # forkserver): their command line and environment read as the agent's, and each names itself
+    # `rank<N>` (workload_runtime/run_module.py). The node is its agent, the rank's parent.
+    for process in psutil.Process().children(recursive=True):
+        with contextlib.suppress(psutil.Error):
+            if process.name() == f"rank{rank}":
+                return process, ""
     raise RuntimeError(f"found no process of rank {rank} running {entry_point}")

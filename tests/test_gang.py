@@ -24,6 +24,7 @@ import torch
 from control_plane.accounting.ledger import read_ledger
 from control_plane.catalog.step_spec import StepSpec
 from control_plane.compute.backends.gang import (
+    AGENT_IMPORTS,
     GangProcess,
     free_port,
     kill_node,
@@ -225,9 +226,9 @@ def test_a_gang_checkpoint_resumes_on_one_process(tmp_path, gang_dataset_uri, on
     extras.write_text(json.dumps(inputs))
     env = {k: v for k, v in os.environ.items() if not k.startswith("DAGSTER_PIPES")}
     spec = StepSpec(name="s", entry_point=PRETRAIN, tenant="cell", nodes=1, ranks_per_node=2)
-    command = [*torchrun_command(sys.executable, spec, 0, free_port()), "--extras", str(extras)]
+    command = [*torchrun_command(sys.executable, spec, 0, free_port(), fork_ranks=True), "--extras", str(extras)]
     with (tmp_path / "gang.log").open("ab") as out:
-        gang = GangProcess.start([command], ["local-node0"], env=env, cwd=str(Path(__file__).parents[1]), output=out)
+        gang = GangProcess.start([command], ["local-node0"], env=env, cwd=str(Path(__file__).parents[1]), output=out, imports=[*AGENT_IMPORTS, *IMPORTS])
         deadline = time.monotonic() + 300
         while not marker.exists():
             assert gang.poll() is None and time.monotonic() < deadline, (tmp_path / "gang.log").read_text()[-3000:]
@@ -247,10 +248,11 @@ def test_a_gang_checkpoint_resumes_on_one_process(tmp_path, gang_dataset_uri, on
 
 
 def _rank_process(home: Path, node: int, rank: int) -> psutil.Process:
-    """The process of global rank `rank`, found under its node's agent (the in-flight record)."""
+    """The process of global rank `rank`, found under its node's agent (the in-flight record). The
+    agent forks its ranks: each names itself `rank<N>` (workload_runtime/run_module.py)."""
     (record,) = InFlight(Storage.at(str(home))).records()
     agent = psutil.Process(record["handle"]["info"]["nodes"][node][0])
-    (found,) = [p for p in agent.children(recursive=True) if p.environ().get("RANK") == str(rank)]
+    (found,) = [p for p in agent.children(recursive=True) if p.name() == f"rank{rank}"]
     return found
 
 
