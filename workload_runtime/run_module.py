@@ -5,9 +5,9 @@ elastic's agent fork each rank from itself and run this file in it, rather than 
 interpreter per rank (`control_plane/compute/backends/gang.py`): a rank then inherits what the agent
 imported (torch, torch._dynamo, the step's libraries: ~3 CPU-s a rank). What this file gives the
 rank is what a fresh `python -u -m MODULE` has: the signal dispositions of a new interpreter (the
-agent's handlers, which turn SIGTERM into an exception, are not the workload's), unbuffered output,
-and MODULE run as `__main__` with `sys.argv` = [its file, *ARGS]. Its exit status is the module's: `sys.exit(75)` ends the rank with
-75, as it would a process of its own.
+agent's handlers, which turn SIGTERM into an exception, are not the workload's), output written
+line by line, and MODULE run as `__main__` with `sys.argv` = [its file, *ARGS]. Its exit status is
+the module's: `sys.exit(75)` ends the rank with 75, as it would a process of its own.
 
 A forked rank's command line and starting environment (/proc/PID/cmdline, /proc/PID/environ) are
 its agent's, so it names itself `rank<RANK>` (/proc/PID/comm: what `top` and `ps -o comm` show,
