@@ -1,5 +1,10 @@
-"""The whole Robotics graph on a temporary root (MuJoCo backend): sessions in, a policy
-evaluated in simulation and on the robot-cell stand-in, failures flagged for relabelling."""
+"""The whole Robotics graph on an object-store root (MuJoCo backend): sessions in, a policy
+evaluated in simulation and on the robot-cell stand-in, failures flagged for relabelling.
+
+The loop runs on a fresh `s3://` root of the session's S3 API server, as in production. The same
+loop on the embedded default (a local folder) is the session's demo run, checked in
+tests/test_demo_loops.py.
+"""
 
 from __future__ import annotations
 
@@ -29,7 +34,6 @@ from data_layer.lineage import LineageStore
 from control_plane.settings import code_version
 from workload_runtime.storage import exists, read_json, write_bytes_atomic
 from sinewgrid.cli import app
-from tests.conftest import ROOT_KINDS
 from tests.helpers import sensor_ingest
 
 pytestmark = pytest.mark.e2e  # runs workloads end to end, in their own processes
@@ -54,7 +58,7 @@ def _sensor_ingest(sensor, asset, instance, resources, root: str, cursor: str | 
     return sensor_ingest(sensor, [asset], defs, instance, resources, root, cursor)
 
 
-@pytest.mark.parametrize("root", ROOT_KINDS, indirect=True)
+@pytest.mark.parametrize("root", ["s3"], indirect=True)
 def test_robotics_loop_end_to_end(instance, resources, root, storage, tmp_path):
     operator = TeleopOperatorStandIn(storage)
     sessions = operator.record_sessions(sessions=2, episodes=3, include_bad=True)
