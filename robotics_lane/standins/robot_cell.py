@@ -58,23 +58,25 @@ class RobotCellStandIn:
             if exists(posixpath.join(folder, MANIFEST_NAME)):
                 continue
             records, episodes, fps = [], [], 25
+            # The policy under test, loaded once: a trained policy acts the same in every trial.
+            policy = load_policy({"kind": "checkpoint", "uri": request["policy_checkpoint_uri"]}, seed=0)
             for task_entry in request["tasks"]:
                 task = real_task(task_entry["task"])
-                for trial in range(int(request["trials_per_task"])):
-                    seed = int(task_entry["first_seed"]) + trial
-                    with make_simulator("mujoco", task, cameras=self.cameras) as sim:
-                        fps = max(1, round(1.0 / sim.control_dt))
-                        episode = run_episode(sim, load_policy({"kind": "checkpoint", "uri": request["policy_checkpoint_uri"]}, seed), seed)
-                    records.append(
-                        {"trial": len(records), "task_id": task_entry["task_id"], "seed": seed, "success": bool(episode.success),
-                         "return": float(episode.rewards.sum()), "length": int(episode.length), "failure_mode": episode.failure_mode,
-                         "episode_index": len(episodes)}
-                    )
-                    episodes.append(
-                        Episode(task=task_entry["task_id"], observation_state=episode.observations, action=episode.actions,
-                                reward=episode.rewards, success=episode.success, metadata={"seed": seed, "failure_mode": episode.failure_mode or ""},
-                                images=image_features(episode.images))
-                    )
+                with make_simulator("mujoco", task, cameras=self.cameras) as sim:  # one set-up of the cell per task
+                    fps = max(1, round(1.0 / sim.control_dt))
+                    for trial in range(int(request["trials_per_task"])):
+                        seed = int(task_entry["first_seed"]) + trial
+                        episode = run_episode(sim, policy, seed)  # the trial's start follows its seed alone
+                        records.append(
+                            {"trial": len(records), "task_id": task_entry["task_id"], "seed": seed, "success": bool(episode.success),
+                             "return": float(episode.rewards.sum()), "length": int(episode.length), "failure_mode": episode.failure_mode,
+                             "episode_index": len(episodes)}
+                        )
+                        episodes.append(
+                            Episode(task=task_entry["task_id"], observation_state=episode.observations, action=episode.actions,
+                                    reward=episode.rewards, success=episode.success, metadata={"seed": seed, "failure_mode": episode.failure_mode or ""},
+                                    images=image_features(episode.images))
+                        )
             write_dataset(posixpath.join(folder, "episodes"), episodes, fps=fps, robot_type="cartpole-real", state_names=STATE_NAMES, action_names=ACTION_NAMES)
             write_bytes_atomic(posixpath.join(folder, "trials.jsonl"), "".join(json.dumps(r) + "\n" for r in records).encode())
             seal_drop(self.storage, KIND, eval_id, robot="cartpole-real-01", cell="RobotCellStandIn", project="sinewgrid-demo", policy_version=request["policy_version"])

@@ -15,6 +15,7 @@ seeds stay out of training, so the next policy version's evaluation stays honest
 
 from __future__ import annotations
 
+import itertools
 import posixpath
 import zlib
 from dataclasses import dataclass
@@ -56,19 +57,22 @@ class TeleopOperatorStandIn:
         if exists(posixpath.join(folder, MANIFEST_NAME)):
             return folder  # an operator never sends the same session twice
         episodes, fps = [], 25
-        for task, seed in conditions:
+        # One set-up of the rig per task, as an operator records take after take; each take's
+        # start follows its seed alone.
+        for task, takes in itertools.groupby(conditions, key=lambda condition: condition[0]):
             controller = BalancingController().adapted_to(task) if on_real_robot else BalancingController()  # a person adapts to the robot
             with make_simulator("mujoco", task, cameras=self.cameras) as sim:
                 fps = max(1, round(1.0 / sim.control_dt))
-                episode = run_episode(sim, NoisyOperator(controller, self.noise_std, seed), seed)
-            actions = episode.actions.copy()
-            if corrupt:
-                actions[len(actions) // 2 :] = np.nan  # a recorder glitch: the joystick stream dropped out
-            episodes.append(
-                Episode(task=TASK_LABEL, observation_state=episode.observations, action=actions, reward=episode.rewards,
-                        success=episode.success, metadata={"seed": seed, "failure_mode": episode.failure_mode or ""},
-                        images=image_features(episode.images))
-            )
+                for _, seed in takes:
+                    episode = run_episode(sim, NoisyOperator(controller, self.noise_std, seed), seed)
+                    actions = episode.actions.copy()
+                    if corrupt:
+                        actions[len(actions) // 2 :] = np.nan  # a recorder glitch: the joystick stream dropped out
+                    episodes.append(
+                        Episode(task=TASK_LABEL, observation_state=episode.observations, action=actions, reward=episode.rewards,
+                                success=episode.success, metadata={"seed": seed, "failure_mode": episode.failure_mode or ""},
+                                images=image_features(episode.images))
+                    )
         write_dataset(folder, episodes, fps=fps, robot_type="cartpole", state_names=STATE_NAMES, action_names=ACTION_NAMES)
         robot = "cartpole-real-01" if on_real_robot else "cartpole-sim-rig"
         return seal_drop(self.storage, KIND, session_id, robot=robot, operator="TeleopOperatorStandIn", project="sinewgrid-demo", note=note, **fields)
