@@ -10,6 +10,9 @@ ISAACLAB_VENV     ?= .venv-isaaclab
 ISAACLAB_PY       := $(ISAACLAB_VENV)/bin/python
 ISAACLAB_STAMP    := $(ISAACLAB_VENV)/.installed
 ISAACLAB_VERSION  ?= 3.0.0
+# Free disk the first build needs (the venv is ~8 GB, pip's downloads pass through its cache):
+# checked before anything is installed, so a full disk fails here with the reason, not mid-install.
+ISAACLAB_DISK_GB  ?= 10
 # What the workloads need beside Isaac Lab (kept in step with the main project's pins; pydantic for
 # the typed workload inputs and configs, s3fs for an s3:// storage root, cryptography, the AWS
 # Encryption SDK (the sealed format) and boto3 for
@@ -33,6 +36,11 @@ $(ISAACLAB_STAMP): mk/isaaclab.mk
 	  echo "The Isaac Lab runtime needs Python 3.12 (Isaac Lab $(ISAACLAB_VERSION) supports no other)." >&2; \
 	  echo "None found: neither a working python3.12 on PATH nor a 3.12.x in 'pyenv versions'." >&2; \
 	  echo "Install one (e.g. 'pyenv install 3.12') or pass PYTHON312=/path/to/python3.12." >&2; \
+	  exit 1; fi
+	@free_kb=$$(df -Pk . | awk 'NR == 2 {print $$4}'); \
+	if [ -n "$$free_kb" ] && [ "$$free_kb" -lt $$(( $(ISAACLAB_DISK_GB) * 1024 * 1024 )) ] && [ ! -x $(ISAACLAB_PY) ]; then \
+	  echo "The Isaac Lab runtime needs about $(ISAACLAB_DISK_GB) GB on this disk; only $$(( free_kb / 1024 / 1024 )) GB are free under $(CURDIR)." >&2; \
+	  echo "Free some space (old clones and their .venv* folders, ~/.cache/pip) and rerun; nothing was installed." >&2; \
 	  exit 1; fi
 	@echo "Creating $(ISAACLAB_VENV) with $(PYTHON312)"
 	@test -x $(ISAACLAB_PY) || $(PYTHON312) -m venv $(ISAACLAB_VENV)
