@@ -58,14 +58,13 @@ class RobotCellStandIn:
             if exists(posixpath.join(folder, MANIFEST_NAME)):
                 continue
             records, episodes, fps = [], [], 25
-            # The policy under test, loaded once: a trained policy acts the same in every trial.
-            policy = load_policy({"kind": "checkpoint", "uri": request["policy_checkpoint_uri"]}, seed=0)
             for task_entry in request["tasks"]:
                 task = real_task(task_entry["task"])
                 with make_simulator("mujoco", task, cameras=self.cameras) as sim:  # one set-up of the cell per task
                     fps = max(1, round(1.0 / sim.control_dt))
                     for trial in range(int(request["trials_per_task"])):
                         seed = int(task_entry["first_seed"]) + trial
+                        policy = load_policy({"kind": "checkpoint", "uri": request["policy_checkpoint_uri"]}, seed)  # any noise it has, seeded per trial
                         episode = run_episode(sim, policy, seed)  # the trial's start follows its seed alone
                         records.append(
                             {"trial": len(records), "task_id": task_entry["task_id"], "seed": seed, "success": bool(episode.success),
