@@ -10,12 +10,6 @@ STAMP := $(VENV)/.installed
 export SINEWGRID_HOME ?= $(CURDIR)/.sinewgrid
 export DAGSTER_HOME   ?= $(SINEWGRID_HOME)/dagster
 
-# Python keeps each module's compiled bytecode beside it (__pycache__/, ignored by git), as it does
-# by default: where the shell turns that off (PYTHONDONTWRITEBYTECODE, set on some CI images), each
-# of the hundreds of processes `make test` starts would compile the project's modules again, and
-# pytest would rewrite every test module again in each worker.
-unexport PYTHONDONTWRITEBYTECODE
-
 # Python 3.11 first: the CPU build of torch that this project pins lies on disk for 3.11.
 # Then any 3.11+ on PATH, then pyenv's.
 PYTHON ?= $(shell for p in python3.11 python3.12 python3.13 python3; do \
