@@ -8,9 +8,11 @@ the real thing.
 from __future__ import annotations
 
 import json
+import os
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -31,7 +33,13 @@ sys.exit(int(os.environ.get("EXIT", "0")))
 
 
 def _workload(folder: Path, version: int = 1) -> str:
-    (folder / "reporter.py").write_text(f"VERSION = {version}\n" + REPORTER)
+    path = folder / "reporter.py"
+    path.write_text(f"VERSION = {version}\n" + REPORTER)
+    # Python checks a module's cached bytecode against its source's mtime (in whole seconds) and
+    # size: rewritten within the same second at the same size, a module whose bytecode was cached
+    # (PYTHONDONTWRITEBYTECODE unset) would run its old code. An edit by hand comes seconds later.
+    stamp = time.time() + 2 * version
+    os.utime(path, (stamp, stamp))
     return "reporter"
 
 
