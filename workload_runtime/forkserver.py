@@ -153,25 +153,30 @@ def become_workload(request: dict[str, Any], log_fd: int | None) -> NoReturn:
     os.environ.update(request["env"])
     sys.path[0] = request["cwd"]  # what `python -m` puts first
     sys.argv = [request["entry"], *request.get("args", [])]
-    finish(run(request["entry"]))
+    run(request["entry"])
+    finish(0)
 
 
-def run(entry: str) -> int:
-    """Run `entry` as `__main__`; its exit status as the interpreter would make it."""
+def run(entry: str) -> None:
+    """Run `entry` as `__main__` and return if it succeeds. One that ends badly (`sys.exit(75)`
+    after a preemption, an exception) ends here with the exit status the interpreter would give it
+    (`finish`), still inside the handler, so nothing it made is torn down first: freeing a
+    preempted torch rank's DDP model destroys its Gloo process group, which was seen to wait 30 s
+    on a peer that had already left."""
     try:
         runpy.run_module(entry, run_name="__main__", alter_sys=True)
     except SystemExit as exc:
-        if exc.code is None or isinstance(exc.code, int):
-            return exc.code or 0
-        print(exc.code, file=sys.stderr)
-        return 1
+        if exc.code is None or exc.code == 0:
+            return
+        if not isinstance(exc.code, int):
+            print(exc.code, file=sys.stderr)
+        finish(exc.code if isinstance(exc.code, int) else 1)
     except KeyboardInterrupt:
         sys.excepthook(*sys.exc_info())
-        return -signal.SIGINT
+        finish(-signal.SIGINT)
     except BaseException:  # noqa: BLE001 - reported as an uncaught exception is, exit 1
         sys.excepthook(*sys.exc_info())
-        return 1
-    return 0
+        finish(1)
 
 
 def finish(code: int) -> NoReturn:
