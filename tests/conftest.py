@@ -147,24 +147,33 @@ def pytest_configure(config):
 def pytest_collection_finish(session):
     """Freeze what importing the test modules made (Dagster, torch, both lanes' definitions:
     half a million objects) into the collector's permanent generation: see `_collect_garbage`."""
-    _collect_garbage(everything=True)
+    _collect_garbage(module="", whole_heap=True)
 
 
-_last_module: list[str] = [""]
+# A collection of the whole heap walks every object a worker holds, two million once a few
+# modules have run (over 1 s each): done once this many more objects were frozen since the last.
+WHOLE_HEAP_AFTER = 500_000
+_collected = {"module": "", "frozen_since": 0}
 
 
-def _collect_garbage(everything: bool) -> None:
-    """Collect garbage, then freeze what survives, so the next collection walks only what was made
-    since. `everything` unfreezes first and walks the whole heap: done once per module, so what a
-    module's fixtures held and let go is collected there. A test's own collection walks only its
-    own objects: a worker's heap grows to millions of objects (torch, MuJoCo, the lanes' runs), and
-    walking all of them before every test cost about 0.6 s a test, a seventh of the suite."""
+def _collect_garbage(module: str, whole_heap: bool = False) -> None:
+    """Collect garbage before a test, then freeze what survives, so the next collection walks only
+    what was made since: a worker's heap grows to millions of objects (torch, MuJoCo, the lanes'
+    runs), and walking all of them before every test cost about 0.6 s a test.
+
+    What a module's fixtures held and let go of is frozen by then; a collection of the whole heap
+    (unfreeze first) frees it, at the start of a module once `WHOLE_HEAP_AFTER` objects were
+    frozen since the last one. Run at every module's start, those walks cost ~150 CPU-s of the
+    suite; the garbage they would free waits, at most that many objects (under 100 MB), instead."""
     import gc
 
-    if everything:
+    whole_heap = whole_heap or (module != _collected["module"] and _collected["frozen_since"] > WHOLE_HEAP_AFTER)
+    if whole_heap:
         gc.unfreeze()
     gc.collect()
+    survivors = 0 if whole_heap else len(gc.get_objects(generation=2))  # what is about to be frozen
     gc.freeze()
+    _collected.update(module=module, frozen_since=0 if whole_heap else _collected["frozen_since"] + survivors)
 
 
 # A test that uses one of these fixtures is in that tier (pyproject.toml registers the markers).
@@ -273,9 +282,7 @@ def _fresh_dagster_context(request: pytest.FixtureRequest):
     """
     from dagster._core.storage.defs_state.base import set_defs_state_storage
 
-    module = request.node.nodeid.split("::", 1)[0]
-    _collect_garbage(everything=module != _last_module[0])
-    _last_module[0] = module
+    _collect_garbage(module=request.node.nodeid.split("::", 1)[0])
     with set_defs_state_storage(None):
         yield
     # A command run in-process (CliRunner) silences logging for its own output; undo it, or
