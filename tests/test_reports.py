@@ -7,10 +7,8 @@ import dataclasses
 import datetime as dt
 import io
 import json
-import os
 import re
 import subprocess
-import sys
 from pathlib import Path
 
 import dagster as dg
@@ -18,11 +16,13 @@ import matplotlib.image
 import numpy as np
 import pandas as pd
 import pytest
+from typer.testing import CliRunner
 
 from control_plane.accounting import reports
 from control_plane.accounting.ledger import LEDGER_URL_ENV, Ledger
 from control_plane.accounting.records import AttemptRecord
 from shared_resources.resources import platform_resources
+from sinewgrid.cli import app
 from tests.synthetic_ledger import (
     DAY1,
     DAY2,
@@ -39,7 +39,6 @@ from tests.synthetic_ledger import (
 )
 from workload_runtime.storage import Storage
 
-REPO = Path(__file__).resolve().parent.parent
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
 
@@ -177,9 +176,13 @@ def test_the_ledger_summary_asset_materializes_with_tables_and_plots(home, booke
 
 
 def _sinewgrid(home: Path, *args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
-    env = {**os.environ, "SINEWGRID_HOME": str(home), "DAGSTER_HOME": str(home / "dagster"), **(env or {})}
-    env.pop(LEDGER_URL_ENV, None)
-    return subprocess.run([sys.executable, "-m", "sinewgrid.cli", *args], cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+    """`sinewgrid ARGS` on the storage root `home`, run in this process as its console script runs it."""
+    with pytest.MonkeyPatch.context() as patch:
+        for name, value in {"SINEWGRID_HOME": str(home), "DAGSTER_HOME": str(home / "dagster"), **(env or {})}.items():
+            patch.setenv(name, value)
+        patch.delenv(LEDGER_URL_ENV, raising=False)
+        result = CliRunner().invoke(app, list(args))
+    return subprocess.CompletedProcess(["sinewgrid", *args], result.exit_code, result.stdout, result.stderr)
 
 
 def test_sinewgrid_report_prints_the_tables_and_json(home, booked):
