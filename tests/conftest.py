@@ -176,9 +176,8 @@ def _collect_garbage(module: str, whole_heap: bool = False) -> None:
 
     What a module's fixtures held and let go of is frozen by then; a collection of the whole heap
     (unfreeze first) frees it, at the start of a module once `WHOLE_HEAP_AFTER` objects were
-    frozen since the last one. Run at every module's start, those walks cost ~40 CPU-s of the
-    suite (`make test`'s user and system time on a fresh clone, 1,070 s before, 1,027 s after);
-    the garbage they would free waits, at most that many objects (under 100 MB), instead."""
+    frozen since the last one, not at every module's start (docs/testing.md has the figures):
+    the garbage it would free waits, at most that many objects (under 100 MB)."""
     import gc
 
     whole_heap = whole_heap or (module != _collected["module"] and _collected["frozen_since"] > WHOLE_HEAP_AFTER)
