@@ -2,7 +2,8 @@
 the classes it names, the Helm values load the same code locations as workspace.yaml, the images
 pin what pyproject.toml and mk/isaaclab.mk pin, and every pool catalog loads.
 
-Docker and Helm do not run here: images and chart are checked by parsing, not built or installed.
+Helm does not run here: the chart is checked by parsing. The images are built by `make images`
+(tests/test_images.py checks how it names and fills them).
 """
 
 from __future__ import annotations

@@ -3,38 +3,46 @@
 # (`cell`, `robotics`) and the run pods the K8sRunLauncher starts all run this one image
 # (deploy/helm/values.yaml). It does no GPU work: GPU steps run in the workload images.
 #
-# Build from the repository root:
-#   docker build -f deploy/docker/orchestration.Dockerfile -t ghcr.io/sinewgrid/orchestration:0.1.0 .
+# Built by `make images` (deploy/docker/build.py), which first fills build/wheelhouse with the
+# wheels of exactly the versions the suite ran (`pip freeze` of .venv, torch's CPU build: this
+# image never touches a GPU) and passes the base image and the code version:
+#   podman build -f deploy/docker/orchestration.Dockerfile \
+#     --build-arg BASE_IMAGE=<a Debian bookworm with python3.11> \
+#     --build-arg SINEWGRID_CODE_VERSION=orchestration@sha256:<digest of what went in> .
+# Nothing is downloaded while the image builds except Debian's packages; pip installs from the
+# wheelhouse only.
 #
 # The version arguments restate pins from pyproject.toml; tests/test_deploy.py fails when they drift.
 
-ARG PYTHON_VERSION=3.11
-FROM python:${PYTHON_VERSION}-slim-bookworm
+ARG BASE_IMAGE=python:3.11-slim-bookworm
+FROM ${BASE_IMAGE}
 
-# pyproject.toml pins torch==2.13.0; here it comes from PyTorch's CPU index, because PyPI's Linux
-# wheel of the same version is the multi-GB CUDA build and this image never touches a GPU.
+ARG PYTHON_VERSION=3.11
+# pyproject.toml pins torch==2.13.0; the wheelhouse holds its CPU build (2.13.0+cpu).
 ARG TORCH_VERSION=2.13.0
-# dagster-aws (the S3 compute log manager in the instance config) belongs to the integration
-# family pyproject.toml pins for dagster-k8s and dagster-postgres; unpinned, pip picks a 2021
-# release that imports `dagster.core` and crashes.
+# The Dagster integrations (dagster-k8s, dagster-postgres, dagster-aws for the S3 compute log
+# manager) are pinned in pyproject.toml with this version; the wheelhouse holds exactly it.
 ARG DAGSTER_INTEGRATIONS_VERSION=0.29.27
 
 ENV PYTHONUNBUFFERED=1 \
-    PYTHONDONTWRITEBYTECODE=1 \
     PIP_NO_CACHE_DIR=1 \
     PIP_DISABLE_PIP_VERSION_CHECK=1 \
+    VIRTUAL_ENV=/opt/venv \
+    PATH=/opt/venv/bin:$PATH \
     DAGSTER_HOME=/opt/dagster/dagster_home
+
+# git: the data registry is a git repository plus a DVC remote (docs/datasets.md).
+RUN if ! command -v git >/dev/null; then \
+      apt-get update && apt-get install -y --no-install-recommends git && rm -rf /var/lib/apt/lists/*; fi \
+    && "python${PYTHON_VERSION}" -m venv /opt/venv
 
 WORKDIR /opt/sinewgrid
 
-# git: the data registry is a git repository plus a DVC remote (docs/datasets.md).
-RUN apt-get update \
-    && apt-get install -y --no-install-recommends git \
-    && rm -rf /var/lib/apt/lists/*
+# The dependencies first, in their own layer: it changes only when the lock does.
+RUN --mount=type=bind,source=build/wheelhouse,target=/wheels \
+    pip install --no-index --find-links /wheels -r /wheels/requirements.lock
 
-RUN pip install --index-url https://download.pytorch.org/whl/cpu "torch==${TORCH_VERSION}"
-
-# The project with the dependency pins of pyproject.toml (Dagster family and torch exact).
+# The project itself, with no dependency resolution left to do.
 COPY pyproject.toml README.md ./
 COPY sinewgrid ./sinewgrid
 COPY workload_runtime ./workload_runtime
@@ -48,7 +56,7 @@ COPY sensors ./sensors
 COPY platform_location ./platform_location
 COPY drills ./drills
 COPY testbed ./testbed
-RUN pip install . "dagster-aws==${DAGSTER_INTEGRATIONS_VERSION}"
+RUN pip install --no-index --no-deps --no-build-isolation .
 
 # The pool catalogs (SINEWGRID_POOLS=/opt/sinewgrid/deploy/pools/<cloud>.yaml) and the workspace.
 COPY workspace.yaml ./
@@ -59,8 +67,8 @@ RUN useradd --uid 10001 --create-home sinewgrid \
     && mkdir -p "${DAGSTER_HOME}" && chown sinewgrid "${DAGSTER_HOME}"
 USER 10001
 
-# The code version every lineage record carries (the image has no .git):
-#   docker build --build-arg SINEWGRID_CODE_VERSION=$(git rev-parse HEAD) …
+# The code version every lineage record carries (the image has no .git): `make images` passes
+# `orchestration@sha256:<digest>`, the digest of everything that went into the image.
 ARG SINEWGRID_CODE_VERSION=unknown
 ENV SINEWGRID_CODE_VERSION=${SINEWGRID_CODE_VERSION}
 

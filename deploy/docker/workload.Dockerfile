@@ -4,53 +4,66 @@
 # `python -m cell_lane.workloads.pretrain`; it talks back only through Dagster Pipes and the
 # object store.
 #
-# Build from the repository root:
-#   docker build -f deploy/docker/workload.Dockerfile -t ghcr.io/sinewgrid/workload:0.1.0 .
-#
-# CUDA version: CUDA_VERSION picks the base image and TORCH_CUDA the PyTorch wheel index; the two
-# must name the same CUDA major.minor (12.8.1 <-> cu128), the index must publish TORCH_VERSION for
-# that CUDA (see https://download.pytorch.org/whl/torch/), and the nodes' NVIDIA driver must
-# support it (CUDA 12.8 needs driver 570 or newer). For example, for CUDA 12.6:
-#   docker build --build-arg CUDA_VERSION=12.6.3 --build-arg TORCH_CUDA=cu126 -f deploy/docker/workload.Dockerfile .
+# Built by `make images` (deploy/docker/build.py), which fills build/wheelhouse with the wheels of
+# exactly the versions the suite ran (`pip freeze` of .venv) and passes the base image. Two flavours:
+# - GPU (the defaults): NVIDIA's CUDA base, Python 3.11 installed by uv (Ubuntu 24.04 ships 3.12),
+#   and torch's CUDA build from PyTorch's index in place of the wheelhouse's CPU build:
+#     podman build -f deploy/docker/workload.Dockerfile .
+#   CUDA_VERSION picks the base and TORCH_CUDA the wheel; the two must name the same CUDA
+#   (12.8.1 <-> cu128), PyTorch must publish TORCH_VERSION for it (https://download.pytorch.org/whl/torch/),
+#   and the nodes' driver must support it (CUDA 12.8 needs driver 570 or newer).
+# - CPU (what `make images` builds on a machine without a GPU or a reachable registry): a Debian
+#   bookworm base with python3.11 and the wheelhouse's CPU torch:
+#     --build-arg BASE_IMAGE=<that base> --build-arg PYTHON_FROM=base --build-arg TORCH_CUDA=
 #
 # The version arguments restate pins from pyproject.toml; tests/test_deploy.py fails when they drift.
 
 ARG CUDA_VERSION=12.8.1
 ARG UBUNTU_VERSION=24.04
 ARG UV_VERSION=0.8.0
+ARG BASE_IMAGE=nvidia/cuda:${CUDA_VERSION}-base-ubuntu${UBUNTU_VERSION}
+# Where Python 3.11 comes from: `uv` installs it, or `base`: the base image's own python3.11.
+ARG PYTHON_FROM=uv
 
 FROM ghcr.io/astral-sh/uv:${UV_VERSION} AS uv
 
-# The `base` flavour is enough: torch's CUDA wheels carry their own CUDA and cuDNN libraries; the
-# image supplies the NVIDIA container runtime settings and states the CUDA version it expects.
-FROM nvidia/cuda:${CUDA_VERSION}-base-ubuntu${UBUNTU_VERSION}
-
+FROM ${BASE_IMAGE} AS python-uv
 ARG PYTHON_VERSION=3.11
+ENV UV_NO_CACHE=1 UV_PYTHON_INSTALL_DIR=/opt/python
+COPY --from=uv /uv /usr/local/bin/uv
+RUN uv python install "${PYTHON_VERSION}" && uv venv --seed --python "${PYTHON_VERSION}" /opt/venv
+
+FROM ${BASE_IMAGE} AS python-base
+ARG PYTHON_VERSION=3.11
+RUN "python${PYTHON_VERSION}" -m venv /opt/venv
+
+FROM python-${PYTHON_FROM}
+
 ARG TORCH_VERSION=2.13.0
 ARG TORCH_CUDA=cu128
 
 ENV PYTHONUNBUFFERED=1 \
-    PYTHONDONTWRITEBYTECODE=1 \
-    UV_NO_CACHE=1 \
-    UV_PYTHON_INSTALL_DIR=/opt/python \
+    PIP_NO_CACHE_DIR=1 \
+    PIP_DISABLE_PIP_VERSION_CHECK=1 \
     VIRTUAL_ENV=/opt/venv \
     PATH=/opt/venv/bin:$PATH \
     MUJOCO_GL=egl
 
 # EGL and OpenGL for MuJoCo's headless camera rendering (Mesa's EGL and software rasteriser on a CPU
-# node; a GPU node also needs NVIDIA_DRIVER_CAPABILITIES to include `graphics`); OpenMP for torch.
+# node; a GPU node also needs NVIDIA_DRIVER_CAPABILITIES to include `graphics`); OpenMP for torch;
+# git for the data registry.
 RUN apt-get update \
-    && apt-get install -y --no-install-recommends ca-certificates libegl1 libegl-mesa0 libgl1 libgl1-mesa-dri libgomp1 \
+    && apt-get install -y --no-install-recommends ca-certificates git libegl1 libegl-mesa0 libgl1 libgl1-mesa-dri libgomp1 \
     && rm -rf /var/lib/apt/lists/*
-
-# Ubuntu 24.04 ships Python 3.12; the project is built and tested on 3.11, which uv installs.
-COPY --from=uv /uv /usr/local/bin/uv
-RUN uv python install "${PYTHON_VERSION}" && uv venv --python "${PYTHON_VERSION}" /opt/venv
 
 WORKDIR /opt/sinewgrid
 
-# torch first, from the CUDA index: the project's `torch==2.13.0` is then already satisfied.
-RUN uv pip install --index-url "https://download.pytorch.org/whl/${TORCH_CUDA}" "torch==${TORCH_VERSION}"
+# The dependencies in their own layer (it changes only when the lock does); on the GPU flavour,
+# torch's CUDA build then replaces the CPU build the lock names.
+RUN --mount=type=bind,source=build/wheelhouse,target=/wheels \
+    pip install --no-index --find-links /wheels -r /wheels/requirements.lock \
+    && if [ -n "${TORCH_CUDA}" ]; then \
+      pip install --index-url "https://download.pytorch.org/whl/${TORCH_CUDA}" "torch==${TORCH_VERSION}+${TORCH_CUDA}"; fi
 
 COPY pyproject.toml README.md ./
 COPY sinewgrid ./sinewgrid
@@ -65,7 +78,11 @@ COPY sensors ./sensors
 COPY platform_location ./platform_location
 COPY drills ./drills
 COPY testbed ./testbed
-RUN uv pip install .
+RUN pip install --no-index --no-deps --no-build-isolation .
 
 RUN useradd --uid 10001 --create-home sinewgrid
 USER 10001
+
+# The code version a step's lineage records: `make images` passes `workload@sha256:<digest>`.
+ARG SINEWGRID_CODE_VERSION=unknown
+ENV SINEWGRID_CODE_VERSION=${SINEWGRID_CODE_VERSION}
