@@ -72,6 +72,7 @@ def machine_facts() -> dict[str, Any]:
 FIGURES = {
     "1": "validation", "2": "omics", "3a": "rollouts", "3b": "isaaclab", "4": "ingest", "5": "dispatch",
     "6": "planner", "7": "registry", "8": "gang", "9": "sealing", "10": "gateway", "11": "camera", "12": "instance",
+    "13": "images",
 }
 """Figure number -> name; `--only` takes either (and '3' for both 3a and 3b)."""
 
@@ -148,8 +149,8 @@ def main(argv: list[str] | None = None) -> int:
     console.print(machine_table(facts))
 
     from benchmarks import (
-        camera_ingest, dispatch, episode_ingest, gang, gateway, instance, isaaclab_overhead, omics_write, planner, registry, rollouts,
-        sealing, validation,
+        camera_ingest, dispatch, episode_ingest, gang, gateway, images, instance, isaaclab_overhead, omics_write, planner, registry,
+        rollouts, sealing, validation,
     )
 
     figures: dict[str, Any] = {}
@@ -263,6 +264,13 @@ def main(argv: list[str] | None = None) -> int:
         console.print(instance.table(instance_result, args.repeats))
         figures["instance_open_and_run_s"] = instance_result.to_dict()
         method["instance"] = "a new SQLite instance in a fresh folder and one materialize per call; shared histories and Alembic's own reading alternate"
+
+    if "13" in chosen:
+        with console.status("Measuring a step in the workload image, warm and cold (about five minutes; needs `make images`)…"):
+            images_result = images.run(repeats=args.repeats)
+        console.print(images.table(images_result, args.repeats))
+        figures["image_step_s"] = images_result.to_dict()
+        method["images"] = "podman run --rm of the workload image and the bare process alternate, one call per repeat; cold = podman load of its archive, then the step"
 
     total_s = time.perf_counter() - started
     created = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
