@@ -72,7 +72,7 @@ def machine_facts() -> dict[str, Any]:
 FIGURES = {
     "1": "validation", "2": "omics", "3a": "rollouts", "3b": "isaaclab", "4": "ingest", "5": "dispatch",
     "6": "planner", "7": "registry", "8": "gang", "9": "sealing", "10": "gateway", "11": "camera", "12": "instance",
-    "13": "images",
+    "13": "images", "14": "drops",
 }
 """Figure number -> name; `--only` takes either (and '3' for both 3a and 3b)."""
 
@@ -149,8 +149,8 @@ def main(argv: list[str] | None = None) -> int:
     console.print(machine_table(facts))
 
     from benchmarks import (
-        camera_ingest, dispatch, episode_ingest, gang, gateway, images, instance, isaaclab_overhead, omics_write, planner, registry,
-        rollouts, sealing, validation,
+        camera_ingest, dispatch, drop_events, episode_ingest, gang, gateway, images, instance, isaaclab_overhead, omics_write, planner,
+        registry, rollouts, sealing, validation,
     )
 
     figures: dict[str, Any] = {}
@@ -271,6 +271,13 @@ def main(argv: list[str] | None = None) -> int:
         console.print(images.table(images_result, args.repeats))
         figures["image_step_s"] = images_result.to_dict()
         method["images"] = "podman run --rm of the workload image and the bare process alternate, one call per repeat; cold = podman load of its archive, then the step"
+
+    if "14" in chosen:
+        with console.status("Measuring a landing sensor's tick, drops as S3 events vs listing 100,000 (about ten minutes: seeding them is most)…"):
+            drops_result = drop_events.run(repeats=args.repeats)
+        console.print(drop_events.table(drops_result, args.repeats))
+        figures["drop_tick_s"] = drops_result.to_dict()
+        method["drops"] = "the assay sensor's tick reading 100 events from SQS and list_complete_drops over the zone alternate on moto; 100 new drops written before each tick, untimed"
 
     total_s = time.perf_counter() - started
     created = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")

@@ -24,6 +24,7 @@ not read this module: what they need travels in their Pipes extras
 | `SINEWGRID_MODELS` | `models` | the packaged model catalog (`control_plane/catalog/models.yaml`): providers, models, prices |
 | `SINEWGRID_BUDGETS` | `budgets` | the packaged budgets (`control_plane/catalog/budgets.yaml`): tokens and GPU hours per project and tenant |
 | `SINEWGRID_ALERT_WEBHOOK` | `alert_webhook` | none: budget warnings show in the UI only |
+| `SINEWGRID_DROP_QUEUES` | `drop_queues` | none: the landing sensors list their zones (`kind=<SQS queue URL>,…`: S3 event notifications, `control_plane/intake/drop_events.py`) |
 | `<PREFIX>_API_KEY` | `provider_api_key(env)` | a model provider's API key (its catalog entry names the variable) |
 """
 
@@ -66,6 +67,7 @@ class PlatformSettings(BaseSettings):
     models: str = Field("", description="The model catalog (YAML): providers, models, prices; default: the packaged one.")
     budgets: str = Field("", description="The budgets (YAML) over tokens and GPU hours; default: the packaged one.")
     alert_webhook: str = Field("", description="Where budget warnings are POSTed (JSON); empty: the UI only.")
+    drop_queues: str = Field("", description="`kind=<SQS queue URL>,…`: the queues the bucket's events of new drops go to; empty: the sensors list.")
     warm_start: bool = Field(True, description="Local pools fork each workload from an interpreter that has imported its libraries (`0`: start each cold).")
     dagster_home: str = Field("", validation_alias="DAGSTER_HOME")
     aws_region: str = Field("", validation_alias=AliasChoices("AWS_DEFAULT_REGION", "AWS_REGION"))

@@ -12,6 +12,11 @@ renamed into place keeps the time its temporary file was written, and on a share
 system or an object store the times come from different writers' clocks. A drop whose
 manifest time is up to `LOOKBACK_SECONDS` older than the newest one seen is still found.
 
+On an S3 root with a queue configured for the kind (`SINEWGRID_DROP_QUEUES`), a tick reads the
+bucket's events of new manifests from SQS instead of listing the zone, and lists only at its first
+tick and then once every `RECONCILE_SECONDS` to find what no event announced
+(`control_plane/intake/drop_events.py`): its cost no longer grows with the zone's history.
+
 With `tenants`, the sensor watches each tenant's own landing zone (`<tenant root>/landing/<kind>/`,
 the Cell labs) and requests `MultiPartitionKey({"tenant": t, "drop": drop_id})` runs: the dynamic
 partition it adds is the drop id, so a drop id two tenants both use is two partitions
@@ -20,12 +25,14 @@ partition it adds is the drop id, so a drop id two tenants both use is two parti
 
 
 import json
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import dagster as dg
 
-from control_plane.intake.landing import DROP_ID_PATTERN, list_complete_drops, quarantine_drop
+from control_plane.intake.drop_events import RECONCILE_SECONDS, DropQueue
+from control_plane.intake.landing import DROP_ID_PATTERN, CompleteDrop, list_complete_drops, quarantine_drop
 from shared_resources.resources import StorageResource
 from workload_runtime.data_issues import DropIssue
 from workload_runtime.storage import Storage
@@ -37,6 +44,7 @@ LOOKBACK_SECONDS = 600.0
 class DropCursor:
     mtime: float = float("-inf")  # the newest manifest time seen
     seen: dict[str, float] = field(default_factory=dict)  # drops seen within the look-back window, with their times
+    listed_at: float = float("-inf")  # when the zone was last listed (a zone whose drops arrive as events)
 
     @classmethod
     def parse(cls, raw: str | None) -> "DropCursor":
@@ -46,10 +54,10 @@ class DropCursor:
         mtime = float(doc["mtime"])
         if "ids_at_mtime" in doc:  # the cursor format before the look-back window
             return cls(mtime, {drop_id: mtime for drop_id in doc["ids_at_mtime"]})
-        return cls(mtime, {str(k): float(v) for k, v in doc["seen"].items()})
+        return cls(mtime, {str(k): float(v) for k, v in doc["seen"].items()}, float(doc.get("listed_at", float("-inf"))))
 
     def dump(self) -> str:
-        return json.dumps({"mtime": self.mtime, "seen": dict(sorted(self.seen.items()))})
+        return json.dumps({"mtime": self.mtime, "seen": dict(sorted(self.seen.items())), "listed_at": self.listed_at})
 
     def is_new(self, mtime: float, drop_id: str) -> bool:
         return drop_id not in self.seen and mtime > self.mtime - LOOKBACK_SECONDS
@@ -68,6 +76,20 @@ def parse_tenant_cursors(raw: str | None) -> dict[str, DropCursor]:
 
 def dump_tenant_cursors(cursors: dict[str, DropCursor]) -> str:
     return json.dumps({"tenants": {t: json.loads(c.dump()) for t, c in sorted(cursors.items())}})
+
+
+def arrived_drops(kind: str, landings: dict[str, str], cursors: dict[str, DropCursor]) -> dict[str, list[CompleteDrop]]:
+    """The complete drops of each zone (a tenant's, or "" for a single zone) to look at in this tick,
+    oldest first: the events on the kind's queue, and a listing of each zone no queue serves or whose
+    reconciling listing is due (the cursor records when it ran). Drops seen before are filtered by the cursor."""
+    queue = DropQueue.for_kind(kind)
+    found = queue.receive(landings) if queue else {}
+    now = time.time()
+    for zone, uri in landings.items():
+        if zone not in found or now - cursors[zone].listed_at >= RECONCILE_SECONDS:
+            found.setdefault(zone, []).extend(list_complete_drops(uri))
+            cursors[zone].listed_at = now
+    return {zone: sorted(drops, key=lambda d: (d.mtime, d.drop_id)) for zone, drops in found.items()}
 
 
 def _invalid_drop_id(drop_id: str) -> DropIssue:
@@ -113,7 +135,7 @@ def make_landing_sensor(
         new_partitions: list[str] = []
         runs: list[dg.RunRequest] = []
         already: list[str] = []
-        for drop in list_complete_drops(store.landing(kind)):
+        for drop in arrived_drops(kind, {"": store.landing(kind)}, {"": cursor})[""]:
             if not cursor.is_new(drop.mtime, drop.drop_id):
                 continue
             cursor.advance(drop.mtime, drop.drop_id)
@@ -141,10 +163,8 @@ def make_landing_sensor(
     return _sensor
 
 
-def _already_requested(context: dg.SensorEvaluationContext, partitions_def: dg.DynamicPartitionsDefinition, key: dg.MultiPartitionKey, drop_id: str) -> bool:
+def _already_requested(context: dg.SensorEvaluationContext, key: dg.MultiPartitionKey) -> bool:
     """A run of this tenant's drop exists already (requested by a sensor, or materialized by hand)."""
-    if not context.instance.has_dynamic_partition(partitions_def.name, drop_id):
-        return False
     return bool(context.instance.get_runs(filters=dg.RunsFilter(tags={"dagster/partition": str(key)}), limit=1))
 
 
@@ -172,10 +192,14 @@ def _tenant_landing_sensor(
         new_drop_ids: list[str] = []
         runs: list[dg.RunRequest] = []
         already: list[str] = []
+        known: dict[str, bool] = {}  # drop id -> a partition of it exists
+        stores: dict[str, Storage] = {tenant: storage.for_tenant(tenant) for tenant in tenants}
         for tenant in tenants:
-            store: Storage = storage.for_tenant(tenant)
-            cursor = cursors.setdefault(tenant, DropCursor())
-            for drop in list_complete_drops(store.landing(kind)):
+            cursors.setdefault(tenant, DropCursor())
+        arrived = arrived_drops(kind, {tenant: store.landing(kind) for tenant, store in stores.items()}, cursors)
+        for tenant in tenants:
+            store, cursor = stores[tenant], cursors[tenant]
+            for drop in arrived[tenant]:
                 if not cursor.is_new(drop.mtime, drop.drop_id):
                     continue
                 cursor.advance(drop.mtime, drop.drop_id)
@@ -185,10 +209,12 @@ def _tenant_landing_sensor(
                     context.log.error(f"{tenant}: {drop.drop_id!r} quarantined at {where}: {issue.message}")
                     continue
                 key = dg.MultiPartitionKey({tenant_dimension: tenant, drop_dimension: drop.drop_id})
-                if _already_requested(context, partitions_def, key, drop.drop_id):
+                if drop.drop_id not in known:  # one query per drop id and tick (two labs may share one)
+                    known[drop.drop_id] = context.instance.has_dynamic_partition(partitions_def.name, drop.drop_id)
+                if known[drop.drop_id] and _already_requested(context, key):
                     already.append(f"{tenant}/{drop.drop_id}")
                     continue
-                if drop.drop_id not in new_drop_ids and not context.instance.has_dynamic_partition(partitions_def.name, drop.drop_id):
+                if drop.drop_id not in new_drop_ids and not known[drop.drop_id]:
                     new_drop_ids.append(drop.drop_id)
                 runs.append(
                     dg.RunRequest(

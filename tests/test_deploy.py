@@ -373,9 +373,12 @@ def test_the_control_plane_role_is_limited_to_this_account_s_bucket_and_key():
         assert s["Effect"] == "Allow"
         actions = _as_list(s["Action"])
         assert not any(a.endswith("*") or a.startswith(("iam:", "sts:")) for a in actions), f"{s['Sid']}: no wildcard or IAM actions"
-        assert set(actions) <= {"s3:GetObject", "s3:PutObject", "s3:DeleteObject", "s3:ListBucket", "kms:GenerateDataKey", "kms:Decrypt", "kms:DescribeKey"}
+        s3_kms = {"s3:GetObject", "s3:PutObject", "s3:DeleteObject", "s3:ListBucket", "kms:GenerateDataKey", "kms:Decrypt", "kms:DescribeKey"}
+        assert set(actions) <= s3_kms | {"sqs:ReceiveMessage", "sqs:DeleteMessage", "sqs:GetQueueAttributes"}
         for resource in _as_list(s["Resource"]):
-            assert resource == lab.key.key_id or resource.startswith(f"arn:aws:s3:::{bucket}"), f"{s['Sid']}: {resource}"
+            queue = resource.startswith(f"arn:aws:sqs:us-east-1:{lab.key.key_id.split(':')[4]}:sinewgrid-drops-")  # the drop events (drop_events.py)
+            assert resource == lab.key.key_id or resource.startswith(f"arn:aws:s3:::{bucket}") or queue, f"{s['Sid']}: {resource}"
+            assert queue == (set(actions) <= {"sqs:ReceiveMessage", "sqs:DeleteMessage", "sqs:GetQueueAttributes"}), f"{s['Sid']}: queue actions on queues only"
             assert resource != "*"
         if {"kms:GenerateDataKey", "kms:Decrypt"} & set(actions):
             assert s["Condition"] == {"StringEquals": {"kms:EncryptionContext:tenant": "lab-a"}}

@@ -60,7 +60,7 @@ class Storage:
 
     @property
     def fs(self) -> fsspec.AbstractFileSystem:
-        return url_to_fs(self.root)[0]
+        return fs_for(self.root)[0]
 
     @property
     def is_local(self) -> bool:
@@ -97,7 +97,15 @@ class Storage:
 
 
 def fs_for(uri: str) -> tuple[fsspec.AbstractFileSystem, str]:
-    """The filesystem and its own path for a URI (local paths or any fsspec scheme)."""
+    """The filesystem and its own path for a URI (local paths or any fsspec scheme).
+
+    On an object store every listing asks the store: other processes write there (a lab system
+    uploading a drop, a workload its checkpoints, another code server), and fsspec's listings cache,
+    which never expires by default, would hide what they wrote from a process that lives long (the
+    code server the daemon asks for each sensor tick saw no drop uploaded after its first listing).
+    """
+    if "://" in uri and not uri.startswith("file://"):
+        return url_to_fs(uri, use_listings_cache=False)
     return url_to_fs(uri)
 
 

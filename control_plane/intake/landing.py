@@ -17,6 +17,8 @@ from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from fsspec.implementations.local import LocalFileSystem
+
 from workload_runtime.data_issues import DropIssue
 from workload_runtime.storage import Storage, fs_for, read_bytes, read_json, sha256_bytes, write_bytes_atomic, write_json_atomic
 
@@ -58,11 +60,19 @@ def _mtime(info: dict[str, Any]) -> float:
 
 
 def list_complete_drops(landing_uri: str) -> list[CompleteDrop]:
-    """Every drop whose manifest is present, oldest manifest first (one listing call)."""
+    """Every drop whose manifest is present, oldest manifest first.
+
+    On an object store, one paged listing of every object under the zone: a pattern would list
+    each drop's folder on its own (10,000 drops: 10,000 requests)."""
     fs, path = fs_for(landing_uri)
     if not fs.exists(path):
         return []
-    found = fs.glob(posixpath.join(path, "*", MANIFEST_NAME), detail=True)
+    if isinstance(fs, LocalFileSystem):
+        found = fs.glob(posixpath.join(path, "*", MANIFEST_NAME), detail=True)
+    else:
+        path = path.rstrip("/")
+        listed = fs.find(path, detail=True)
+        found = {p: info for p, info in listed.items() if posixpath.basename(p) == MANIFEST_NAME and posixpath.dirname(posixpath.dirname(p)) == path}
     drops = [
         CompleteDrop(posixpath.basename(posixpath.dirname(p)), fs.unstrip_protocol(p) if "://" in landing_uri else p, _mtime(info))
         for p, info in found.items()

@@ -18,8 +18,9 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
-from fsspec.core import url_to_fs
 from fsspec.implementations.local import LocalFileSystem
+
+from workload_runtime.storage import fs_for
 
 CODEBASE_VERSION = "v3.0"
 INFO_PATH = "meta/info.json"
@@ -95,7 +96,7 @@ def video_file(key: str, episode_index: int) -> tuple[int, int, str]:
 
 def open_folder(uri: str) -> tuple[fsspec.AbstractFileSystem, str]:
     """The filesystem and root path of a dataset folder URI."""
-    fs, root = url_to_fs(uri)
+    fs, root = fs_for(uri)
     return fs, root.rstrip("/") or "/"
 
 

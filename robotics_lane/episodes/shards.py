@@ -16,12 +16,12 @@ import posixpath
 from dataclasses import dataclass
 
 import numpy as np
-from fsspec.core import url_to_fs
 
 from robotics_lane.episodes.layout import DatasetInfo, Episode, open_folder, read_table, table_bytes, video_file, write_bytes
 from robotics_lane.episodes.reading import episode_from_frames
 from robotics_lane.episodes.video import VideoUnreadable, decode_video, encode_video, pixel_histogram
 from robotics_lane.episodes.writing import camera_shapes, check_episode, frames_table, metadata_columns, start_dataset, write_tables
+from workload_runtime.storage import fs_for
 
 EPISODE_FILE_METADATA_KEY = b"sinewgrid"
 
@@ -62,7 +62,7 @@ class _ShardVideo:
 
 def _read_shard(uri: str, tasks: list[str]) -> tuple[Episode, dict[str, _ShardVideo], int]:
     """The episode (no images), its videos and the fps they were encoded at."""
-    fs, path = url_to_fs(uri)
+    fs, path = fs_for(uri)
     table = read_table(fs, path)
     task_index = int(table.column("task_index")[0].as_py())
     if not 0 <= task_index < len(tasks):
@@ -78,7 +78,7 @@ def _read_shard(uri: str, tasks: list[str]) -> tuple[Episode, dict[str, _ShardVi
 def read_episode_file(uri: str, tasks: list[str], decode_images: bool = False) -> Episode:
     """One file written by `write_episode_file`, back as an Episode (cameras decoded when asked)."""
     episode, videos, fps = _read_shard(uri, tasks)
-    fs, _ = url_to_fs(uri)
+    fs, _ = fs_for(uri)
     for key, video in videos.items() if decode_images else ():
         try:
             episode.images[key] = decode_video(fs, video.path, 0.0, episode.length / fps, fps)
@@ -112,7 +112,7 @@ def assemble_dataset(
             )
         if videos and shard_fps != int(fps):
             raise ValueError(f"{name}'s videos were encoded at {shard_fps} fps, not the dataset's {fps}; assemble shards of one fps.")
-        source_fs, _ = url_to_fs(name)
+        source_fs, _ = fs_for(name)
         for key, video in videos.items():
             write_bytes(fs, posixpath.join(root, video_file(key, i)[2]), source_fs.cat_file(video.path))
             histograms[key] += video.histogram
