@@ -273,7 +273,7 @@ def main(argv: list[str] | None = None) -> int:
         method["images"] = "podman run --rm of the workload image and the bare process alternate, one call per repeat; cold = podman load of its archive, then the step"
 
     if "14" in chosen:
-        with console.status("Measuring a landing sensor's tick, drops as S3 events vs listing 100,000 (about ten minutes: seeding them is most)…"):
+        with console.status("Measuring a landing sensor's tick, drops as S3 events vs listing 100,000 (about 17 minutes: moto lists 100,000 objects slowly)…"):
             drops_result = drop_events.run(repeats=args.repeats)
         console.print(drop_events.table(drops_result, args.repeats))
         figures["drop_tick_s"] = drops_result.to_dict()
