@@ -12,6 +12,8 @@ from workload_runtime.storage import Storage
 
 DEFAULT_DAGSTER_YAML = {
     "telemetry": {"enabled": False},
+    # No "Join the Dagster community" dialog over the first page a newcomer opens with `make ui`.
+    "nux": {"enabled": False},
     # Storage defaults to SQLite files in this folder; deploy/dagster.yaml is the
     # production instance on PostgreSQL.
 }

@@ -2,7 +2,7 @@
 
 `dagster-webserver` serves the project's workspace (workspace.yaml, what `make ui` opens) on
 the instance `sinewgrid demo` left (tests/fixtures/demo.py), and Debian's Chromium, driven by
-Playwright, opens: both lanes' asset graphs, the bad assay drop's failed checks and quarantine
+Playwright, opens (with no first-visit dialog over them): both lanes' asset graphs, the bad assay drop's failed checks and quarantine
 table, the `held_out_rmse` plot of the fine-tuned model and the robotics nightly schedule.
 Every page is kept as a screenshot under test-artifacts/ui/ (docs/testing.md, "What `make test` installs and starts").
 """
@@ -11,8 +11,10 @@ from __future__ import annotations
 
 import contextlib
 import importlib
+import json
 import os
 import re
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -80,11 +82,6 @@ def screenshot(page, name: str) -> Iterator[None]:
 def dagster_ui(demo_run: DemoRun) -> Iterator[str]:
     """The base URL of a webserver on the demo's instance (stopped, with its code servers, after the session)."""
     demo_run.require_success()
-    # Dagster's one-time "Join the Dagster community" dialog would cover the pages: record it as
-    # seen in the instance, as its Skip button does (dagster/_core/nux.py). `page` skips it too.
-    seen = demo_run.dagster_home / ".nux" / "nux.yaml"
-    seen.parent.mkdir(exist_ok=True)
-    seen.write_text("seen: 1\n")
     with dagster_webserver(demo_run.dagster_home, demo_run.home) as url:
         print(f"Dagster UI on the demo's instance at {url}; screenshots in {SCREENSHOTS}")
         yield url
@@ -107,18 +104,34 @@ def browser():
 
 @pytest.fixture
 def page(browser, dagster_ui: str):
-    """A fresh browser tab on the UI; Dagster's one-time "Join the community" dialog is skipped whenever it shows."""
+    """A fresh browser tab on the UI. Dagster's first-visit "Join the community" dialog must never
+    cover it (the instance turns it off, sinewgrid/instance.py): if it shows, it is skipped so the
+    test goes on, and the test fails at its end."""
     context = browser.new_context(base_url=dagster_ui, viewport={"width": 1600, "height": 1000})
     context.set_default_timeout(UI_TIMEOUT_MS)
     tab = context.new_page()
-    tab.add_locator_handler(tab.get_by_role("dialog").filter(has_text="Join the Dagster community"), lambda dialog: dialog.get_by_role("button", name="Skip").click())
+    prompts: list[str] = []
+
+    def skip(dialog) -> None:
+        prompts.append(tab.url)
+        dialog.get_by_role("button", name="Skip").click()
+
+    tab.add_locator_handler(tab.get_by_role("dialog").filter(has_text="Join the Dagster community"), skip)
     try:
         yield tab
     finally:
         context.close()
+    assert not prompts, f"Dagster's first-visit dialog covered {prompts}: the embedded instance must set `nux: enabled: false`"
 
 
 LOCATIONS = [entry["python_module"]["location_name"] for entry in yaml.safe_load(WORKSPACE.read_text())["load_from"]]
+
+
+def test_the_ui_asks_nothing_of_a_first_visitor(dagster_ui: str):
+    """Dagster's UI asks the webserver whether to show its "Join the community" dialog: never, here."""
+    request = urllib.request.Request(f"{dagster_ui}/graphql", data=json.dumps({"query": "{ shouldShowNux }"}).encode(), headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(request, timeout=30) as response:
+        assert json.loads(response.read()) == {"data": {"shouldShowNux": False}}
 
 
 def test_every_code_location_loads(page):
