@@ -253,10 +253,27 @@ def sick_nodes(drill_root: Path, pools: list[str]) -> list[str]:
     return [p.name.removesuffix(".unhealthy") for p in (drill_root / "faults").glob("*.unhealthy") if p.name.removesuffix(".unhealthy") not in pools]
 
 
-def rank_process(rank: int, entry_point: str) -> tuple[psutil.Process, str]:
-    """The process of one rank of the running gang (srun and Ray ranks, and torchrun's on a cluster,
-    run `entry_point` with their rank in the environment; a local node's are forked), and its
-    node's name where the process says it."""
+def rank_process(rank: int, entry_point: str, peer: int) -> tuple[psutil.Process, str]:
+    """The process of one rank of the gang that `peer` (the pid of one of its ranks: the one the
+    hold failpoint stopped) belongs to, and its node's name where the process says it.
+
+    A local node's ranks are forked by its torchrun agent under this process (the local backend's
+    forkserver): their command line and environment read as the agent's, and each names itself
+    `rank<N>` (workload_runtime/run_module.py). The node is its agent, the rank's parent. A
+    cluster's ranks (srun's, Ray's, torchrun's in a pod) run `entry_point` with their rank and
+    their gang's meeting point (`MASTER_ADDR`, `MASTER_PORT`) in the environment: the rank is
+    looked for in `peer`'s gang only, never in another gang that runs on this machine meanwhile.
+    """
+    for process in psutil.Process().children(recursive=True):
+        with contextlib.suppress(psutil.Error):
+            if process.name() == f"rank{rank}":
+                return process, ""
+    try:
+        gang = _meeting_point(psutil.Process(peer).environ())
+    except psutil.Error as exc:
+        raise RuntimeError(f"the held rank (pid {peer}) ended before its gang's rank {rank} was found") from exc
+    if gang is None:
+        raise RuntimeError(f"the held rank (pid {peer}) has no MASTER_ADDR and MASTER_PORT in its environment: it is not a rank of a gang")
     for process in psutil.process_iter(["cmdline"]):
         try:
             if entry_point not in " ".join(process.info["cmdline"] or []):
@@ -264,13 +281,14 @@ def rank_process(rank: int, entry_point: str) -> tuple[psutil.Process, str]:
             env = process.environ()
         except psutil.Error:
             continue
-        if env.get("RANK", env.get("SLURM_PROCID")) == str(rank) and ("WORLD_SIZE" in env or "SLURM_NTASKS" in env):
+        if _meeting_point(env) == gang and env.get("RANK", env.get("SLURM_PROCID")) == str(rank):
             return process, env.get("SINEWGRID_NODE") or env.get("SLURMD_NODENAME") or ""
-    # A local node's ranks are forked by its torchrun agent under this process (the local backend's
-    # forkserver): their command line and environment read as the agent's, and each names itself
-    # `rank<N>` (workload_runtime/run_module.py). The node is its agent, the rank's parent.
-    for process in psutil.Process().children(recursive=True):
-        with contextlib.suppress(psutil.Error):
-            if process.name() == f"rank{rank}":
-                return process, ""
-    raise RuntimeError(f"found no process of rank {rank} running {entry_point}")
+    raise RuntimeError(f"found no process of rank {rank} running {entry_point} in the gang meeting at {gang[0]}:{gang[1]}")
+
+
+def _meeting_point(env: dict[str, str]) -> tuple[str, str] | None:
+    """Where a gang's ranks meet (rank 0's address and port): the same for every rank of one
+    gang, and different for two gangs running at once."""
+    if "MASTER_ADDR" in env and "MASTER_PORT" in env:
+        return env["MASTER_ADDR"], env["MASTER_PORT"]
+    return None

@@ -127,6 +127,10 @@ def run_scenario(context: dg.AssetExecutionContext, setup: DrillSetup, scenario_
             time.sleep(0.02)
         return found
 
+    def held_rank() -> int:
+        """The pid of the rank the hold failpoint stopped (it wrote the marker)."""
+        return int(json.loads(Path(failpoint.marker).read_text())["pid"])
+
     def inject() -> None:
         if scenario.key == "preempt-notice":
             faults.signal_workload(target(), signal.SIGTERM)
@@ -153,7 +157,7 @@ def run_scenario(context: dg.AssetExecutionContext, setup: DrillSetup, scenario_
             throttle.start()
             held["throttle"] = throttle
         elif scenario.key == "node-loss":
-            rank, node = faults.rank_process(1, GANG_ENTRY_POINT)
+            rank, node = faults.rank_process(1, GANG_ENTRY_POINT, peer=held_rank())
             held["node"] = node
             if setup.backend == "local":
                 kill_node(rank.parent().pid)  # its torchrun agent and its rank
@@ -162,7 +166,7 @@ def run_scenario(context: dg.AssetExecutionContext, setup: DrillSetup, scenario_
             else:
                 setup.cluster.kill_node(node)
         elif scenario.key == "slow-rank":
-            rank, node = faults.rank_process(1, GANG_ENTRY_POINT)
+            rank, node = faults.rank_process(1, GANG_ENTRY_POINT, peer=held_rank())
             held["quota"] = faults.CpuQuota([rank.pid], share=0.02)
             held["node"] = node
         elif scenario.key == "unhealthy-node":
