@@ -1,6 +1,6 @@
 """Comparing recorded training runs: two runs' figures, config, datasets and code side by side
-(`compare`, `Comparison`, `MetricDiff`), runs' curves plotted on shared axes (`curve_png`), and
-a PNG as a markdown image for Dagster metadata (`image_markdown`).
+(`compare`, `Comparison`, `MetricDiff`), runs' curves plotted on shared axes (`curve_png`), a model's successive runs as rounds
+(`rounds_frame`, `rounds_png`), and a PNG as a markdown image for Dagster metadata (`image_markdown`).
 
     compare(load_run(root, a), load_run(root, b)).markdown()
 """
@@ -15,6 +15,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import pandas as pd
 from matplotlib.figure import Figure
 
 from data_layer.experiments import ExperimentRun
@@ -54,6 +55,41 @@ def curve_png(runs: Sequence[ExperimentRun], metric: str = "loss") -> bytes:
 def image_markdown(png: bytes, title: str) -> str:
     """A PNG as a markdown image with a data URI, for Dagster `MetadataValue.md`."""
     return f"![{title}](data:image/png;base64,{base64.b64encode(png).decode()})"
+
+
+# Rounds -----------------------------------------------------------------------------------
+
+
+def rounds_frame(runs: Sequence[ExperimentRun], metrics: Sequence[str]) -> pd.DataFrame:
+    """One row per run of a model, oldest first (round 1 is the first): `metrics` from each run's
+    summary, its cost and the dataset it trained on. A metric a run did not record is NaN."""
+    ordered = sorted(runs, key=lambda r: r.recorded_at)
+    return pd.DataFrame(
+        [
+            {"round": i, "run": r.run, **{m: r.summary.get(m, math.nan) for m in metrics}, "cost_usd": math.nan if r.cost_usd is None else r.cost_usd, "dataset": ", ".join(r.datasets)}
+            for i, r in enumerate(ordered, start=1)
+        ]
+    )
+
+
+def rounds_png(frame: pd.DataFrame, panels: Mapping[str, Sequence[str]], label: str) -> bytes:
+    """Figures by round, as PNG bytes: one panel per entry of `panels` (title -> the columns of
+    `frame` drawn in it, one line each, a point per round), the rounds on a shared x axis."""
+    figure = Figure(figsize=(4 * len(panels), 3.4))
+    for i, (title, columns) in enumerate(panels.items(), start=1):
+        axes = figure.add_subplot(1, len(panels), i)
+        for column in columns:
+            axes.plot(frame["round"], frame[column], marker="o", linewidth=1.4, label=column)
+        axes.set_title(title, fontsize=10)
+        axes.set_xlabel("round")
+        axes.set_xticks(list(frame["round"]))
+        axes.grid(alpha=0.3)
+        if len(columns) > 1:
+            axes.legend(fontsize=7)
+    figure.suptitle(label, fontsize=11)
+    buffer = io.BytesIO()
+    figure.savefig(buffer, format="png", dpi=80, bbox_inches="tight")
+    return buffer.getvalue()
 
 
 # Comparison -----------------------------------------------------------------------------

@@ -74,12 +74,13 @@ def _cursor_key(location: str, sensor: str) -> str:
 
 
 def _quarantined(result: dg.ExecuteInProcessResult) -> list[str]:
-    """Where the run put the drops it rejected (the `quarantine` metadata of its assets)."""
+    """Where the run put the drops it rejected: each quarantine fails its step with a `dg.Failure`
+    whose metadata names the copy (control_plane/intake/quarantine.py)."""
     found = []
-    for event in result.get_asset_materialization_events():
-        metadata = event.materialization.metadata
-        if getattr(metadata.get("status"), "value", None) == "quarantined" and "quarantine" in metadata:
-            found.append(str(metadata["quarantine"].value))
+    for event in result.all_events:
+        failure = event.step_failure_data.user_failure_data if event.is_step_failure and event.step_failure_data else None
+        if failure is not None and "quarantine" in failure.metadata:
+            found.append(str(failure.metadata["quarantine"].value))
     return found
 
 

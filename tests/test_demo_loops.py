@@ -77,6 +77,12 @@ def test_a_labs_cell_loop_stays_under_its_local_folder_and_reads_back(demo: Demo
         assert later["reused_final_checkpoint"] is True and later["bytes_from_store"] > 0 and later["bytes_from_node_cache"] == 0
     assert glob_uris(posixpath.join(lab.uri("checkpoints"), "**", "manifest.json")), "the checkpoints are under the lab's folder"
     assert [f["pool"] for f in finetunes] == ["cell-burst"] * 3 and [f["n_assayed_genes"] for f in finetunes] == [76, 114, 152]
+    # Each round charts the lab's rounds so far (its own runs only), with a row per round.
+    assert [f["round"] for f in finetunes] == [1, 2, 3]
+    latest = finetunes[-1]["rounds"]
+    assert latest.startswith("![lab-a rounds](data:image/png;base64,") and "lab-b" not in latest
+    rows = [line for line in latest.splitlines() if line.startswith("|") and line.split("|")[1].strip().isdigit()]
+    assert [float(r.split("|")[3]) for r in rows] == pytest.approx([f["held_out_rmse"] for f in finetunes], abs=1e-4)
     assert all(p["worklist"].startswith(lab.root + "/outbox/plates/") for p in proposals)
 
     # Each curated version comes back byte for byte, opened with the lab's key, through the CLI.

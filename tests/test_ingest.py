@@ -46,9 +46,10 @@ def _quarantine(home: Path, drop_id: str) -> dict:
     return read_json(str(home / "quarantine" / "assays" / drop_id / "QUARANTINE.json"))  # sealed under a lab's root
 
 
-def _check(result, name: str) -> bool:
-    evaluations = [e.event_specific_data for e in result.all_events if e.event_type_value == "ASSET_CHECK_EVALUATION"]
-    return next(e.passed for e in evaluations if e.check_name == name)
+def _check(instance, result, name: str) -> bool:
+    """Whether check `name` passed in the run (a quarantine records its failed checks, then fails the step)."""
+    records = instance.all_logs(result.run_id, of_type=dg.DagsterEventType.ASSET_CHECK_EVALUATION)
+    return next(r.dagster_event.event_specific_data.passed for r in records if r.dagster_event.event_specific_data.check_name == name)
 
 
 def test_good_drop_is_copied_byte_for_byte_and_validated(instance, resources, lab, storage):
@@ -60,7 +61,7 @@ def test_good_drop_is_copied_byte_for_byte_and_validated(instance, resources, la
     assert is_sealed(raw.read_bytes()) and read_bytes(str(raw)) == landing.read_bytes()
     effects = pd.read_parquet(io.BytesIO(read_bytes(str(lab / "curated" / "assays" / "good" / "effects.parquet"))))
     assert set(effects["perturbation"]) == set(good_plate()["perturbation"][lambda s: s != ""])
-    assert _check(result, "plate_schema") and _check(result, "plate_layout_and_controls") and _check(result, "z_prime_at_least_0_5")
+    assert _check(instance, result, "plate_schema") and _check(instance, result, "plate_layout_and_controls") and _check(instance, result, "z_prime_at_least_0_5")
     assert not (lab / "quarantine" / "assays" / "good").exists()
 
 
@@ -137,7 +138,7 @@ def test_bad_drop_is_quarantined_at_raw_with_its_reason(instance, resources, lab
     before = _snapshot(folder)
     result = _ingest(instance, resources, "bad")
     assert not result.success  # the blocking check stops the drop here
-    assert not _check(result, "drop_manifest_and_checksums")
+    assert not _check(instance, result, "drop_manifest_and_checksums")
     report = _quarantine(lab, "bad")
     assert report["stage"] == "raw"
     assert rule in {i["rule"] for i in report["issues"]}
@@ -145,6 +146,7 @@ def test_bad_drop_is_quarantined_at_raw_with_its_reason(instance, resources, lab
     assert _snapshot(lab / "quarantine" / "assays" / "bad" / "original") == before, "quarantine keeps the originals"
     assert not (lab / "raw" / "assays" / "bad").exists()
     assert not (lab / "curated" / "assays" / "bad").exists()
+    _assert_failed_and_observed(instance, raw_assay.key, "bad", "raw")
     assert read_bytes(str(lab / "quarantine" / "assays" / "bad" / "QUARANTINE.md")).startswith(b"# Drop `bad`")
 
 
@@ -178,6 +180,18 @@ def test_bad_plate_is_quarantined_at_validation_with_its_reason(instance, resour
     assert all(i["file"] == "plates/p.csv" for i in report["issues"])
     assert _snapshot(folder) == before
     assert not (lab / "curated" / "assays" / "badplate").exists()
+    _assert_failed_and_observed(instance, validated_assay.key, "badplate", "validation")
+
+
+def _assert_failed_and_observed(instance, key: dg.AssetKey, drop_id: str, stage: str) -> None:
+    """A quarantined drop is no materialization of the asset (its partition reads Failed in the
+    UI); an observation of the partition says where its files are and why."""
+    assert not instance.get_materialized_partitions(key), "a quarantined drop must not read as materialized"
+    (record,) = instance.fetch_observations(key, limit=10).records
+    facts = {k: v.value for k, v in record.asset_observation.metadata.items()}
+    assert (facts["status"], facts["stage"], facts["tenant"]) == ("quarantined", stage, LAB)
+    assert facts["quarantine"].endswith(f"quarantine/assays/{drop_id}") and facts["issues"] > 0
+    assert "| rule |" in facts["reasons"] or "rule |" in facts["reasons"]
 
 
 def test_good_drops_still_flow_next_to_a_bad_one(instance, resources, lab, storage):
@@ -198,7 +212,7 @@ def test_low_z_prime_is_flagged_not_rejected(instance, resources, lab, storage):
     drop_plate(storage, "noisy", table)
     result = _ingest(instance, resources, "noisy")
     assert result.success
-    assert not _check(result, "z_prime_at_least_0_5")
+    assert not _check(instance, result, "z_prime_at_least_0_5")
     assert (lab / "curated" / "assays" / "noisy" / "effects.parquet").exists()
 
 

@@ -196,15 +196,25 @@ def test_bad_drop_fails_its_plate_checks_in_red(page, check: str, rule: str):
         expect(reasons).to_contain_text("SEED-BAD.csv")
 
 
-def test_bad_drop_shows_its_quarantine_table(page):
+def test_bad_drop_reads_failed_with_its_quarantine_table(page):
     page.goto(f"/assets/cell/validated_assay?view=partitions&partition={BAD_PARTITION}")
+    with screenshot(page, "quarantine-partition"):
+        # Dagster's own state: the partition failed (no materialization), red in the partition list.
+        expect(page.get_by_text("Failed (2)")).to_be_visible()  # each lab's bad drop; every other drop passed
+        expect(page.get_by_text("failed, and did not materialize this asset")).to_be_visible()
+        expect(page.get_by_text("Materialized", exact=True)).to_have_count(0)
+    # What went wrong and where the files are: the observation of the partition.
+    page.get_by_role("button", name=re.compile(r"View all historical events")).click()
+    events = page.get_by_role("dialog")
+    events.get_by_role("row").filter(has_text="Observation").first.click()  # its metadata, unfolded
     with screenshot(page, "quarantine-table"):
-        expect(page.get_by_text("quarantined", exact=True).first).to_be_visible()
-        expect(page.get_by_text(f"quarantine/assays/{BAD_DROP}").first).to_be_visible()
+        expect(events.get_by_text("quarantined", exact=True).first).to_be_visible()
+        expect(events.get_by_text(f"quarantine/assays/{BAD_DROP}").first).to_be_visible()
         for header in ("file", "row", "well", "rule", "what to do"):
-            expect(page.get_by_role("columnheader", name=header, exact=True)).to_be_visible()
+            expect(events.get_by_role("columnheader", name=header, exact=True)).to_be_visible()
         for rule, well in (("duplicate_well", "A05"), ("non_numeric_readout", "B09")):
-            expect(page.get_by_role("row").filter(has_text=rule).filter(has_text=well).filter(has_text="SEED-BAD.csv").last).to_be_visible()
+            expect(events.get_by_role("row").filter(has_text=rule).filter(has_text=well).filter(has_text="SEED-BAD.csv").last).to_be_visible()
+    page.keyboard.press("Escape")
     # The one run that ingested it failed: its blocking checks stopped it.
     page.goto(f"/runs?q%5B0%5D=tag%3Adagster%2Fpartition%3D{BAD_PARTITION}")
     with screenshot(page, "quarantine-run"):
@@ -237,6 +247,17 @@ def test_finetuned_model_plots_held_out_rmse(page):
         assert drawn > 1000, f"the held_out_rmse plot's canvas is (nearly) empty: {drawn} drawn pixels"
         SCREENSHOTS.mkdir(parents=True, exist_ok=True)
         card.screenshot(path=str(SCREENSHOTS / "held-out-rmse-plot.png"))
+
+
+def test_finetuned_model_charts_each_labs_rounds(page):
+    page.goto("/assets/cell/finetuned_model?view=partitions&partition=lab-a")
+    with screenshot(page, "rounds-lab-a"):
+        row = page.get_by_role("row").filter(has=page.get_by_text("rounds", exact=True))
+        expect(row).to_be_visible()
+        row.get_by_text("[Show Markdown]").click()  # a markdown value opens in a dialog
+        chart = page.get_by_role("dialog").get_by_role("img", name="lab-a rounds")
+        expect(chart).to_be_visible()
+        assert chart.evaluate("i => i.complete ? i.naturalWidth : 0") > 400, "the rounds chart did not load"
 
 
 def test_robotics_nightly_schedule(page):

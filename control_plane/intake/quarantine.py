@@ -1,6 +1,8 @@
-"""What an asset returns when it sends a drop to quarantine: the same shape in every lane."""
+"""What an asset does when it sends a drop to quarantine: the same in every lane."""
 
 from __future__ import annotations
+
+from typing import NoReturn
 
 import dagster as dg
 
@@ -38,23 +40,41 @@ def quarantined(
     stage: str,
     check_results: list[dg.AssetCheckResult],
     metadata: dict | None = None,
-) -> dg.MaterializeResult:
-    """Copy the drop to quarantine with its reasons and return the asset's result for it.
+) -> NoReturn:
+    """Copy the drop to quarantine with its reasons, and fail the asset's partition for it.
 
-    The failing (blocking) checks in `check_results` stop the run here; the metadata carries
-    the reasons as a table, so the UI shows what to fix without opening a file. Under a tenant's
-    root the copied files and the reasons are sealed with the tenant's key (`quarantine_drop`), and
+    A quarantined drop is not good data, and the UI shows it as Dagster shows anything that
+    failed: the partition reads *Failed* (no materialization is recorded for it), its checks
+    (`check_results`) are red, and the run fails with the reasons. An observation of the
+    partition keeps what a user needs beside it: `status: quarantined`, where the copy is and
+    a table of what to fix (so the UI shows it without opening a file). Under a tenant's root
+    the copied files and the reasons are sealed with the tenant's key (`quarantine_drop`), and
     the table and the log name each rule and where it broke, not the values it quotes.
-    `metadata`: more entries for the result (the tenant, say).
+    `metadata`: more entries for the observation (the tenant, say).
     """
     where = quarantine_drop(store, kind, drop_id, issues, stage=stage)
+    rules = sorted({i.rule for i in issues})
+    facts = {
+        "status": "quarantined",
+        **(metadata or {}),
+        "stage": stage,
+        "issues": len(issues),
+        "quarantine": dg.MetadataValue.path(where),
+        "reasons": dg.MetadataValue.md(issues_markdown(issues, sealed_for=sealed_tenant(store.root))),
+    }
+    context.log_event(dg.AssetObservation(asset_key=context.asset_key, partition=context.partition_key if context.has_partition_key else None, metadata=facts))
+    for check in check_results:
+        context.log_event(
+            dg.AssetCheckEvaluation(
+                asset_key=context.asset_key, check_name=check.check_name, passed=bool(check.passed), metadata=check.metadata, severity=check.severity, description=check.description
+            )
+        )
     context.log.error(f"{kind} drop {drop_id} quarantined at {where}:\n" + "\n".join(issue_text(store.root, i) for i in issues[:20]))
-    return dg.MaterializeResult(
-        metadata={
-            "status": "quarantined",
-            **(metadata or {}),
-            "quarantine": dg.MetadataValue.path(where),
-            "reasons": dg.MetadataValue.md(issues_markdown(issues, sealed_for=sealed_tenant(store.root))),
-        },
-        check_results=check_results,
+    raise dg.Failure(
+        description=(
+            f"{kind} drop {drop_id} is quarantined ({stage}): {len(issues)} issue(s), {', '.join(rules)}. "
+            f"Its files are kept at {where} with QUARANTINE.md saying what to fix; the lab sends a corrected drop under a new id."
+        ),
+        metadata={"quarantine": dg.MetadataValue.path(where), "issues": len(issues)},
+        allow_retries=False,
     )

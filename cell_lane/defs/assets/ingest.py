@@ -64,7 +64,7 @@ def raw_assay(context: dg.AssetExecutionContext, storage: StorageResource) -> dg
     manifest, contents, issues = read_drop(store, KIND, drop_id, MANIFEST_FIELDS)
     if issues:
         check = dg.AssetCheckResult(check_name=DROP_MANIFEST_CHECK, passed=False, metadata={"issues": len(issues), "first": issue_text(store.root, issues[0])})
-        return quarantined(context, store, KIND, drop_id, issues, stage="raw", check_results=[check], metadata={"tenant": tenant})
+        quarantined(context, store, KIND, drop_id, issues, stage="raw", check_results=[check], metadata={"tenant": tenant})
     where = write_raw(store, KIND, manifest, contents)
     record_drop(store, KIND, drop_id, where, manifest.fields, len(manifest.files), identifiers=MANIFEST_FIELDS)
     files = pd.DataFrame([{"path": f.path, "bytes": f.bytes, "sha256": f.sha256[:16] + "…"} for f in manifest.files])
@@ -135,7 +135,7 @@ def validated_assay(context: dg.AssetExecutionContext, storage: StorageResource)
         z_check,
     ]
     if violations:
-        return quarantined(context, store, KIND, drop_id, schema_issues + layout_issues, stage="validation", check_results=checks, metadata={"tenant": tenant})
+        quarantined(context, store, KIND, drop_id, schema_issues + layout_issues, stage="validation", check_results=checks, metadata={"tenant": tenant})
 
     table = pd.concat(tables, ignore_index=True)
     effects = normalised_effects(table).assign(drop_id=drop_id)

@@ -14,7 +14,9 @@ from shared_resources.compute import ComputeResource
 from control_plane.catalog.pools import Capacity
 from data_layer.agreement_checks import require_shared_training, shared_training_check_spec
 from control_plane.tenancy.agreements import check_shared_training, limits_for
+from data_layer.experiments import list_runs
 from data_layer.provenance import dataset_ref, find_version, record_result, track_run, trained_on
+from data_layer.run_comparison import image_markdown, rounds_frame, rounds_png
 from shared_resources.resources import StorageResource
 from control_plane.catalog.step_spec import TRAINING_IMPORTS, StepSpec
 from workload_runtime.storage import Storage, read_json, write_json_atomic
@@ -101,6 +103,24 @@ def foundation_model(
     )
 
 
+ROUND_FIGURES = ("held_out_rmse", "baseline_rmse", "held_out_spearman")
+ROUND_PANELS = {
+    "held-out error (lower is better)": ["held_out_rmse", "baseline_rmse"],
+    "Spearman ρ on held-out genes": ["held_out_spearman"],
+    "GPU cost (USD)": ["cost_usd"],
+}
+
+
+def rounds_metadata(store: Storage, tenant: str) -> dict:
+    """The lab's fine-tuning rounds so far (each a run on a larger training set), as one chart
+    and a table: the held-out error beside the baseline, the rank correlation and the cost,
+    round by round. Only this lab's runs: they are read from its own root."""
+    frame = rounds_frame(list_runs(store.root, model="cell/finetuned_model"), ROUND_FIGURES)
+    chart = rounds_png(frame, ROUND_PANELS, f"{tenant}: the fine-tuned model, round by round")
+    table = frame.drop(columns=["dataset"]).round(4).to_markdown(index=False)
+    return {"round": len(frame), "rounds": dg.MetadataValue.md(image_markdown(chart, f"{tenant} rounds") + "\n\n" + table)}
+
+
 @dg.asset(
     key=FINETUNED_MODEL, deps=[FOUNDATION_MODEL, OMICS_DATASET], partitions_def=cell_tenants, group_name="cell_training", kinds={"pytorch", "parquet"},
     check_specs=[shared_training_check_spec(FINETUNED_MODEL)],
@@ -114,6 +134,8 @@ def finetuned_model(
 
     `held_out_rmse` is the error on genes the model did not see (K-fold); `baseline_rmse` is
     the error of always guessing the average — the model is useful while it stays below.
+    `rounds` charts them (and the rank correlation and the cost) round by round for this lab:
+    read it rather than the Plots tab, which joins the labs' latest values partition by partition.
     Runs on burst (spot) capacity and resumes from its checkpoint when preempted.
     """
     tenant = context.partition_key
@@ -157,6 +179,6 @@ def finetuned_model(
     )
     tracked = track_run(store, run, step.final_checkpoint, step.result, config={**settings, "foundation": foundation["lineage"]}, pool=step.pool.name, cost_usd=step.cost_usd, dagster_run_id=context.run_id)
     return dg.MaterializeResult(
-        metadata={**final, **provenance, **tracked, "tenant": tenant, "run": run, "dataset_version": dataset["version"], "finetune_id": run_id},
+        metadata={**final, **provenance, **tracked, **rounds_metadata(store, tenant), "tenant": tenant, "run": run, "dataset_version": dataset["version"], "finetune_id": run_id},
         check_results=[agreed],
     )

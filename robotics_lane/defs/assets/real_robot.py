@@ -100,14 +100,14 @@ def real_robot_evaluation(context: dg.AssetExecutionContext, storage: StorageRes
             dg.AssetCheckResult(check_name=RESULTS_MANIFEST_CHECK, passed=False, metadata={"first": issues[0].describe()}),
             dg.AssetCheckResult(check_name=EPISODES_VALID_CHECK, passed=False, metadata={"skipped": "results could not be trusted"}),
         ]
-        return quarantined(context, store, KIND, eval_id, issues, stage="raw", check_results=checks)
+        quarantined(context, store, KIND, eval_id, issues, stage="raw", check_results=checks)
     raw = write_raw(store, KIND, manifest, contents)
     record_drop(store, KIND, eval_id, raw, manifest.fields, len(manifest.files))
     _, problems = validate_dataset(posixpath.join(raw, "episodes"), min_length=1)
     manifest_ok = dg.AssetCheckResult(check_name=RESULTS_MANIFEST_CHECK, passed=True, metadata={"trials": len(trials)})
     if problems:
         episodes_bad = dg.AssetCheckResult(check_name=EPISODES_VALID_CHECK, passed=False, metadata={"first": problems[0].describe()})
-        return quarantined(context, store, KIND, eval_id, problems, stage="validation", check_results=[manifest_ok, episodes_bad])
+        quarantined(context, store, KIND, eval_id, problems, stage="validation", check_results=[manifest_ok, episodes_bad])
 
     real = rate_metadata(trials)
     policy_version = str(manifest.fields["policy_version"])

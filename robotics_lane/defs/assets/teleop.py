@@ -43,14 +43,14 @@ def teleop_episodes(context: dg.AssetExecutionContext, storage: StorageResource)
             dg.AssetCheckResult(check_name=SESSION_MANIFEST_CHECK, passed=False, metadata={"first": issues[0].describe()}),
             dg.AssetCheckResult(check_name=EPISODES_VALID_CHECK, passed=False, metadata={"skipped": "the files themselves could not be trusted"}),
         ]
-        return quarantined(context, store, KIND, session, issues, stage="raw", check_results=checks)
+        quarantined(context, store, KIND, session, issues, stage="raw", check_results=checks)
     raw = write_raw(store, KIND, manifest, contents)
     record_drop(store, KIND, session, raw, manifest.fields, len(manifest.files))
     info, problems = validate_dataset(raw)
     manifest_ok = dg.AssetCheckResult(check_name=SESSION_MANIFEST_CHECK, passed=True, metadata={"files": len(manifest.files)})
     if problems:
         episodes_bad = dg.AssetCheckResult(check_name=EPISODES_VALID_CHECK, passed=False, metadata={"issues": len(problems), "first": problems[0].describe()})
-        return quarantined(context, store, KIND, session, problems, stage="validation", check_results=[manifest_ok, episodes_bad])
+        quarantined(context, store, KIND, session, problems, stage="validation", check_results=[manifest_ok, episodes_bad])
     registered, version = publish_version(
         store, "robotics/teleop", session, raw, title="teleop demonstrations (LeRobot v3)",
         inputs=[drop_id(KIND, session)], facts={"episodes": info.total_episodes, "robot": str(manifest.fields["robot"])},
