@@ -17,7 +17,7 @@ PYTHON ?= $(shell for p in python3.11 python3.12 python3.13 python3; do \
 	  for v in 3.11 3.12 3.13; do p=$$(PYENV_VERSION=$$(pyenv versions --bare 2>/dev/null | grep "^$$v" | tail -1) pyenv which python 2>/dev/null); \
 	  if [ -n "$$p" ]; then echo $$p; exit; fi; done)
 
-.PHONY: help venv demo test test-fast test-random ui bench images clean-home clean
+.PHONY: help venv demo test test-fast test-random ui ui-tour bench images clean-home clean
 
 help:
 	@echo "make demo   run the Cell and Robotics loops end to end on this machine, then a summary"
@@ -25,6 +25,7 @@ help:
 	@echo "make test-fast   the quick loop while working: leaves out the engines, e2e and ui tiers"
 	@echo "make test-random [SEED=n]   the whole suite in a shuffled order (prints the seed to repeat it)"
 	@echo "make ui     open the Dagster UI (http://127.0.0.1:3000) on the same storage root"
+	@echo "make ui-tour   take the pictures of docs/ui-tour.md again (the UI test on a fresh demo)"
 	@echo "make bench  print the benchmark figures, each beside its baseline (benchmarks/README.md)"
 	@echo "make images build the orchestration and workload images with podman and check each (deploy/docker)"
 	@echo "storage root: $(SINEWGRID_HOME)   Dagster instance: $(DAGSTER_HOME)"
@@ -69,6 +70,11 @@ test-fast: $(STAMP)
 SEED ?= $(shell echo $$RANDOM)
 test-random: $(STAMP) isaaclab-runtime lerobot-runtime slurm-packages postgres-packages ui-packages
 	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadgroup --no-loadscope-reorder -p random_order --random-order-bucket=module --random-order-seed=$(SEED)
+
+# The pictures of docs/ui-tour.md: the UI test (tests/test_ui.py) on a fresh demo writes them into
+# docs/ui-tour/, half size (~6 minutes).
+ui-tour: $(STAMP) isaaclab-runtime ui-packages
+	SINEWGRID_UI_TOUR=1 $(PY) -m pytest tests/test_ui.py -q
 
 ui: $(STAMP)
 	@mkdir -p "$(DAGSTER_HOME)"

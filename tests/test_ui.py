@@ -5,6 +5,8 @@ the instance `sinewgrid demo` left (tests/fixtures/demo.py), and Debian's Chromi
 Playwright, opens (with no first-visit dialog over them): both lanes' asset graphs, the bad assay drop's failed checks and quarantine
 table, the `held_out_rmse` plot of the fine-tuned model and the robotics nightly schedule.
 Every page is kept as a screenshot under test-artifacts/ui/ (docs/testing.md, "What `make test` installs and starts").
+With `SINEWGRID_UI_TOUR=1` (`make ui-tour`) the pages docs/ui-tour.md shows are written again into
+docs/ui-tour/, half size and in 256 colours, for the tour to be committed with them.
 """
 
 from __future__ import annotations
@@ -32,6 +34,11 @@ pytestmark = pytest.mark.ui
 
 REPO = Path(__file__).resolve().parent.parent
 SCREENSHOTS = REPO / "test-artifacts" / "ui"
+TOUR = REPO / "docs" / "ui-tour"  # the pictures of docs/ui-tour.md, written under `make ui-tour`
+TOUR_PICTURES = {
+    "asset-graph-cell", "asset-graph-robotics", "failed-check-plate_schema-metadata", "quarantine-partition",
+    "quarantine-table", "quarantine-run", "rounds-lab-a", "nightly-schedule-runs",
+}
 # Debian's Chromium (mk/ui.mk installs it); Playwright's own browser download is never used.
 CHROMIUM = Path(os.environ.get("SINEWGRID_CHROMIUM", "/usr/bin/chromium"))
 CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-background-networking", "--disable-component-update", "--disable-sync"]
@@ -74,6 +81,18 @@ def screenshot(page, name: str) -> Iterator[None]:
             page.wait_for_load_state("networkidle", timeout=10_000)
         SCREENSHOTS.mkdir(parents=True, exist_ok=True)
         page.screenshot(path=str(SCREENSHOTS / f"{name}.png"), full_page=True, animations="disabled")
+        if name in TOUR_PICTURES and os.environ.get("SINEWGRID_UI_TOUR") == "1":
+            _tour_picture(SCREENSHOTS / f"{name}.png", TOUR / f"{name}.png")
+
+
+def _tour_picture(source: Path, target: Path) -> None:
+    """A screenshot small enough to commit: half its size, 256 colours (~50 kB)."""
+    from PIL import Image
+
+    with Image.open(source) as image:
+        small = image.convert("RGB").resize((image.width // 2, image.height // 2), Image.Resampling.LANCZOS)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    small.quantize(colors=256, method=Image.Quantize.MEDIANCUT).save(target, optimize=True)
 
 
 # Session-scoped, like the demo it serves: in a shuffled order (`make test-random`) another
