@@ -40,6 +40,24 @@ def matrix(backends: list[str], scenarios: list[str], workloads: list[str]) -> l
     return [(s, b, w) for s in scenarios for b in backends for w in workloads if w in SCENARIOS[s].workloads and b in SCENARIOS[s].backends]
 
 
+def partition_key(scenario: str, backend: str, workload: str) -> str:
+    """The `platform/failure_drill` partition of one drill: `<scenario>@<backend>-<workload>`."""
+    return f"{scenario}@{backend}-{workload}"
+
+
+def split_partition_key(key: str) -> tuple[str, str]:
+    """`<scenario>@<target>` -> (scenario, target)."""
+    scenario, sep, target = key.partition("@")
+    if not (sep and scenario and target):
+        raise ValueError(f"drill partition {key!r} is not <scenario>@<backend>-<workload>")
+    return scenario, target
+
+
+def partition_keys() -> list[str]:
+    """A partition per drill that applies (scenario × backend × workload), none for one that does not."""
+    return [partition_key(*drill) for drill in matrix(list(BACKENDS), list(SCENARIOS), list(WORKLOADS))]
+
+
 @contextmanager
 def registered(key: str, cluster: object) -> Iterator[None]:
     """`cluster` is the one the drill asset faults for `key` while the context lasts."""
@@ -150,7 +168,7 @@ def run_campaign(
             if backend == "slurm":
                 machine = environment()  # with the cluster up, Slurm can say its version
             for scenario, name in todo:
-                key = dg.MultiPartitionKey({"scenario": scenario, "target": f"{backend}-{name}"})
+                key = partition_key(scenario, backend, name)
                 say(f"{SCENARIOS[scenario].title} · {backend} · {name} …")
                 with sigterm_kept():
                     outcome = dg.materialize(

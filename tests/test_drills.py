@@ -26,8 +26,8 @@ from pydantic import ValidationError
 from typer.testing import CliRunner
 
 from drills.model import DrillResult
-from drills.runner import fault_unit
-from drills.workloads import workload
+from drills.runner import BACKENDS, SCENARIOS, fault_unit
+from drills.workloads import WORKLOADS, workload
 from workload_runtime.checkpoints import CheckpointStore
 from workload_runtime.inputs import Failpoint
 from shared_resources.resources import platform_resources
@@ -64,7 +64,7 @@ def drill(home: Path, scenario: str, target: str, **config) -> DrillResult:
 
     result = dg.materialize(
         [failure_drill],
-        partition_key=dg.MultiPartitionKey({"scenario": scenario, "target": target}),
+        partition_key=f"{scenario}@{target}",
         resources=platform_resources(root=str(home)),
         run_config={"ops": {"platform__failure_drill": {"config": {"size": "small", **config}}}},
     )
@@ -179,18 +179,25 @@ def test_policy_training_survives_a_torn_checkpoint(drill_home):
     assert r.attempts[1]["resumed_step"] == 200
 
 
+def test_the_ui_offers_only_drills_that_apply():
+    from drills.campaign import matrix
+    from platform_location.defs.assets.drills import DRILL_PARTITIONS
+
+    keys = DRILL_PARTITIONS.get_partition_keys()
+    assert keys == [f"{s}@{b}-{w}" for s, b, w in matrix(list(BACKENDS), list(SCENARIOS), list(WORKLOADS))]
+    for key in keys:
+        scenario, target = key.split("@")
+        backend, workload = target.split("-", 1)
+        assert workload in SCENARIOS[scenario].workloads and backend in SCENARIOS[scenario].backends, key
+    assert "straggler@local-rollouts" not in keys and "node-loss@local-pretrain" not in keys  # a straggler sweep, a lost node of one process
+    assert {"preempt-no-notice@local-pretrain", "node-loss@ray-pretrain-gang", "torn-checkpoint@local-policy"} <= set(keys)
+
+
 def test_a_scenario_that_does_not_apply_is_refused_clearly(drill_home):
     from platform_location.defs.assets.drills import failure_drill
 
-    result = dg.materialize(
-        [failure_drill],
-        partition_key=dg.MultiPartitionKey({"scenario": "straggler", "target": "local-rollouts"}),
-        resources=platform_resources(root=str(drill_home)),
-        raise_on_error=False,
-    )
-    assert not result.success
-    message = next(e for e in result.all_events if e.is_step_failure).step_failure_data.error.message
-    assert "does not apply to rollouts" in message
+    with pytest.raises(dg.DagsterUnknownPartitionError, match="straggler@local-rollouts"):
+        dg.materialize([failure_drill], partition_key="straggler@local-rollouts", resources=platform_resources(root=str(drill_home)))
 
 
 def test_a_drill_too_small_for_its_fault_is_an_error_not_a_pass(drill_home, monkeypatch):
@@ -201,7 +208,7 @@ def test_a_drill_too_small_for_its_fault_is_an_error_not_a_pass(drill_home, monk
     monkeypatch.setattr(runner, "workload", lambda name, size="small": tiny)
     result = dg.materialize(
         [failure_drill],
-        partition_key=dg.MultiPartitionKey({"scenario": "preempt-no-notice", "target": "local-pretrain"}),
+        partition_key="preempt-no-notice@local-pretrain",
         resources=platform_resources(root=str(drill_home)),
         raise_on_error=False,
     )

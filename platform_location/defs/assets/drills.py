@@ -9,16 +9,16 @@ from pydantic import Field
 
 from control_plane.settings import settings
 from drills import runner
-from drills.runner import BACKENDS, SCENARIOS, DrillSetup, drill_catalog, run_scenario
-from drills.workloads import SIZES, WORKLOADS
+from drills.campaign import partition_keys, split_partition_key
+from drills.runner import SCENARIOS, DrillSetup, drill_catalog, run_scenario
+from drills.workloads import SIZES
 from shared_resources.resources import StorageResource
 
 FAILURE_DRILL = dg.AssetKey(["platform", "failure_drill"])
 DRILL_GROUP = "platform_drills"
-TARGETS = [f"{backend}-{name}" for backend in BACKENDS for name in WORKLOADS]
-DRILL_PARTITIONS = dg.MultiPartitionsDefinition(
-    {"scenario": dg.StaticPartitionsDefinition(list(SCENARIOS)), "target": dg.StaticPartitionsDefinition(TARGETS)}
-)
+# One partition per drill that applies (`<scenario>@<backend>-<workload>`): the UI offers no
+# scenario on a workload or backend it cannot fault (a straggler of a rollout sweep, say).
+DRILL_PARTITIONS = dg.StaticPartitionsDefinition(partition_keys())
 
 
 class DrillConfig(dg.Config):
@@ -42,10 +42,11 @@ def drill_root(storage: StorageResource) -> Path:
 def failure_drill(context: dg.AssetExecutionContext, config: DrillConfig, storage: StorageResource) -> dg.MaterializeResult:
     """A failure drill: a real fault injected into a real run, and how the platform recovered.
 
-    Each partition is a scenario (preemption with or without notice, a torn checkpoint, the
+    Each partition is a drill, `<scenario>@<backend>-<workload>`: a scenario (preemption with or without notice, a torn checkpoint, the
     loss of a pool, a straggler, an unhealthy node; for a gang: a lost node, one slow rank, a
     node failing qualification) against a target (backend and workload: Cell pretraining, on
-    one process or as a gang of 2 nodes, a Robotics rollout sweep, Robotics policy training). The drill runs the
+    one process or as a gang of 2 nodes, a Robotics rollout sweep, Robotics policy training), one
+    partition for each pair that applies. The drill runs the
     workload once uninterrupted, then again with the fault, through the same placement,
     backends, monitor and ledger as every lane step, on small pools of its own.
 
@@ -55,8 +56,7 @@ def failure_drill(context: dg.AssetExecutionContext, config: DrillConfig, storag
     episode set) is identical to the uninterrupted run's. `sinewgrid drill` runs every
     partition and writes docs/drills.md; Slurm targets need the cluster it starts.
     """
-    keys = context.partition_key.keys_by_dimension
-    scenario, target = keys["scenario"], keys["target"]
+    scenario, target = split_partition_key(context.partition_key)
     backend, workload_name = target.split("-", 1)
     if config.size not in SIZES:
         raise dg.Failure(f"size must be one of {', '.join(SIZES)}, got {config.size!r}")
