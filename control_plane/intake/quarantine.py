@@ -73,7 +73,7 @@ def quarantined(
     raise dg.Failure(
         description=(
             f"{kind} drop {drop_id} is quarantined ({stage}): {len(issues)} issue(s), {', '.join(rules)}. "
-            f"Its files are kept at {where} with QUARANTINE.md saying what to fix; the lab sends a corrected drop under a new id."
+            f"Its files are kept at {where} with QUARANTINE.md saying what to fix: send it again, corrected, under a new id."
         ),
         metadata={"quarantine": dg.MetadataValue.path(where), "issues": len(issues)},
         allow_retries=False,
