@@ -72,6 +72,15 @@ def kube(tmp_path) -> Iterator[FakeKubeAPI]:
 
 
 # The JobSet --------------------------------------------------------------------------------------
+def test_a_jobsets_rendezvous_port_is_never_an_ephemeral_one():
+    """Pods sharing a node's network (here: every pod) must not find rank 0's port taken by an
+    outgoing connection, whose port the kernel picks from 32768-60999."""
+    low, high = (int(p) for p in Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split())
+    ports = {master_port(f"cell-foundation-model-a{i}-{i:06x}") for i in range(2000)}
+    assert all(20000 <= p < min(low, 32768) for p in ports) and high >= low
+    assert len(ports) > 1500  # spread: two gangs rarely pick the same one
+
+
 def test_a_gang_is_one_jobset_of_indexed_pods_whose_template_the_kubernetes_models_accept():
     pool = Pool(name="k8s-gang", **_pool_fields("/kube/config", queue="team-a"))
     spec = pretrain_spec("s3://data/omics", nodes=4, ranks=8).model_copy(update={"gpus": 32, "exclude_nodes": ["gpu-x"]})

@@ -52,7 +52,7 @@ def test_a_gang_batch_script_starts_every_rank_with_srun(tmp_path, slurm_pool_fo
     script = render_batch_script(slurm_pool_for_text, pretrain_spec("unused", nodes=4, ranks=8).model_copy(update={"gpus": 32}), launch)
     directives = [line.removeprefix("#SBATCH ") for line in script.splitlines() if line.startswith("#SBATCH ")]
     assert {"--nodes=4", "--ntasks-per-node=8", "--gres=gpu:8"} <= set(directives)
-    assert "export MASTER_ADDR=$(scontrol show node" in script and "export MASTER_PORT=$((20000 + SLURM_JOB_ID % 20000))" in script
+    assert "export MASTER_ADDR=$(scontrol show node" in script and "export MASTER_PORT=$((20000 + SLURM_JOB_ID % 12768))" in script  # below the ephemeral ports
     assert script.rstrip().endswith("exec srun --kill-on-bad-exit=1 --ntasks-per-node=8 /opt/venv/bin/python -m cell_lane.workloads.pretrain")
 
 

@@ -30,6 +30,15 @@ from workload_runtime.workload import PREEMPTED_EXIT_CODE
 # failure, the OOM-killer of a shared box) rather than failing on its own: the step is
 # resumed from its checkpoint, not failed.
 LOST_NODE_SIGNALS = frozenset({signal.SIGKILL, signal.SIGTERM})
+# A gang's rendezvous port when it is derived from the job (a JobSet's name, Slurm's job id): in
+# [20000, 32768), below Linux's default ephemeral range (32768-60999), so no outgoing connection
+# on a node, which the kernel gives a port from that range, can hold it first.
+RENDEZVOUS_PORTS = range(20000, 32768)
+
+
+def rendezvous_port(n: int) -> int:
+    """The rendezvous port for a job numbered (or hashed to) `n`."""
+    return RENDEZVOUS_PORTS.start + n % len(RENDEZVOUS_PORTS)
 
 # How long a workload asked to stop (straggler, unhealthy node) has to checkpoint and exit.
 STOP_GRACE_SECONDS = 120.0

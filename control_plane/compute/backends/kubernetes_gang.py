@@ -58,6 +58,7 @@ from control_plane.compute.backends.base import (
     JobStatus,
     ending_cause,
     outcome_of,
+    rendezvous_port,
 )
 from control_plane.compute.backends.gang import torchrun_command
 from control_plane.compute.backends.kubernetes_pod import (
@@ -101,7 +102,9 @@ def rank_zero_host(name: str) -> str:
 
 
 def master_port(name: str) -> int:
-    return 20000 + int(hashlib.sha256(name.encode()).hexdigest()[:8], 16) % 20000
+    """Rank 0's port, from the JobSet's name: two gangs whose pods share a node's network (the
+    local stand-in, `hostNetwork` pods) do not pick the same one."""
+    return rendezvous_port(int(hashlib.sha256(name.encode()).hexdigest()[:8], 16))
 
 
 def gang_affinity(name: str, exclude_nodes: list[str]) -> dict[str, Any]:

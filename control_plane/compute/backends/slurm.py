@@ -41,7 +41,7 @@ from typing import Any
 import dagster as dg
 
 from control_plane.catalog.backends import SlurmSettings, settings_for
-from control_plane.compute.backends.base import Refusal
+from control_plane.compute.backends.base import RENDEZVOUS_PORTS, Refusal
 from control_plane.compute.backends.base import JobHandle, JobState, JobStatus
 from control_plane.compute.backends.engine import EngineBackend, Launch
 from control_plane.compute.backends.slurm_nodes import job_nodes_problem, partition_problem
@@ -113,10 +113,10 @@ def sbatch_options(pool: Pool, spec: StepSpec, launch: Launch, settings: SlurmSe
 
 # A gang's rendezvous: rank 0 runs on the allocation's first node (srun's block distribution)
 # and listens on a port derived from the job id, as Slurm sites usually do.
-GANG_RENDEZVOUS = """\
+GANG_RENDEZVOUS = f"""\
 first_node=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)
 export MASTER_ADDR=$(scontrol show node -o "$first_node" | tr ' ' '\\n' | sed -n 's/^NodeAddr=//p')
-export MASTER_PORT=$((20000 + SLURM_JOB_ID % 20000))
+export MASTER_PORT=$(({RENDEZVOUS_PORTS.start} + SLURM_JOB_ID % {len(RENDEZVOUS_PORTS)}))
 echo "sinewgrid: a gang of $SLURM_NTASKS ranks on $SLURM_JOB_NODELIST; rank 0 listens on $MASTER_ADDR:$MASTER_PORT" >&2"""
 
 
