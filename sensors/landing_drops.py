@@ -18,9 +18,10 @@ tick and then once every `RECONCILE_SECONDS` to find what no event announced
 (`control_plane/intake/drop_events.py`): its cost no longer grows with the zone's history.
 
 With `tenants`, the sensor watches each tenant's own landing zone (`<tenant root>/landing/<kind>/`,
-the Cell labs) and requests `MultiPartitionKey({"tenant": t, "drop": drop_id})` runs: the dynamic
-partition it adds is the drop id, so a drop id two tenants both use is two partitions
-(`x|lab-a`, `x|lab-b`), each ingested into its own tenant's root. Each tenant has its own cursor.
+the Cell labs) and adds one dynamic partition per tenant's drop, `<tenant>/<drop_id>`
+(`tenant_drop_key`), with its run: a drop id two tenants both use is two partitions (`lab-a/x`,
+`lab-b/x`), each ingested into its own tenant's root, and no partition names a drop that no
+tenant sent. Each tenant has its own cursor.
 """
 
 
@@ -32,7 +33,7 @@ from dataclasses import dataclass, field
 import dagster as dg
 
 from control_plane.intake.drop_events import RECONCILE_SECONDS, DropQueue
-from control_plane.intake.landing import DROP_ID_PATTERN, CompleteDrop, list_complete_drops, quarantine_drop
+from control_plane.intake.landing import DROP_ID_PATTERN, CompleteDrop, list_complete_drops, quarantine_drop, tenant_drop_key
 from shared_resources.resources import StorageResource
 from workload_runtime.data_issues import DropIssue
 from workload_runtime.storage import Storage
@@ -109,17 +110,14 @@ def make_landing_sensor(
     description: str,
     minimum_interval_seconds: int = 30,
     tenants: Sequence[str] = (),
-    tenant_dimension: str = "tenant",
-    drop_dimension: str = "drop",
 ) -> dg.SensorDefinition:
     """A sensor that ingests each complete drop of `landing/<kind>/` once (one dynamic partition of
-    `partitions_def` per drop). With `tenants`: each tenant's landing zone, one
-    (`tenant_dimension`, `drop_dimension`) multi-partition per tenant and drop; `partitions_def`
-    is then the drop dimension."""
+    `partitions_def` per drop). With `tenants`: each tenant's landing zone, one partition
+    `<tenant>/<drop_id>` per tenant's drop."""
     if tenants:
         return _tenant_landing_sensor(
             name=name, kind=kind, job_name=job_name, partitions_def=partitions_def, description=description,
-            minimum_interval_seconds=minimum_interval_seconds, tenants=list(tenants), tenant_dimension=tenant_dimension, drop_dimension=drop_dimension,
+            minimum_interval_seconds=minimum_interval_seconds, tenants=list(tenants),
         )
 
     @dg.sensor(
@@ -163,7 +161,7 @@ def make_landing_sensor(
     return _sensor
 
 
-def _already_requested(context: dg.SensorEvaluationContext, key: dg.MultiPartitionKey) -> bool:
+def _already_requested(context: dg.SensorEvaluationContext, key: str) -> bool:
     """A run of this tenant's drop exists already (requested by a sensor, or materialized by hand)."""
     return bool(context.instance.get_runs(filters=dg.RunsFilter(tags={"dagster/partition": str(key)}), limit=1))
 
@@ -177,8 +175,6 @@ def _tenant_landing_sensor(
     description: str,
     minimum_interval_seconds: int,
     tenants: list[str],
-    tenant_dimension: str,
-    drop_dimension: str,
 ) -> dg.SensorDefinition:
     @dg.sensor(
         name=name,
@@ -189,10 +185,9 @@ def _tenant_landing_sensor(
     )
     def _sensor(context: dg.SensorEvaluationContext, storage: StorageResource) -> dg.SensorResult | dg.SkipReason:
         cursors = parse_tenant_cursors(context.cursor)
-        new_drop_ids: list[str] = []
+        new_keys: list[str] = []
         runs: list[dg.RunRequest] = []
         already: list[str] = []
-        known: dict[str, bool] = {}  # drop id -> a partition of it exists
         stores: dict[str, Storage] = {tenant: storage.for_tenant(tenant) for tenant in tenants}
         for tenant in tenants:
             cursors.setdefault(tenant, DropCursor())
@@ -208,14 +203,13 @@ def _tenant_landing_sensor(
                     where = quarantine_drop(store, kind, drop.drop_id, [issue], stage="landing")
                     context.log.error(f"{tenant}: {drop.drop_id!r} quarantined at {where}: {issue.message}")
                     continue
-                key = dg.MultiPartitionKey({tenant_dimension: tenant, drop_dimension: drop.drop_id})
-                if drop.drop_id not in known:  # one query per drop id and tick (two labs may share one)
-                    known[drop.drop_id] = context.instance.has_dynamic_partition(partitions_def.name, drop.drop_id)
-                if known[drop.drop_id] and _already_requested(context, key):
-                    already.append(f"{tenant}/{drop.drop_id}")
+                key = tenant_drop_key(tenant, drop.drop_id)
+                known = context.instance.has_dynamic_partition(partitions_def.name, key)
+                if known and _already_requested(context, key):
+                    already.append(key)
                     continue
-                if drop.drop_id not in new_drop_ids and not known[drop.drop_id]:
-                    new_drop_ids.append(drop.drop_id)
+                if not known:
+                    new_keys.append(key)
                 runs.append(
                     dg.RunRequest(
                         partition_key=key,
@@ -230,7 +224,7 @@ def _tenant_landing_sensor(
         context.log.info(f"new drops: {', '.join(r.tags['sinewgrid/tenant'] + '/' + r.tags['sinewgrid/drop_id'] for r in runs)}")
         return dg.SensorResult(
             run_requests=runs,
-            dynamic_partitions_requests=[partitions_def.build_add_request(new_drop_ids)] if new_drop_ids else [],
+            dynamic_partitions_requests=[partitions_def.build_add_request(new_keys)] if new_keys else [],
             cursor=dump_tenant_cursors(cursors),
         )
 

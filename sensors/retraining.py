@@ -5,11 +5,13 @@ compares what the instance already holds (the newest accepted upstream materiali
 against the newest training-set materialization), so the UI's daemon and the
 `sinewgrid tick` command never start the same round twice.
 
-With `per_tenant` (the Cell lane, whose upstream is partitioned by tenant and drop), a round is
+With `tenants` (the Cell lane, whose upstream has a partition per tenant's drop), a round is
 one partition of the training set per tenant: it asks for a round of each tenant whose newest
 accepted upstream is newer than that tenant's own last training set, and of no other.
 """
 
+
+from collections.abc import Callable, Sequence
 
 import dagster as dg
 
@@ -31,11 +33,13 @@ def make_retraining_sensor(
     ingest_job_name: str | list[str],
     description: str,
     minimum_interval_seconds: int = 30,
-    per_tenant: dg.MultiPartitionsDefinition | None = None,
-    tenant_dimension: str = "tenant",
+    tenants: Sequence[str] = (),
+    tenant_of: Callable[[str], str] | None = None,
 ) -> dg.SensorDefinition:
-    """`per_tenant`: the upstream's partitions (one of whose dimensions is `tenant_dimension`);
-    the training set is then partitioned by tenant and each round is one tenant's."""
+    """`tenants`: the training set is partitioned by tenant and each round is one tenant's;
+    `tenant_of` names the tenant of an upstream partition."""
+    if bool(tenants) != (tenant_of is not None):
+        raise ValueError(f"sensor {name}: a per-tenant round needs both `tenants` and `tenant_of`")
     upstreams = upstream if isinstance(upstream, list) else [upstream]
     ingest_jobs = ingest_job_name if isinstance(ingest_job_name, list) else [ingest_job_name]
     watched = ", ".join(k.to_user_string() for k in upstreams)
@@ -52,8 +56,8 @@ def make_retraining_sensor(
         busy = sum(instance.get_runs_count(dg.RunsFilter(job_name=job, statuses=_IN_FLIGHT)) for job in ingest_jobs)
         if busy:
             return dg.SkipReason(f"waiting for {busy} ingest run(s) to finish")
-        if per_tenant is not None:
-            return _per_tenant_rounds(instance, upstreams, accepted_status, training_set, per_tenant, tenant_dimension, watched)
+        if tenant_of is not None:
+            return _per_tenant_rounds(instance, upstreams, accepted_status, training_set, list(tenants), tenant_of, watched)
         trained = instance.fetch_materializations(dg.AssetRecordsFilter(asset_key=training_set), limit=1)
         after = trained.records[0].storage_id if trained.records else None
         newest_accepted = None
@@ -91,12 +95,11 @@ def _per_tenant_rounds(
     upstreams: list[dg.AssetKey],
     accepted_status: str,
     training_set: dg.AssetKey,
-    partitions_def: dg.MultiPartitionsDefinition,
-    tenant_dimension: str,
+    tenants: list[str],
+    tenant_of: Callable[[str], str],
     watched: str,
 ) -> dg.SensorResult:
     """One round per tenant with accepted upstream newer than the tenant's own last training set."""
-    tenants = partitions_def.get_partitions_def_for_dimension(tenant_dimension).get_partition_keys()
     trained_after: dict[str, int | None] = {}
     for tenant in tenants:
         last = instance.fetch_materializations(dg.AssetRecordsFilter(asset_key=training_set, asset_partitions=[tenant]), limit=1)
@@ -107,7 +110,7 @@ def _per_tenant_rounds(
     for record in _accepted_since(instance, upstreams, accepted_status, after):
         if record.partition_key is None:
             continue
-        tenant = partitions_def.get_partition_key_from_str(record.partition_key).keys_by_dimension[tenant_dimension]
+        tenant = tenant_of(record.partition_key)
         since = trained_after.get(tenant)
         if tenant in trained_after and (since is None or record.storage_id > since):
             if tenant not in newest or record.storage_id > newest[tenant].storage_id:

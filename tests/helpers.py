@@ -22,7 +22,7 @@ import psutil
 from cell_lane.plate_layout import GENES_PER_PLATE, plate_layout
 from control_plane.catalog.step_spec import TRAINING_IMPORTS
 from control_plane.compute.backends.warm_start import Process, start_process
-from control_plane.intake.landing import write_drop
+from control_plane.intake.landing import tenant_drop_key, write_drop
 from control_plane.settings import REPO_ROOT, child_env
 from shared_resources.resources import StorageResource
 from workload_runtime.envelope import PREFIX
@@ -57,6 +57,7 @@ def drop_plate(storage: Storage, drop_id: str, table: pd.DataFrame | None = None
 
 SEALED = PREFIX  # how every object sealed with a tenant's key starts (an ESDK message, suite 0x0478)
 LAB = "lab-a"  # the tenant (a Cell lab of the packaged tenants catalog) that ingest tests use
+LAB_DROPS = "lab_assay_drops"  # cell_lane.defs.partitions.lab_drops: a partition per lab\'s drop
 
 
 def lab_storage(root: str, tenant: str = LAB) -> Storage:
@@ -64,22 +65,27 @@ def lab_storage(root: str, tenant: str = LAB) -> Storage:
     return StorageResource(root=root).for_tenant(tenant)
 
 
-def lab_drop(drop_id: str, tenant: str = LAB) -> dg.MultiPartitionKey:
-    """The ingest partition of one lab's drop."""
-    return dg.MultiPartitionKey({"tenant": tenant, "drop": drop_id})
+def lab_drop(drop_id: str, tenant: str = LAB) -> str:
+    """The ingest partition of one lab's drop: `<lab>/<drop_id>`."""
+    return tenant_drop_key(tenant, drop_id)
+
+
+def add_lab_drops(instance, drop_ids: list[str], tenant: str = LAB) -> None:
+    """Add the ingest partitions of a lab's drops, as the landing sensor does when they arrive."""
+    instance.add_dynamic_partitions(LAB_DROPS, [lab_drop(d, tenant) for d in drop_ids])
 
 
 def ingest_drop(instance, resources, drop_id: str, tenant: str = LAB, assets: list | None = None) -> dg.ExecuteInProcessResult:
     """Materialize a lab's drop (raw copy and validation) as the ingest job would."""
     from cell_lane.defs.assets.ingest import raw_assay, validated_assay
 
-    instance.add_dynamic_partitions("assay_drops", [drop_id])
+    add_lab_drops(instance, [drop_id], tenant)
     return dg.materialize(
         assets or [raw_assay, validated_assay], instance=instance, resources=resources, partition_key=lab_drop(drop_id, tenant), raise_on_error=False
     )
 
 
-__all__ = ["GENES", "GENES_PER_PLATE", "LAB", "SEALED", "drop_plate", "good_plate", "ingest_drop", "lab_drop", "lab_storage"]
+__all__ = ["GENES", "GENES_PER_PLATE", "LAB", "LAB_DROPS", "SEALED", "add_lab_drops", "drop_plate", "good_plate", "ingest_drop", "lab_drop", "lab_storage"]
 
 
 def sensor_ingest(sensor, assets: list, defs, instance, resources, root: str, cursor: str | None) -> tuple[list[str], dict[str, bool], str | None]:

@@ -14,7 +14,7 @@ from cell_lane.definitions import defs
 from cell_lane.defs.sensors import assay_drop_sensor
 from sensors.landing_drops import LOOKBACK_SECONDS, DropCursor, parse_tenant_cursors
 from shared_resources.resources import StorageResource
-from tests.helpers import LAB, drop_plate, ingest_drop, lab_drop, lab_storage
+from tests.helpers import LAB, LAB_DROPS, drop_plate, ingest_drop, lab_drop, lab_storage
 from workload_runtime.storage import read_json
 
 
@@ -45,8 +45,8 @@ def test_complete_drop_becomes_one_partition_and_one_run(instance, home, storage
     assert [r.partition_key for r in result.run_requests] == [lab_drop("drop-a")]
     assert result.run_requests[0].run_key == f"assays/{LAB}/drop-a"
     assert {k: v for k, v in result.run_requests[0].tags.items() if k.startswith("sinewgrid/")} == {"sinewgrid/tenant": LAB, "sinewgrid/drop_id": "drop-a"}
-    assert result.dynamic_partitions_requests[0].partition_keys == ["drop-a"]
-    assert instance.get_dynamic_partitions("assay_drops") == ["drop-a"]
+    assert result.dynamic_partitions_requests[0].partition_keys == [lab_drop("drop-a")]
+    assert instance.get_dynamic_partitions(LAB_DROPS) == [lab_drop("drop-a")]
 
 
 def test_drop_without_manifest_waits(instance, home, lab, storage):
@@ -71,7 +71,7 @@ def test_same_drop_seen_twice_yields_one_partition(instance, resources, home, st
     again = _tick(instance, home, cursor=None)
     assert len(first.run_requests) == 1
     assert again.run_requests == []
-    assert instance.get_dynamic_partitions("assay_drops") == ["drop-a"]
+    assert instance.get_dynamic_partitions(LAB_DROPS) == [lab_drop("drop-a")]
 
 
 def test_cursor_only_opens_new_drops(instance, home, storage):
@@ -137,7 +137,7 @@ def test_the_same_drop_id_from_two_labs_is_two_partitions(instance, home, root):
     result = _tick(instance, home)
     assert sorted(r.partition_key for r in result.run_requests) == sorted([lab_drop("x", "lab-a"), lab_drop("x", "lab-b")])
     assert sorted(r.run_key for r in result.run_requests) == ["assays/lab-a/x", "assays/lab-b/x"]
-    assert instance.get_dynamic_partitions("assay_drops") == ["x"]  # the drop dimension holds the id once
+    assert sorted(instance.get_dynamic_partitions(LAB_DROPS)) == ["lab-a/x", "lab-b/x"]  # one partition per lab's drop, none for a drop no lab sent
 
 
 def test_a_platform_landing_drop_is_not_a_labs(instance, home):

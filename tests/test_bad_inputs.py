@@ -27,7 +27,7 @@ from control_plane.placement.job_files import JobFileError, load_job
 from robotics_lane.defs.assets.policy import policy
 from robotics_lane.defs.assets.teleop import teleop_episodes
 from robotics_lane.episodes import Episode, validate_dataset, write_dataset
-from tests.helpers import drop_plate, good_plate, lab_drop, lab_storage, sensor_ingest
+from tests.helpers import add_lab_drops, drop_plate, good_plate, lab_drop, lab_storage, sensor_ingest
 from workload_runtime.storage import read_bytes
 
 REPO = Path(__file__).resolve().parent.parent
@@ -96,7 +96,7 @@ def test_a_bad_manifest_refuses_the_whole_drop_and_keeps_every_byte(instance, re
     drop_id = f"bad-{case}"
     folder = write_assay_drop(home, drop_id, files, entries)
     sent = snapshot(folder)
-    instance.add_dynamic_partitions("assay_drops", [drop_id])
+    add_lab_drops(instance, [drop_id])
 
     result = dg.materialize([raw_assay, validated_assay], instance=instance, resources=resources, partition_key=lab_drop(drop_id), raise_on_error=False)
 
@@ -119,7 +119,7 @@ def test_a_manifest_with_a_repeated_key_is_refused_not_read_by_its_last_value(in
     text = f'{{"drop_id": "twice", "assay": "a", "instrument": "i", "project": "p", "files": [], "files": {good}}}'
     folder = write_assay_drop(home, "twice", {"p.csv": PLATE}, manifest_text=text)
     sent = snapshot(folder)
-    instance.add_dynamic_partitions("assay_drops", ["twice"])
+    add_lab_drops(instance, ["twice"])
 
     assert not dg.materialize([raw_assay], instance=instance, resources=resources, partition_key=lab_drop("twice"), raise_on_error=False).success
 

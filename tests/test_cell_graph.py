@@ -39,7 +39,7 @@ from data_layer.registry.registry import DataRegistry
 from platform_location.defs.assets.data_layer import checkpoint_retention
 from shared_resources.resources import StorageResource
 from sinewgrid.cli import app
-from tests.helpers import LAB, Preemptor, lab_drop, lab_storage, sensor_ingest
+from tests.helpers import LAB, LAB_DROPS, Preemptor, add_lab_drops, lab_drop, lab_storage, sensor_ingest
 from workload_runtime.checkpoints import CheckpointStore
 from workload_runtime.storage import glob_uris, read_bytes, write_bytes_atomic
 
@@ -66,7 +66,7 @@ def _ledger(root: str):
 
 
 def _ingest_all(instance, resources, drops):
-    instance.add_dynamic_partitions("assay_drops", drops)
+    add_lab_drops(instance, drops)
     return {
         d: dg.materialize([raw_assay, validated_assay], instance=instance, resources=resources, partition_key=lab_drop(d), raise_on_error=False).success
         for d in drops
@@ -92,7 +92,7 @@ def test_cell_loop_end_to_end(instance, resources, root, storage, tmp_path):
     requested, ingested, cursor = _sensor_ingest(instance, resources, root, cursor=None)
     assert sorted(requested) == sorted(lab_drop(d) for d in drops)
     assert ingested == {lab_drop("seed-plate-001"): True, lab_drop("seed-plate-002"): True, lab_drop("seed-plate-bad-export"): False}
-    assert sorted(instance.get_dynamic_partitions("assay_drops")) == sorted(drops)
+    assert sorted(instance.get_dynamic_partitions(LAB_DROPS)) == sorted(lab_drop(d) for d in drops)
     assert _sensor_ingest(instance, resources, root, cursor)[0] == []  # nothing new: nothing requested
 
     result = dg.materialize(TRAINING, instance=instance, resources=resources, run_config=FAST, partition_key=LAB)

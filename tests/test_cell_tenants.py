@@ -7,16 +7,18 @@ import hashlib
 from pathlib import Path
 
 import dagster as dg
+import pytest
 
 from cell_lane.definitions import defs
 from cell_lane.defs.assets.dataset import OMICS_DATASET, omics_dataset
 from cell_lane.defs.assets.ingest import RAW_ASSAY, VALIDATED_ASSAY
-from cell_lane.defs.partitions import cell_tenants, tenant_drops
+from cell_lane.defs.partitions import cell_tenants, lab_drops
 from cell_lane.defs.sensors import training_round_sensor
 from control_plane.catalog.tenants import load_tenants
+from control_plane.intake.landing import split_tenant_drop_key
 from workload_runtime.storage import read_bytes
 from data_layer.lineage import LineageStore
-from tests.helpers import GENES, SEALED, drop_plate, good_plate, ingest_drop, lab_drop, lab_storage
+from tests.helpers import GENES, LAB_DROPS, SEALED, add_lab_drops, drop_plate, good_plate, ingest_drop, lab_drop, lab_storage
 
 
 def _tree(folder: Path) -> dict[str, tuple[int, str]]:
@@ -28,21 +30,39 @@ def test_the_partitions_are_the_cell_labs_of_the_catalog():
     labs = sorted(t.name for t in load_tenants().of_lane("cell"))
     assert sorted(cell_tenants.get_partition_keys()) == labs == ["lab-a", "lab-b"]
     graph = defs.resolve_asset_graph()
-    assert graph.get(RAW_ASSAY).partitions_def == tenant_drops
-    assert graph.get(VALIDATED_ASSAY).partitions_def == tenant_drops
+    assert graph.get(RAW_ASSAY).partitions_def == lab_drops
+    assert graph.get(VALIDATED_ASSAY).partitions_def == lab_drops
+    assert lab_drops.name == LAB_DROPS
     for key in (OMICS_DATASET, dg.AssetKey(["cell", "foundation_model"]), dg.AssetKey(["cell", "finetuned_model"]), dg.AssetKey(["cell", "next_plate_proposal"])):
         assert graph.get(key).partitions_def == cell_tenants, key
-    assert defs.resolve_job_def("assay_ingest").partitions_def == tenant_drops
+    assert defs.resolve_job_def("assay_ingest").partitions_def == lab_drops
     assert defs.resolve_job_def("cell_training_round").partitions_def == cell_tenants
 
 
-def test_a_labs_training_set_depends_on_every_drop_of_that_lab_and_no_other(instance):
-    instance.add_dynamic_partitions("assay_drops", ["x", "y"])
+def test_an_ingest_partition_is_a_drop_a_lab_sent_and_no_other(instance):
+    """The UI lists a lab's drops only: no drop of one lab offered under another (the drop x lab
+    grid this replaced showed 4 such "Missing" partitions after the demo)."""
+    add_lab_drops(instance, ["x", "y"], "lab-a")
+    add_lab_drops(instance, ["x"], "lab-b")
+    assert sorted(lab_drops.get_partition_keys(dynamic_partitions_store=instance)) == ["lab-a/x", "lab-a/y", "lab-b/x"]
+    for bad in ("x", "lab-a", "lab-a/", "/x"):
+        with pytest.raises(ValueError, match="<tenant>/<drop_id>"):
+            split_tenant_drop_key(bad)
+
+
+def test_no_labs_training_set_is_linked_to_another_labs_drop(instance):
+    add_lab_drops(instance, ["x"], "lab-a")
+    add_lab_drops(instance, ["x"], "lab-b")
     mapping = defs.resolve_asset_graph().get_partition_mapping(OMICS_DATASET, VALIDATED_ASSAY)
-    upstream = mapping.get_upstream_mapped_partitions_result_for_partitions(
-        cell_tenants.subset_with_partition_keys(["lab-a"]), cell_tenants, tenant_drops, dynamic_partitions_store=instance
-    ).partitions_subset
-    assert sorted(upstream.get_partition_keys()) == sorted([lab_drop("x"), lab_drop("y")])
+    for lab in ("lab-a", "lab-b"):
+        upstream = mapping.get_upstream_mapped_partitions_result_for_partitions(
+            cell_tenants.subset_with_partition_keys([lab]), cell_tenants, lab_drops, dynamic_partitions_store=instance
+        )
+        assert not list(upstream.partitions_subset.get_partition_keys()) and not upstream.required_but_nonexistent_subset, lab
+    downstream = mapping.get_downstream_partitions_for_partitions(
+        lab_drops.subset_with_partition_keys([lab_drop("x", "lab-b")]), lab_drops, cell_tenants, dynamic_partitions_store=instance
+    )
+    assert "lab-a" not in downstream.get_partition_keys()
 
 
 def test_the_same_drop_id_from_two_labs_is_ingested_into_each_labs_root_sealed(instance, resources, root, home):
@@ -99,3 +119,11 @@ def test_the_retraining_sensor_asks_for_a_round_of_the_lab_with_new_plates_only(
     requests = _evaluate(instance).run_requests
     assert [r.partition_key for r in requests] == ["lab-b"]
     assert requests[0].tags["sinewgrid/tenant"] == "lab-b" and requests[0].tags["sinewgrid/trigger"] == f"cell/validated_assay:{lab_drop('second', 'lab-b')}"
+
+    # Each lab's training set is made from its own drops, as its version's lineage records.
+    made_from = {}
+    for tenant in ("lab-a", "lab-b"):
+        result = dg.materialize([omics_dataset], instance=instance, resources=resources, partition_key=tenant)
+        version = result.asset_materializations_for_node("cell__omics_dataset")[0].metadata["version"].value
+        made_from[tenant] = sorted(LineageStore(lab_storage(root, tenant).root).get(f"cell/omics@{version}").inputs)
+    assert made_from == {"lab-a": ["cell/assays@first"], "lab-b": ["cell/assays@first", "cell/assays@second"]}

@@ -31,7 +31,7 @@ def test_demo_runs_both_loops_to_the_summary(demo_run: DemoRun):
         for lab in ("lab-a", "lab-b"):
             assayed = sorted(int(r.asset_materialization.metadata["n_assayed_genes"].value) for r in rounds if r.partition_key == lab)
             assert assayed == [76, 114, 152], lab
-        assert set(instance.get_dynamic_partitions("assay_drops")) >= {"seed-plate-001", "seed-plate-002", "seed-plate-bad-export"}
+        assert set(instance.get_dynamic_partitions("lab_assay_drops")) >= {f"{lab}/{d}" for lab in ("lab-a", "lab-b") for d in ("seed-plate-001", "seed-plate-002", "seed-plate-bad-export")}
         notes = instance.fetch_materializations(dg.AssetKey(["cell", "plate_rationale"]), limit=10).records
         models = {(r.partition_key, r.asset_materialization.metadata["model"].value) for r in notes}
         assert models == {("lab-a", "standin-anthropic/brisk-2"), ("lab-b", "standin-selfhosted/open-8b")}  # lab-b allows no outside model

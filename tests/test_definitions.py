@@ -45,8 +45,7 @@ def test_cell_checks_and_which_ones_block():
 def test_sensors_and_jobs():
     assert {s.name for s in defs.sensors} == {"assay_drop_sensor", "training_round_sensor", "cell_gpu_job_watcher"}
     assert {j.name for j in defs.jobs} == {"assay_ingest", "cell_training_round"}
-    ingest = defs.resolve_job_def("assay_ingest").partitions_def  # one partition per lab (tenant) and drop
-    assert {d.name: d.partitions_def for d in ingest.partitions_defs}["drop"].name == "assay_drops"
+    assert defs.resolve_job_def("assay_ingest").partitions_def.name == "lab_assay_drops"  # one partition per drop a lab sent: <lab>/<drop_id>
     assert defs.resolve_job_def("cell_training_round").partitions_def.get_partition_keys() == ["lab-a", "lab-b"]
 
 

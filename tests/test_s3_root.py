@@ -17,7 +17,7 @@ from workload_runtime.checkpoints import CheckpointStore
 from control_plane.intake.landing import list_complete_drops
 from shared_resources.resources import platform_resources
 from workload_runtime.storage import fs_for, read_bytes
-from tests.helpers import SEALED, drop_plate, good_plate, lab_drop, lab_storage
+from tests.helpers import SEALED, add_lab_drops, drop_plate, good_plate, lab_drop, lab_storage
 
 
 def test_drops_are_ingested_and_quarantined_on_s3(s3_root, instance):
@@ -28,7 +28,7 @@ def test_drops_are_ingested_and_quarantined_on_s3(s3_root, instance):
     assert {d.drop_id for d in list_complete_drops(storage.landing("assays"))} == {"bad", "good"}
 
     resources = platform_resources(root=s3_root, pools_file="")
-    instance.add_dynamic_partitions("assay_drops", ["good", "bad"])
+    add_lab_drops(instance, ["good", "bad"])
     ok = dg.materialize([raw_assay, validated_assay], instance=instance, resources=resources, partition_key=lab_drop("good"))
     assert ok.success
     failed = dg.materialize([raw_assay, validated_assay], instance=instance, resources=resources, partition_key=lab_drop("bad"), raise_on_error=False)

@@ -45,7 +45,7 @@ CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-b
 # Generous: the UI loads three code locations' data over GraphQL on a busy two-core machine.
 UI_TIMEOUT_MS = 90_000
 BAD_DROP = "seed-plate-bad-export"  # the demo's deliberately broken assay export
-BAD_PARTITION = f"{BAD_DROP}%7Clab-a"  # lab-a's drop: the multi-partition key `<drop>|<tenant>`, URL-encoded
+BAD_PARTITION = f"lab-a%2F{BAD_DROP}"  # lab-a's drop: the partition `<lab>/<drop_id>`, URL-encoded
 RUN_LINK = re.compile(r"^run [0-9a-f]{8}$")  # a run in the Runs list: its icon and short id
 
 
@@ -215,11 +215,17 @@ def test_bad_drop_fails_its_plate_checks_in_red(page, check: str, rule: str):
         expect(reasons).to_contain_text("SEED-BAD.csv")
 
 
-def test_bad_drop_reads_failed_with_its_quarantine_table(page):
+def test_bad_drop_reads_failed_with_its_quarantine_table(page, demo_run: DemoRun):
+    sent = sorted(p.parent.relative_to(demo_run.home / "tenants") for p in (demo_run.home / "tenants").glob("*/landing/assays/*/manifest.json"))
+    assert len(sent) > 2, f"the demo's labs sent {len(sent)} drops"
     page.goto(f"/assets/cell/validated_assay?view=partitions&partition={BAD_PARTITION}")
     with screenshot(page, "quarantine-partition"):
         # Dagster's own state: the partition failed (no materialization), red in the partition list.
         expect(page.get_by_text("Failed (2)")).to_be_visible()  # each lab's bad drop; every other drop passed
+        # One partition per drop a lab sent, `<lab>/<drop_id>`: none that no lab sent, so none missing.
+        expect(page.get_by_text(f"{len(sent)} Partitions Selected")).to_be_visible()
+        expect(page.get_by_text(f"Materialized ({len(sent) - 2})")).to_be_visible()
+        expect(page.get_by_text("Missing (0)")).to_be_visible()
         expect(page.get_by_text("failed, and did not materialize this asset")).to_be_visible()
         expect(page.get_by_text("Materialized", exact=True)).to_have_count(0)
     # What went wrong and where the files are: the observation of the partition.

@@ -7,12 +7,12 @@ from cell_lane.defs.assets.design import NEXT_PLATE_PROPOSAL
 from cell_lane.defs.assets.ingest import RAW_ASSAY, VALIDATED_ASSAY
 from cell_lane.defs.assets.rationale import PLATE_RATIONALE
 from cell_lane.defs.assets.training import FINETUNED_MODEL, FOUNDATION_MODEL
-from cell_lane.defs.partitions import cell_tenants, tenant_drops
+from cell_lane.defs.partitions import cell_tenants, lab_drops
 
 assay_ingest_job = dg.define_asset_job(
     "assay_ingest",
     selection=dg.AssetSelection.assets(RAW_ASSAY, VALIDATED_ASSAY),
-    partitions_def=tenant_drops,
+    partitions_def=lab_drops,
     description="Copy one lab's drop into its raw zone and validate it (bad drops go to its quarantine).",
 )
 

@@ -28,6 +28,20 @@ QUARANTINE_JSON = "QUARANTINE.json"
 QUARANTINE_MD = "QUARANTINE.md"
 
 
+def tenant_drop_key(tenant: str, drop_id: str) -> str:
+    """The partition of one tenant's drop: `<tenant>/<drop_id>`. One key per drop a tenant sent, so
+    the UI lists only drops that exist (two tenants' drops with the same id are two keys)."""
+    return f"{tenant}/{drop_id}"
+
+
+def split_tenant_drop_key(key: str) -> tuple[str, str]:
+    """`<tenant>/<drop_id>` -> (tenant, drop_id)."""
+    tenant, sep, drop_id = key.partition("/")
+    if not (sep and tenant and drop_id):
+        raise ValueError(f"partition {key!r} is not a tenant's drop: expected <tenant>/<drop_id>, as the landing sensor adds them")
+    return tenant, drop_id
+
+
 @dataclass(frozen=True)
 class DropFile:
     path: str

@@ -31,7 +31,12 @@ def load_validated_effects(curated_assays_uri: str) -> pd.DataFrame:
 
 @dg.asset(
     key=OMICS_DATASET,
-    deps=[VALIDATED_ASSAY],
+    # A lab's training set reads every validated drop under the lab's own curated zone. Dagster has
+    # no mapping from a lab's drops (`<lab>/<drop_id>`) to the lab's partition, and the built-in
+    # ones would either cross labs (All) or name a partition no drop has (Identity), so the
+    # partitions are not linked: the graph keeps the edge, and each version's `lineage` names the
+    # drops it was made from.
+    deps=[dg.AssetDep(VALIDATED_ASSAY, partition_mapping=dg.SpecificPartitionsPartitionMapping([]))],
     partitions_def=cell_tenants,
     group_name="cell_dataset",
     kinds={"anndata", "zarr"},

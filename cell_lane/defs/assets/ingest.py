@@ -8,7 +8,7 @@ import dagster as dg
 import pandas as pd
 
 from cell_lane.defs.checks import DROP_MANIFEST_CHECK, LAYOUT_RULES, PLATE_LAYOUT_CHECK, PLATE_SCHEMA_CHECK, Z_PRIME_CHECK
-from cell_lane.defs.partitions import tenant_and_drop, tenant_drops
+from cell_lane.defs.partitions import tenant_and_drop, lab_drops
 from cell_lane.plate_validation import Z_PRIME_THRESHOLD, Violation, check_plate_file, normalised_effects
 from control_plane.intake.landing import MANIFEST_NAME, read_drop, write_raw
 from workload_runtime.data_issues import DropIssue
@@ -39,7 +39,7 @@ def _as_issue(v: Violation) -> DropIssue:
 
 @dg.asset(
     key=RAW_ASSAY,
-    partitions_def=tenant_drops,
+    partitions_def=lab_drops,
     group_name="cell_ingest",
     kinds={"csv", "parquet"},
     check_specs=[
@@ -85,7 +85,7 @@ def raw_assay(context: dg.AssetExecutionContext, storage: StorageResource) -> dg
 @dg.asset(
     key=VALIDATED_ASSAY,
     deps=[RAW_ASSAY],
-    partitions_def=tenant_drops,
+    partitions_def=lab_drops,
     group_name="cell_ingest",
     kinds={"pyarrow", "parquet"},
     check_specs=[
