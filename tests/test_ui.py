@@ -20,6 +20,7 @@ import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
+import dagster as dg
 import pytest
 import yaml
 from playwright.sync_api import TimeoutError as PlaywrightTimeoutError
@@ -240,6 +241,18 @@ def test_bad_drop_reads_failed_with_its_quarantine_table(page, demo_run: DemoRun
         for rule, well in (("duplicate_well", "A05"), ("non_numeric_readout", "B09")):
             expect(events.get_by_role("row").filter(has_text=rule).filter(has_text=well).filter(has_text="SEED-BAD.csv").last).to_be_visible()
     page.keyboard.press("Escape")
+    # The catalog a user scans: the asset's row counts the failed drops in red, and none missing.
+    page.goto("/assets?asset-selection=code_location:cell")
+    with screenshot(page, "quarantine-catalog"):
+        link = page.locator("a[href='/assets/cell/validated_assay']").first
+        row = link.locator("xpath=ancestor::*[contains(normalize-space(.), ' partitions')][1]")
+        expect(row).to_contain_text(f"{len(sent)} partitions")
+
+        def count(icon: str):  # the number beside one of the row's partition-state icons
+            return row.get_by_role("img", name=icon, exact=True).first.locator("xpath=..")
+
+        expect(count("partition_failure")).to_have_text("2")
+        expect(count("partition_missing")).to_have_text("0")
     # The one run that ingested it failed: its blocking checks stopped it.
     page.goto(f"/runs?q%5B0%5D=tag%3Adagster%2Fpartition%3D{BAD_PARTITION}")
     with screenshot(page, "quarantine-run"):
@@ -274,15 +287,29 @@ def test_finetuned_model_plots_held_out_rmse(page):
         card.screenshot(path=str(SCREENSHOTS / "held-out-rmse-plot.png"))
 
 
-def test_finetuned_model_charts_each_labs_rounds(page):
+def test_finetuned_model_charts_each_labs_rounds(page, demo_run: DemoRun):
+    with dg.DagsterInstance.from_config(str(demo_run.dagster_home)) as instance:
+        records = instance.fetch_materializations(
+            dg.AssetRecordsFilter(asset_key=dg.AssetKey(["cell", "finetuned_model"]), asset_partitions=["lab-a"]), limit=20, ascending=True
+        ).records
+        rounds = [(r.asset_materialization.metadata["finetune_id"].value, r.asset_materialization.metadata["held_out_rmse"].value) for r in records]
+    assert len(rounds) > 1, f"the demo fine-tuned lab-a's model {len(rounds)} time(s)"
     page.goto("/assets/cell/finetuned_model?view=partitions&partition=lab-a")
     with screenshot(page, "rounds-lab-a"):
         row = page.get_by_role("row").filter(has=page.get_by_text("rounds", exact=True))
         expect(row).to_be_visible()
         row.get_by_text("[Show Markdown]").click()  # a markdown value opens in a dialog
-        chart = page.get_by_role("dialog").get_by_role("img", name="lab-a rounds")
+        dialog = page.get_by_role("dialog")
+        chart = dialog.get_by_role("img", name="lab-a rounds")
         expect(chart).to_be_visible()
         assert chart.evaluate("i => i.complete ? i.naturalWidth : 0") > 400, "the rounds chart did not load"
+        # Its series, in the table under it: lab-a's rounds only, oldest first, each with its error.
+        text = dialog.inner_text()
+        for number, (finetune_id, rmse) in enumerate(rounds, start=1):
+            shown = re.search(rf"^\s*{number}\s+{finetune_id}\S*\s+([0-9.]+)\s", text, re.M)
+            assert shown, f"round {number} ({finetune_id}) is not in the chart's table:\n{text}"
+            assert float(shown.group(1)) == pytest.approx(rmse, abs=1e-4), f"round {number}: the table shows held_out_rmse {shown.group(1)}, the model recorded {rmse}"
+        assert not re.search(rf"^\s*{len(rounds) + 1}\s", text, re.M), "the chart has more rounds than lab-a's fine-tunes"
 
 
 def test_robotics_nightly_schedule(page):

@@ -54,7 +54,7 @@ def _as_issue(v: Violation) -> DropIssue:
 def raw_assay(context: dg.AssetExecutionContext, storage: StorageResource) -> dg.MaterializeResult:
     """The lab's plate files exactly as they were sent, copied into the lab's own raw zone.
 
-    One partition per lab (tenant) and drop. The copies are sealed with the lab's key; opened,
+    One partition per drop a lab sent (`<lab>/<drop_id>`). The copies are sealed with the lab's key; opened,
     they are the lab's bytes exactly, as their checksums show. A drop whose manifest is broken
     or whose files do not match their checksums is copied to quarantine with the reason, and
     stops here.
