@@ -17,7 +17,7 @@ PYTHON ?= $(shell for p in python3.11 python3.12 python3.13 python3; do \
 	  for v in 3.11 3.12 3.13; do p=$$(PYENV_VERSION=$$(pyenv versions --bare 2>/dev/null | grep "^$$v" | tail -1) pyenv which python 2>/dev/null); \
 	  if [ -n "$$p" ]; then echo $$p; exit; fi; done)
 
-.PHONY: help venv demo test test-fast test-random ui ui-tour bench images clean-home clean
+.PHONY: help venv demo test test-fast test-random ui ui-tour bench images rehearsal clean-home clean
 
 help:
 	@echo "make demo   run the Cell and Robotics loops end to end on this machine, then a summary"
@@ -28,6 +28,7 @@ help:
 	@echo "make ui-tour   take the pictures of docs/ui-tour.md again (the UI test on a fresh demo)"
 	@echo "make bench  print the benchmark figures, each beside its baseline (benchmarks/README.md)"
 	@echo "make images build the orchestration and workload images with podman and check each (deploy/docker)"
+	@echo "make rehearsal   the production shape on this machine (PostgreSQL, S3 with IAM and KMS, daemon, code servers) driven by a lab's upload (docs/deploy.md)"
 	@echo "storage root: $(SINEWGRID_HOME)   Dagster instance: $(DAGSTER_HOME)"
 
 venv: $(STAMP)
@@ -87,6 +88,13 @@ ui: $(STAMP)
 # time, seconds when nothing changed.
 images: $(STAMP)
 	$(PY) deploy/docker/build.py
+
+# The production rehearsal (docs/deploy.md, "The rehearsal"): rehearsal/stack.py brings up
+# PostgreSQL, the S3 API with IAM and KMS enforced, a code server per location, dagster-daemon and
+# dagster-webserver from deploy/dagster.yaml; tests/rehearsal/ drives the loop through them. The
+# stack's logs and the timings stay in build/rehearsal/.
+rehearsal: $(STAMP) postgres-packages
+	SINEWGRID_REHEARSAL=1 $(PY) -m pytest tests/rehearsal
 
 bench: $(STAMP) slurm-packages
 	$(PY) -m benchmarks.run

@@ -20,7 +20,10 @@ import pwd
 import shutil
 import subprocess
 import tempfile
+import time
 from pathlib import Path
+
+import sqlalchemy as sa
 
 from control_plane.settings import settings
 from testbed import leftovers
@@ -92,6 +95,33 @@ class PostgresServer:
         self._run("createdb", "-h", "127.0.0.1", "-p", str(self.port), "-U", "postgres", DATABASE)
         return self
 
+    def enable_tls(self) -> None:
+        """Give the running server a self-signed certificate and turn `ssl` on (a reload, no restart),
+        as managed PostgreSQL serves TLS: a client with `sslmode: require` then connects unchanged."""
+        tls = self.root / "tls"
+        tls.mkdir()
+        cert, key = tls / "server.crt", tls / "server.key"
+        subprocess.run(
+            ["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes",
+             "-days", "2", "-subj", "/CN=127.0.0.1", "-keyout", str(key), "-out", str(cert)],
+            check=True, capture_output=True, timeout=60,
+        )
+        # PostgreSQL reads the key only if the server's own user owns it and nobody else can read it.
+        owner = self.data.stat()
+        for path in (tls, cert, key):
+            os.chown(path, owner.st_uid, owner.st_gid)
+        key.chmod(0o600)
+        engine = sa.create_engine(self.url, isolation_level="AUTOCOMMIT")  # ALTER SYSTEM refuses a transaction
+        try:
+            with engine.connect() as conn:
+                conn.execute(sa.text(f"ALTER SYSTEM SET ssl_cert_file = '{cert}'"))
+                conn.execute(sa.text(f"ALTER SYSTEM SET ssl_key_file = '{key}'"))
+                conn.execute(sa.text("ALTER SYSTEM SET ssl = on"))
+                conn.execute(sa.text("SELECT pg_reload_conf()"))
+        finally:
+            engine.dispose()
+        _wait_for_tls(self.url)
+
     def create_database(self, name: str) -> str:
         """A further empty database on this server (one per test keeps tests apart); its URL."""
         self._run("createdb", "-h", "127.0.0.1", "-p", str(self.port), "-U", "postgres", name)
@@ -117,6 +147,23 @@ class PostgresServer:
 
     def __exit__(self, *exc) -> None:
         self.stop()
+
+
+def _wait_for_tls(url: str, attempts: int = 50) -> None:
+    """Until a `sslmode=require` connection is encrypted (the reload is asynchronous)."""
+    last: Exception | None = None
+    for _ in range(attempts):
+        engine = sa.create_engine(url, connect_args={"sslmode": "require"})
+        try:
+            with engine.connect() as conn:
+                if conn.execute(sa.text("SELECT ssl FROM pg_stat_ssl WHERE pid = pg_backend_pid()")).scalar():
+                    return
+        except sa.exc.OperationalError as error:  # "server does not support SSL" until the reload lands
+            last = error
+        finally:
+            engine.dispose()
+        time.sleep(0.1)
+    raise RuntimeError(f"the test PostgreSQL server did not start serving TLS: {last}")
 
 
 if __name__ == "__main__":

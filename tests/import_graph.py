@@ -14,7 +14,7 @@ from functools import cache
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
-PRODUCT_PACKAGES = ("workload_runtime", "control_plane", "data_layer", "model_gateway", "shared_resources", "cell_lane", "robotics_lane", "sensors", "platform_location", "drills", "sinewgrid", "testbed", "benchmarks")
+PRODUCT_PACKAGES = ("workload_runtime", "control_plane", "data_layer", "model_gateway", "shared_resources", "cell_lane", "robotics_lane", "sensors", "platform_location", "drills", "sinewgrid", "testbed", "rehearsal", "benchmarks")
 
 
 def module_name(path: Path) -> str:

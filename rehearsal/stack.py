@@ -1,0 +1,282 @@
+"""The production shape on this machine: `production_stack()` starts it, yields a `Stack`, stops it.
+
+What runs, each for real:
+- **PostgreSQL** (testbed/postgres_server.py): one database for the Dagster instance (runs,
+  events, schedules, sensor cursors), one for the attempt ledger.
+- **The S3 API** with IAM and KMS enforced (testbed/aws_server.py, moto on loopback): the
+  platform's root in bucket `platform`, step logs in `dagster-logs`, each lab's root in its own
+  bucket sealed with its own KMS key. The control plane signs as its own IAM user (the platform's
+  buckets and the labs' roots, as deploy/tenancy/ grants it in a customer's account); each lab's
+  workloads sign as that lab's user (the tenants catalog names its credentials), allowed its own
+  bucket only; each lab's system uploads as a user allowed its landing prefix only.
+- **Dagster as deployed**: deploy/dagster.yaml as the instance (PostgreSQL storage, the queued
+  run coordinator with its per-lane limits, run monitoring, step logs on S3); one code server
+  per location (`dagster api grpc`, as the chart's user-code deployments run them);
+  `dagster-daemon run`, which ticks the sensors and schedules and dequeues runs; and
+  `dagster-webserver`. All on loopback.
+
+What stands in, and why: the run launcher is Dagster's DefaultRunLauncher (each run is a
+process the code server starts) where production's K8sRunLauncher needs a Kubernetes API
+server; PostgreSQL listens on a free port rather than 5432. Nothing else differs from
+deploy/dagster.yaml (`runnable_here`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from control_plane.accounting.ledger import Ledger
+from control_plane.settings import child_env
+from testbed.aws_server import AwsServer, Principal, aws_server
+from testbed.ports import free_port
+from testbed.postgres_server import PostgresServer
+
+REPO = Path(__file__).resolve().parent.parent
+PRODUCTION_YAML = REPO / "deploy" / "dagster.yaml"
+LOCATIONS = {"cell": "cell_lane.definitions", "robotics": "robotics_lane.definitions", "platform": "platform_location.definitions"}
+LABS = ("lab-a", "lab-b")
+PLATFORM_BUCKET, LOG_BUCKET = "platform", "dagster-logs"
+PREFIX = "rehearsal"  # every root's prefix in its bucket
+START_TIMEOUT_S = 240.0  # a code server loads its location in ~20 s on a quiet 2-core machine
+# Where the instance differs from deploy/dagster.yaml (see the module docstring), by config path.
+STAND_INS = {("run_launcher",), ("storage", "postgres", "postgres_db", "port")}
+
+
+class StackError(RuntimeError):
+    """A part of the stack did not start; the message names it and ends with its log."""
+
+
+def runnable_here(production: Mapping[str, Any], port: int) -> dict[str, Any]:
+    """deploy/dagster.yaml with only what cannot run here replaced (STAND_INS)."""
+    config = copy.deepcopy(dict(production))
+    config["run_launcher"] = {"module": "dagster", "class": "DefaultRunLauncher"}
+    config["storage"]["postgres"]["postgres_db"]["port"] = port
+    return config
+
+
+def lab_bucket(lab: str) -> str:
+    return f"{lab}-data"
+
+
+def lab_root(lab: str) -> str:
+    """A lab's storage root, in its own bucket."""
+    return f"s3://{lab_bucket(lab)}/{PREFIX}"
+
+
+@dataclass
+class Service:
+    """One long-running process of the stack: its command, environment and log."""
+
+    name: str
+    argv: list[str]
+    env: dict[str, str]
+    log: Path
+    process: subprocess.Popen | None = None
+
+    def start(self) -> Service:
+        with self.log.open("ab") as log:
+            # Its own process group: what it starts (a code server's run workers) stops with it.
+            self.process = subprocess.Popen(self.argv, cwd=REPO, env=self.env, stdout=log, stderr=subprocess.STDOUT,
+                                            stdin=subprocess.DEVNULL, start_new_session=True)
+        return self
+
+    @property
+    def alive(self) -> bool:
+        return self.process is not None and self.process.poll() is None
+
+    def kill(self) -> None:
+        """SIGKILL, as a node's failure or the kernel's OOM killer would end it: no clean shutdown."""
+        if self.process is not None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.process.pid, signal.SIGKILL)
+            self.process.wait(timeout=30)
+
+    def stop(self) -> None:
+        """SIGTERM to its group, SIGKILL after 20 s."""
+        if self.process is None or self.process.poll() is not None:
+            return
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.process.pid, signal.SIGTERM)
+        try:
+            self.process.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            self.kill()
+
+    def tail(self, chars: int = 4000) -> str:
+        return self.log.read_text(errors="replace")[-chars:] if self.log.exists() else ""
+
+
+@dataclass
+class Stack:
+    """The running stack: the control plane's environment, the servers, and each lab's uploader."""
+
+    folder: Path
+    env: dict[str, str]  # what the code servers, daemon and webserver run with
+    aws: AwsServer
+    postgres: PostgresServer
+    uploaders: dict[str, Principal]  # each lab system's IAM user: its landing prefix only
+    services: dict[str, Service] = field(default_factory=dict)
+    webserver_url: str = ""
+
+    @property
+    def root(self) -> str:
+        return self.env["SINEWGRID_HOME"]
+
+    def restart(self, name: str) -> None:
+        """Start service `name` again, as its supervisor (Kubernetes, systemd) would after it died."""
+        self.services[name].start()
+        if name.startswith("code-server-"):
+            _wait_for_code_server(self.services[name], int(self.services[name].argv[self.services[name].argv.index("--port") + 1]))
+
+    def logs(self) -> str:
+        return "\n".join(f"--- {name} ---\n{service.tail(2000)}" for name, service in self.services.items())
+
+
+def _control_plane_policy() -> list[dict[str, Any]]:
+    """The control plane's own IAM user: the platform's root, the step-log bucket and each lab's
+    root (it ingests, validates and registers a lab's data, as deploy/tenancy/'s control-plane
+    policy grants in a customer's account); a lab's *workloads* get that lab's user instead."""
+    buckets = (PLATFORM_BUCKET, LOG_BUCKET, *map(lab_bucket, LABS))
+    return [
+        {"Effect": "Allow", "Action": ["s3:GetObject", "s3:PutObject", "s3:DeleteObject", "s3:AbortMultipartUpload"],
+         "Resource": [f"arn:aws:s3:::{b}/*" for b in buckets]},
+        {"Effect": "Allow", "Action": ["s3:ListBucket", "s3:HeadBucket"], "Resource": [f"arn:aws:s3:::{b}" for b in buckets]},
+    ]
+
+
+def _uploader_policy(lab: str) -> list[dict[str, Any]]:
+    """A lab system's IAM user: it writes under its landing prefix, and reads nothing else."""
+    return [{"Effect": "Allow", "Action": ["s3:PutObject", "s3:AbortMultipartUpload"],
+             "Resource": [f"arn:aws:s3:::{lab_bucket(lab)}/{PREFIX}/landing/*"]}]
+
+
+def _env_name(lab: str) -> str:
+    return lab.upper().replace("-", "_")
+
+
+def _tenants_catalog(aws: AwsServer, keys: Mapping[str, str]) -> dict[str, Any]:
+    return {
+        "tenants": {
+            lab: {
+                "lane": "cell",
+                "storage": lab_root(lab),
+                "credentials": {"env": _env_name(lab)},
+                "key": {"kind": "aws-kms", "key_id": keys[lab], "endpoint": aws.endpoint, "region": "us-east-1"},
+            }
+            for lab in LABS
+        }
+    }
+
+
+def _wait_for_code_server(service: Service, port: int, timeout_s: float = START_TIMEOUT_S) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if not service.alive:
+            raise StackError(f"code server {service.name} exited while loading:\n{service.tail()}")
+        probe = subprocess.run([str(Path(sys.executable).with_name("dagster")), "api", "grpc-health-check", "--port", str(port), "--host", "127.0.0.1"],
+                               env=service.env, capture_output=True, text=True)
+        if probe.returncode == 0:
+            return
+        time.sleep(2)
+    raise StackError(f"code server {service.name} did not answer on port {port} within {timeout_s:.0f} s:\n{service.tail()}")
+
+
+def _wait_for_webserver(service: Service, url: str, timeout_s: float = START_TIMEOUT_S) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if not service.alive:
+            raise StackError(f"the webserver exited:\n{service.tail()}")
+        with contextlib.suppress(OSError):
+            with urllib.request.urlopen(f"{url}/server_info", timeout=5):
+                return
+        time.sleep(2)
+    raise StackError(f"the webserver did not answer at {url} within {timeout_s:.0f} s:\n{service.tail()}")
+
+
+def _bin(name: str) -> str:
+    return str(Path(sys.executable).with_name(name))
+
+
+@contextlib.contextmanager
+def production_stack(folder: Path | None = None) -> Iterator[Stack]:
+    """Start everything (see the module docstring), yield it, stop it all on exit."""
+    folder = Path(folder or tempfile.mkdtemp(prefix="sinewgrid-rehearsal-"))
+    folder.mkdir(parents=True, exist_ok=True)
+    with PostgresServer() as postgres, aws_server() as aws:
+        postgres.enable_tls()  # deploy/dagster.yaml asks for `sslmode: require`, as managed PostgreSQL serves
+        dagster_db = postgres.create_database("dagster")
+        ledger_url = postgres.create_database("ledger")
+        Ledger(ledger_url).engine  # its schema through its migrations, once, before any run books an attempt
+        s3 = aws.client("s3", aws.admin)
+        for bucket in (PLATFORM_BUCKET, LOG_BUCKET, *map(lab_bucket, LABS)):
+            s3.create_bucket(Bucket=bucket)
+        control_plane = aws.principal("sinewgrid-control-plane", _control_plane_policy())
+        tenants = {lab: aws.tenant_principal(f"{lab}-workloads", lab_bucket(lab)) for lab in LABS}
+        keys = {lab: aws.kms_key(tenants[lab], f"{lab}'s key") for lab in LABS}
+        uploaders = {lab: aws.principal(f"{lab}-lab-system", _uploader_policy(lab)) for lab in LABS}
+
+        home = folder / "dagster-home"
+        home.mkdir(exist_ok=True)
+        (home / "dagster.yaml").write_text(yaml.safe_dump(runnable_here(yaml.safe_load(PRODUCTION_YAML.read_text()), postgres.port), sort_keys=False))
+        (folder / "tenants.yaml").write_text(yaml.safe_dump(_tenants_catalog(aws, keys), sort_keys=False))
+        ports = {name: free_port() for name in LOCATIONS}
+        (folder / "workspace.yaml").write_text(yaml.safe_dump({"load_from": [
+            {"grpc_server": {"host": "127.0.0.1", "port": ports[name], "location_name": name}} for name in LOCATIONS]}))
+
+        env = {k: v for k, v in child_env().items() if not k.startswith(("AWS_", "DAGSTER_", "SINEWGRID_"))}  # none of this shell's
+        env.update(aws.env(control_plane))
+        env.update({
+            "DAGSTER_HOME": str(home),
+            "DAGSTER_PG_USERNAME": "postgres",
+            "DAGSTER_PG_PASSWORD": "unchecked",  # the test server trusts loopback; production's comes from a Secret
+            "DAGSTER_PG_HOST": "127.0.0.1",
+            "DAGSTER_PG_DB": dagster_db.rsplit("/", 1)[1],
+            "DAGSTER_COMPUTE_LOG_BUCKET": LOG_BUCKET,
+            "DAGSTER_K8S_JOB_NAMESPACE": "sinewgrid-runs",  # read by the K8sRunLauncher only
+            "DAGSTER_DISABLE_TELEMETRY": "1",
+            "SINEWGRID_HOME": f"s3://{PLATFORM_BUCKET}/{PREFIX}",
+            "SINEWGRID_TENANTS": str(folder / "tenants.yaml"),
+            "SINEWGRID_LEDGER_URL": ledger_url,
+            "SINEWGRID_NODE_CACHE_DIR": str(folder / "node-cache"),
+        })
+        for lab, principal in tenants.items():
+            env[f"{_env_name(lab)}_AWS_ACCESS_KEY_ID"] = principal.access_key_id
+            env[f"{_env_name(lab)}_AWS_SECRET_ACCESS_KEY"] = principal.secret_access_key
+
+        stack = Stack(folder=folder, env=env, aws=aws, postgres=postgres, uploaders=uploaders)
+        try:
+            # The instance's tables, made once before any service opens it (they would race).
+            migrated = subprocess.run([_bin("dagster"), "instance", "migrate"], env=env, cwd=REPO, capture_output=True, text=True)
+            if migrated.returncode != 0:
+                raise StackError(f"`dagster instance migrate` on {home / 'dagster.yaml'} failed:\n{migrated.stdout[-2000:]}{migrated.stderr[-4000:]}")
+            for name, module in LOCATIONS.items():
+                service = Service(f"code-server-{name}", [_bin("dagster"), "api", "grpc", "--module-name", module, "--host", "127.0.0.1", "--port", str(ports[name])],
+                                  env, folder / f"code-server-{name}.log")
+                stack.services[service.name] = service.start()
+            for name in LOCATIONS:
+                _wait_for_code_server(stack.services[f"code-server-{name}"], ports[name])
+            workspace = str(folder / "workspace.yaml")
+            stack.services["daemon"] = Service("daemon", [_bin("dagster-daemon"), "run", "-w", workspace], env, folder / "daemon.log").start()
+            web_port = free_port()
+            stack.services["webserver"] = Service("webserver", [_bin("dagster-webserver"), "-w", workspace, "-h", "127.0.0.1", "-p", str(web_port)],
+                                                  env, folder / "webserver.log").start()
+            stack.webserver_url = f"http://127.0.0.1:{web_port}"
+            _wait_for_webserver(stack.services["webserver"], stack.webserver_url)
+            yield stack
+        finally:
+            for service in reversed(list(stack.services.values())):
+                service.stop()

@@ -1,0 +1,65 @@
+"""The rehearsal's one stack (rehearsal/stack.py), started once for every test of `make rehearsal`.
+
+The test process opens the same instance, ledger and buckets the stack's services use, through
+the stack's environment; it never runs a job itself: the daemon does.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import dagster as dg
+import pytest
+
+from rehearsal.stack import Stack, production_stack
+
+REPO = Path(__file__).resolve().parents[2]
+REPORT = REPO / "build" / "rehearsal"  # the stack's logs and the timings, kept after the run
+RUN_TIMEOUT_S = 900.0  # a sensor tick (30 s), the run queue, then the run: a training round takes minutes here
+FINISHED = {dg.DagsterRunStatus.SUCCESS, dg.DagsterRunStatus.FAILURE, dg.DagsterRunStatus.CANCELED}
+
+
+@pytest.fixture(scope="session")
+def stack() -> Iterator[Stack]:
+    REPORT.mkdir(parents=True, exist_ok=True)
+    with production_stack(REPORT / "stack") as running, pytest.MonkeyPatch.context() as patch:
+        for name in [n for n in os.environ if n.startswith(("AWS_", "DAGSTER_", "SINEWGRID_"))]:
+            patch.delenv(name)
+        for name, value in running.env.items():
+            patch.setenv(name, value)
+        print(f"rehearsal: UI at {running.webserver_url}, logs in {running.folder}")
+        yield running
+
+
+@pytest.fixture(scope="session")
+def instance(stack: Stack) -> Iterator[dg.DagsterInstance]:
+    """The deployed instance (PostgreSQL), as the daemon and webserver open it."""
+    with dg.DagsterInstance.get() as opened:
+        yield opened
+
+
+@pytest.fixture(scope="session")
+def timings() -> Iterator[dict[str, float]]:
+    """Seconds from a lab's upload to each milestone, written to build/rehearsal/timings.json."""
+    measured: dict[str, float] = {}
+    yield measured
+    (REPORT / "timings.json").write_text(json.dumps(measured, indent=2))
+
+
+def wait_for_run(instance: dg.DagsterInstance, stack: Stack, matches: Callable[[dg.DagsterRun], bool], what: str,
+                 timeout_s: float = RUN_TIMEOUT_S) -> dg.DagsterRun:
+    """The first run `matches` accepts, once it has finished; fails with the stack's logs after `timeout_s`."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        for run in instance.get_runs(limit=200):
+            if matches(run) and run.status in FINISHED:
+                return run
+        dead = [name for name, service in stack.services.items() if not service.alive]
+        if dead:
+            pytest.fail(f"waiting for {what}: {', '.join(dead)} exited\n{stack.logs()}")
+        time.sleep(3)
+    pytest.fail(f"no finished run of {what} within {timeout_s:.0f} s\n{stack.logs()}")
