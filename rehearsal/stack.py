@@ -98,11 +98,16 @@ class Service:
     def alive(self) -> bool:
         return self.process is not None and self.process.poll() is None
 
-    def kill(self) -> None:
-        """SIGKILL, as a node's failure or the kernel's OOM killer would end it: no clean shutdown."""
+    def kill(self, group: bool = True) -> None:
+        """SIGKILL, as a node's failure or the kernel's OOM killer would end it: no clean shutdown.
+        `group=False` kills the service alone and leaves what it started (a code server's run
+        workers, which in production are pods of their own) running."""
         if self.process is not None:
             with contextlib.suppress(ProcessLookupError):
-                os.killpg(self.process.pid, signal.SIGKILL)
+                if group:
+                    os.killpg(self.process.pid, signal.SIGKILL)
+                else:
+                    self.process.kill()
             self.process.wait(timeout=30)
 
     def stop(self) -> None:

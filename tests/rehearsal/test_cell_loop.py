@@ -32,9 +32,7 @@ def test_every_daemon_is_alive(instance: dg.DagsterInstance):
         if all(s.healthy for s in statuses.values()) or time.monotonic() > deadline:
             break
         time.sleep(3)
-    # (No run-monitoring daemon: Dagster runs it only for a launcher that can check a run's worker,
-    # and the DefaultRunLauncher standing in for the K8sRunLauncher cannot.)
-    assert {"SENSOR", "SCHEDULER", "QUEUED_RUN_COORDINATOR"} <= set(statuses), sorted(statuses)
+    assert {"SENSOR", "SCHEDULER", "QUEUED_RUN_COORDINATOR", "MONITORING"} <= set(statuses), sorted(statuses)
     assert {name: s.healthy for name, s in statuses.items()} == {name: True for name in statuses}
 
 
