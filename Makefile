@@ -89,11 +89,12 @@ ui: $(STAMP)
 images: $(STAMP)
 	$(PY) deploy/docker/build.py
 
-# The production rehearsal (docs/deploy.md, "The rehearsal"): rehearsal/stack.py brings up
-# PostgreSQL, the S3 API with IAM and KMS enforced, a code server per location, dagster-daemon and
-# dagster-webserver from deploy/dagster.yaml; tests/rehearsal/ drives the loop through them. The
-# stack's logs and the timings stay in build/rehearsal/.
-rehearsal: $(STAMP) postgres-packages
+# The production rehearsal (docs/deploy.md): rehearsal/stack.py brings up PostgreSQL, the S3 API
+# with IAM and KMS enforced, and, each in a container of the orchestration image, a code server
+# per location, dagster-daemon and dagster-webserver from deploy/dagster.yaml; tests/rehearsal/
+# drives a lab's drop through them, with faults. The stack's logs and the timings stay in
+# build/rehearsal/. As root (the images need podman); ~6 minutes once the images are built.
+rehearsal: $(STAMP) postgres-packages images
 	SINEWGRID_REHEARSAL=1 $(PY) -m pytest tests/rehearsal
 
 bench: $(STAMP) slurm-packages

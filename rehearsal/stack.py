@@ -13,7 +13,8 @@ What runs, each for real:
   run coordinator with its per-lane limits, run monitoring, step logs on S3); one code server
   per location (`dagster api grpc`, as the chart's user-code deployments run them);
   `dagster-daemon run`, which ticks the sensors and schedules and dequeues runs; and
-  `dagster-webserver`. All on loopback.
+  `dagster-webserver`. Each in a container of the orchestration image (`make images`) on the
+  host's network, or as processes of this checkout (`image=""`).
 
 What stands in, and why: the run launcher is Dagster's DefaultRunLauncher (each run is a
 process the code server starts) where production's K8sRunLauncher needs a Kubernetes API
@@ -25,6 +26,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import json
 import os
 import signal
 import subprocess
@@ -51,6 +53,8 @@ LOCATIONS = {"cell": "cell_lane.definitions", "robotics": "robotics_lane.definit
 LABS = ("lab-a", "lab-b")
 PLATFORM_BUCKET, LOG_BUCKET = "platform", "dagster-logs"
 PREFIX = "rehearsal"  # every root's prefix in its bucket
+IMAGES_JSON = REPO / "build" / "images" / "images.json"  # what `make images` built
+CONTAINERS_CONF = REPO / "build" / "containers" / "containers.conf"  # podman's settings for this machine, written by `make images`
 START_TIMEOUT_S = 240.0  # a code server loads its location in ~20 s on a quiet 2-core machine
 # Where the instance differs from deploy/dagster.yaml (see the module docstring), by config path.
 STAND_INS = {("run_launcher",), ("storage", "postgres", "postgres_db", "port")}
@@ -79,12 +83,14 @@ def lab_root(lab: str) -> str:
 
 @dataclass
 class Service:
-    """One long-running process of the stack: its command, environment and log."""
+    """One long-running process of the stack: its command, environment and log. With `container`,
+    `argv` is a `podman run` of that name, and stopping or killing it acts on the container."""
 
     name: str
     argv: list[str]
     env: dict[str, str]
     log: Path
+    container: str = ""
     process: subprocess.Popen | None = None
 
     def start(self) -> Service:
@@ -102,18 +108,24 @@ class Service:
         """SIGKILL, as a node's failure or the kernel's OOM killer would end it: no clean shutdown.
         `group=False` kills the service alone and leaves what it started (a code server's run
         workers, which in production are pods of their own) running."""
-        if self.process is not None:
+        if self.process is None:
+            return
+        if self.container:  # the container and all in it, as a node's failure would
+            _podman("kill", self.container)
+        else:
             with contextlib.suppress(ProcessLookupError):
                 if group:
                     os.killpg(self.process.pid, signal.SIGKILL)
                 else:
                     self.process.kill()
-            self.process.wait(timeout=30)
+        self.process.wait(timeout=30)
 
     def stop(self) -> None:
         """SIGTERM to its group, SIGKILL after 20 s."""
         if self.process is None or self.process.poll() is not None:
             return
+        if self.container:
+            _podman("stop", "-t", "20", self.container)
         with contextlib.suppress(ProcessLookupError):
             os.killpg(self.process.pid, signal.SIGTERM)
         try:
@@ -134,6 +146,7 @@ class Stack:
     aws: AwsServer
     postgres: PostgresServer
     uploaders: dict[str, Principal]  # each lab system's IAM user: its landing prefix only
+    image: str = ""  # the orchestration image the services run in; "" for processes of this checkout
     services: dict[str, Service] = field(default_factory=dict)
     webserver_url: str = ""
 
@@ -216,9 +229,41 @@ def _bin(name: str) -> str:
     return str(Path(sys.executable).with_name(name))
 
 
+def _podman(*args: str) -> None:
+    subprocess.run(["podman", *args], env={**child_env(), "CONTAINERS_CONF": str(CONTAINERS_CONF)}, capture_output=True, timeout=60)
+
+
+def built_orchestration_image() -> str:
+    """The orchestration image `make images` built last (build/images/images.json): its tag."""
+    try:
+        built = json.loads(IMAGES_JSON.read_text())
+    except FileNotFoundError:
+        raise StackError(f"no images built: {IMAGES_JSON} is missing. Run `make images` first (as root; ~7 minutes the first time).") from None
+    return next(i["tag"] for i in built if i["name"] == "orchestration")
+
+
+def _launcher(folder: Path, own_env: Mapping[str, str], image: str):
+    """How a service starts: from this checkout's virtualenv, or in a container of `image`
+    (host network, the stack's folder mounted at the same path, only the stack's own variables)."""
+
+    def service(name: str, command: list[str], host_env: dict[str, str]) -> Service:
+        log = folder / f"{name}.log"
+        if not image:
+            return Service(name, [_bin(command[0]), *command[1:]], host_env, log)
+        container = f"sinewgrid-rehearsal-{name}"
+        _podman("rm", "-f", container)  # one a killed earlier rehearsal left
+        variables = [arg for k, v in own_env.items() for arg in ("-e", f"{k}={v}")]
+        argv = ["podman", "run", "--rm", "--name", container, "--network", "host", "-v", f"{folder}:{folder}", *variables, image, *command]
+        return Service(name, argv, {**host_env, "CONTAINERS_CONF": str(CONTAINERS_CONF)}, log, container=container)
+
+    return service
+
+
 @contextlib.contextmanager
-def production_stack(folder: Path | None = None) -> Iterator[Stack]:
-    """Start everything (see the module docstring), yield it, stop it all on exit."""
+def production_stack(folder: Path | None = None, image: str = "") -> Iterator[Stack]:
+    """Start everything (see the module docstring), yield it, stop it all on exit. With `image`
+    (the orchestration image's tag), the code servers, daemon and webserver each run in a
+    container of it, as the chart runs them; without, as processes of this checkout."""
     folder = Path(folder or tempfile.mkdtemp(prefix="sinewgrid-rehearsal-"))
     folder.mkdir(parents=True, exist_ok=True)
     with PostgresServer() as postgres, aws_server() as aws:
@@ -242,9 +287,8 @@ def production_stack(folder: Path | None = None) -> Iterator[Stack]:
         (folder / "workspace.yaml").write_text(yaml.safe_dump({"load_from": [
             {"grpc_server": {"host": "127.0.0.1", "port": ports[name], "location_name": name}} for name in LOCATIONS]}))
 
-        env = {k: v for k, v in child_env().items() if not k.startswith(("AWS_", "DAGSTER_", "SINEWGRID_"))}  # none of this shell's
-        env.update(aws.env(control_plane))
-        env.update({
+        own = dict(aws.env(control_plane))  # the stack's own variables: what a container is given
+        own.update({
             "DAGSTER_HOME": str(home),
             "DAGSTER_PG_USERNAME": "postgres",
             "DAGSTER_PG_PASSWORD": "unchecked",  # the test server trusts loopback; production's comes from a Secret
@@ -259,26 +303,31 @@ def production_stack(folder: Path | None = None) -> Iterator[Stack]:
             "SINEWGRID_NODE_CACHE_DIR": str(folder / "node-cache"),
         })
         for lab, principal in tenants.items():
-            env[f"{_env_name(lab)}_AWS_ACCESS_KEY_ID"] = principal.access_key_id
-            env[f"{_env_name(lab)}_AWS_SECRET_ACCESS_KEY"] = principal.secret_access_key
+            own[f"{_env_name(lab)}_AWS_ACCESS_KEY_ID"] = principal.access_key_id
+            own[f"{_env_name(lab)}_AWS_SECRET_ACCESS_KEY"] = principal.secret_access_key
+        # A process service: this shell's environment without any of its AWS, Dagster or Sinewgrid settings, then the stack's.
+        env = {**{k: v for k, v in child_env().items() if not k.startswith(("AWS_", "DAGSTER_", "SINEWGRID_"))}, **own}
+        service = _launcher(folder, own, image)
+        if image:  # the images run as an unprivileged user (uid 10001): what they write here must be open to it
+            for writable in (home, folder / "node-cache"):
+                writable.mkdir(exist_ok=True)
+                writable.chmod(0o777)
 
-        stack = Stack(folder=folder, env=env, aws=aws, postgres=postgres, uploaders=uploaders)
+        stack = Stack(folder=folder, env=env, aws=aws, postgres=postgres, uploaders=uploaders, image=image)
         try:
             # The instance's tables, made once before any service opens it (they would race).
             migrated = subprocess.run([_bin("dagster"), "instance", "migrate"], env=env, cwd=REPO, capture_output=True, text=True)
             if migrated.returncode != 0:
                 raise StackError(f"`dagster instance migrate` on {home / 'dagster.yaml'} failed:\n{migrated.stdout[-2000:]}{migrated.stderr[-4000:]}")
             for name, module in LOCATIONS.items():
-                service = Service(f"code-server-{name}", [_bin("dagster"), "api", "grpc", "--module-name", module, "--host", "127.0.0.1", "--port", str(ports[name])],
-                                  env, folder / f"code-server-{name}.log")
-                stack.services[service.name] = service.start()
+                code_server = service(f"code-server-{name}", ["dagster", "api", "grpc", "--module-name", module, "--host", "127.0.0.1", "--port", str(ports[name])], env)
+                stack.services[code_server.name] = code_server.start()
             for name in LOCATIONS:
                 _wait_for_code_server(stack.services[f"code-server-{name}"], ports[name])
             workspace = str(folder / "workspace.yaml")
-            stack.services["daemon"] = Service("daemon", [_bin("dagster-daemon"), "run", "-w", workspace], env, folder / "daemon.log").start()
+            stack.services["daemon"] = service("daemon", ["dagster-daemon", "run", "-w", workspace], env).start()
             web_port = free_port()
-            stack.services["webserver"] = Service("webserver", [_bin("dagster-webserver"), "-w", workspace, "-h", "127.0.0.1", "-p", str(web_port)],
-                                                  env, folder / "webserver.log").start()
+            stack.services["webserver"] = service("webserver", ["dagster-webserver", "-w", workspace, "-h", "127.0.0.1", "-p", str(web_port)], env).start()
             stack.webserver_url = f"http://127.0.0.1:{web_port}"
             _wait_for_webserver(stack.services["webserver"], stack.webserver_url)
             yield stack

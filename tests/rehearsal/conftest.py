@@ -15,7 +15,7 @@ from pathlib import Path
 import dagster as dg
 import pytest
 
-from rehearsal.stack import Stack, production_stack
+from rehearsal.stack import Stack, built_orchestration_image, production_stack
 
 REPO = Path(__file__).resolve().parents[2]
 REPORT = REPO / "build" / "rehearsal"  # the stack's logs and the timings, kept after the run
@@ -25,13 +25,16 @@ FINISHED = {dg.DagsterRunStatus.SUCCESS, dg.DagsterRunStatus.FAILURE, dg.Dagster
 
 @pytest.fixture(scope="session")
 def stack() -> Iterator[Stack]:
+    """The stack, its services in containers of the orchestration image `make images` built
+    (SINEWGRID_REHEARSAL_PROCESSES=1: as processes of this checkout instead)."""
     REPORT.mkdir(parents=True, exist_ok=True)
-    with production_stack(REPORT / "stack") as running, pytest.MonkeyPatch.context() as patch:
+    image = "" if os.environ.get("SINEWGRID_REHEARSAL_PROCESSES") == "1" else built_orchestration_image()
+    with production_stack(REPORT / "stack", image=image) as running, pytest.MonkeyPatch.context() as patch:
         for name in [n for n in os.environ if n.startswith(("AWS_", "DAGSTER_", "SINEWGRID_"))]:
             patch.delenv(name)
         for name, value in running.env.items():
             patch.setenv(name, value)
-        print(f"rehearsal: UI at {running.webserver_url}, logs in {running.folder}")
+        print(f"rehearsal: UI at {running.webserver_url}, logs in {running.folder}, services in {running.image or 'processes'}")
         yield running
 
 
@@ -51,14 +54,15 @@ def timings() -> Iterator[dict[str, float]]:
 
 
 def wait_for_run(instance: dg.DagsterInstance, stack: Stack, matches: Callable[[dg.DagsterRun], bool], what: str,
-                 timeout_s: float = RUN_TIMEOUT_S) -> dg.DagsterRun:
-    """The first run `matches` accepts, once it has finished; fails with the stack's logs after `timeout_s`."""
+                 timeout_s: float = RUN_TIMEOUT_S, down: frozenset[str] | set[str] = frozenset()) -> dg.DagsterRun:
+    """The first run `matches` accepts, once it has finished; fails with the stack's logs after
+    `timeout_s`, or as soon as a service other than those `down` on purpose has exited."""
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         for run in instance.get_runs(limit=200):
             if matches(run) and run.status in FINISHED:
                 return run
-        dead = [name for name, service in stack.services.items() if not service.alive]
+        dead = [name for name, service in stack.services.items() if not service.alive and name not in down]
         if dead:
             pytest.fail(f"waiting for {what}: {', '.join(dead)} exited\n{stack.logs()}")
         time.sleep(3)
