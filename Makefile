@@ -93,7 +93,7 @@ images: $(STAMP)
 # with IAM and KMS enforced, and, each in a container of the orchestration image, a code server
 # per location, dagster-daemon and dagster-webserver from deploy/dagster.yaml; tests/rehearsal/
 # drives a lab's drop through them, with faults. The stack's logs and the timings stay in
-# build/rehearsal/. As root (the images need podman); ~6 minutes once the images are built.
+# build/rehearsal/. As root (the images need podman); ~9 minutes once the images are built.
 rehearsal: $(STAMP) postgres-packages images
 	SINEWGRID_REHEARSAL=1 $(PY) -m pytest tests/rehearsal
 

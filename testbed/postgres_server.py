@@ -83,7 +83,7 @@ class PostgresServer:
         leftovers.claim(self.root)
         self._run("initdb", "-D", str(self.data), "-U", "postgres", "--auth=trust", "--encoding=UTF8", "--no-sync")
         for attempt in range(1, START_ATTEMPTS + 1):
-            options = f"-p {self.port} -k {self.root} -c listen_addresses=127.0.0.1 -c fsync=off"
+            options = self._options()
             try:
                 self._run("pg_ctl", "-D", str(self.data), "-l", str(self.root / "server.log"), "-o", options, "-w", "-t", "60", "start")
                 break
@@ -121,6 +121,16 @@ class PostgresServer:
         finally:
             engine.dispose()
         _wait_for_tls(self.url)
+
+    def restart(self, down_s: float = 0.0) -> None:
+        """Stop the server (fast: every open connection is cut), wait `down_s`, start it again on the
+        same port, data and settings, as a managed database's failover or maintenance restart does."""
+        self._run("pg_ctl", "-D", str(self.data), "-m", "fast", "-w", "stop")
+        time.sleep(down_s)
+        self._run("pg_ctl", "-D", str(self.data), "-l", str(self.root / "server.log"), "-o", self._options(), "-w", "-t", "60", "start")
+
+    def _options(self) -> str:
+        return f"-p {self.port} -k {self.root} -c listen_addresses=127.0.0.1 -c fsync=off"
 
     def create_database(self, name: str) -> str:
         """A further empty database on this server (one per test keeps tests apart); its URL."""

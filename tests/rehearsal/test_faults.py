@@ -64,3 +64,48 @@ def test_a_killed_daemon_and_code_server_lose_nothing(stack: Stack, instance: dg
     booked = booked[booked["backend"] != "model-gateway"]
     assert len(booked) >= 2 and not booked.duplicated(["run_id", "step", "attempt"]).any(), booked[["run_id", "step", "attempt"]]
     assert set(booked["outcome"]) == {"succeeded"}, booked[["step", "outcome"]]
+
+
+def test_a_postgresql_restart_under_a_run_ends_it_clearly_and_the_loop_goes_on(stack: Stack, instance: dg.DagsterInstance, timings: dict[str, float]):
+    """PostgreSQL (the instance and the ledger) restarts while lab-a's next drop is being ingested:
+    every connection is cut for 5 s. The run ends, succeeded or clearly failed, never stuck; the
+    services come back (their supervisor restarts any that exited, as Kubernetes would, and the
+    test says which); the lab's following drop goes through to a new round."""
+    lab = "lab-a"
+    before = {r.run_id for r in instance.get_runs(limit=500)}
+    genes = list(load_reference_expression().var_names[2 * GENES_PER_PLATE : 3 * GENES_PER_PLATE])
+    hit = f"{lab}/rehearsal-plate-pg-restart"
+    upload_drop(stack, lab, hit.split("/")[1], {"plates/plate.csv": good_plate("PR003", genes=genes, seed=13).to_csv(index=False).encode()},
+                assay="viability", instrument="reader-1", project="rehearsal")
+    deadline = time.monotonic() + 300
+    while not [r for r in _runs_of(instance, "assay_ingest", hit) if r.status in RUNNING]:
+        assert time.monotonic() < deadline, f"the daemon started no ingest of {hit}\n{stack.logs()}"
+        time.sleep(1)
+    stack.postgres.restart(down_s=5)
+
+    time.sleep(20)  # the services' own retries first
+    exited = sorted(name for name, service in stack.services.items() if not service.alive)
+    for name in exited:
+        stack.restart(name)
+    timings["pg_restart_services_restarted"] = exited  # type: ignore[assignment]
+    ended = wait_for_run(instance, stack, lambda r: r.job_name == "assay_ingest" and r.tags.get("dagster/partition") == hit, f"the ingest of {hit}")
+    assert ended.status in {dg.DagsterRunStatus.SUCCESS, dg.DagsterRunStatus.FAILURE}
+    timings["pg_restart_ingest_status"] = ended.status.value  # type: ignore[assignment]
+
+    # The loop goes on: the lab's next drop is ingested and starts a new round of its own.
+    genes = list(load_reference_expression().var_names[3 * GENES_PER_PLATE : 4 * GENES_PER_PLATE])
+    after = f"{lab}/rehearsal-plate-after-pg"
+    upload_drop(stack, lab, after.split("/")[1], {"plates/plate.csv": good_plate("PR004", genes=genes, seed=14).to_csv(index=False).encode()},
+                assay="viability", instrument="reader-1", project="rehearsal")
+    ingest = wait_for_run(instance, stack, lambda r: r.job_name == "assay_ingest" and r.tags.get("dagster/partition") == after, f"the ingest of {after}")
+    assert ingest.status == dg.DagsterRunStatus.SUCCESS, stack.logs()
+    training = wait_for_run(instance, stack, lambda r: r.run_id not in before and r.job_name == "cell_training_round" and r.tags.get("dagster/partition") == lab,
+                            f"{lab}'s round after the restart")
+    assert training.status == dg.DagsterRunStatus.SUCCESS, stack.logs()
+    deadline = time.monotonic() + 600  # every run started since: finished, none stuck
+    while stuck := [r.run_id for r in instance.get_runs(limit=500) if r.run_id not in before and r.status not in {dg.DagsterRunStatus.SUCCESS, dg.DagsterRunStatus.FAILURE}]:
+        assert time.monotonic() < deadline, f"runs left unfinished: {stuck}\n{stack.logs()}"
+        time.sleep(5)
+    booked = read_ledger(Ledger(stack.env["SINEWGRID_LEDGER_URL"]))
+    booked = booked[booked["backend"] != "model-gateway"]
+    assert not booked.duplicated(["run_id", "step", "attempt"]).any(), booked[["run_id", "step", "attempt"]]
