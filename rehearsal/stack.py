@@ -94,6 +94,8 @@ class Service:
     process: subprocess.Popen | None = None
 
     def start(self) -> Service:
+        if self.container:
+            _podman("rm", "-f", self.container)  # the one a kill left, or a killed earlier rehearsal's
         with self.log.open("ab") as log:
             # Its own process group: what it starts (a code server's run workers) stops with it.
             self.process = subprocess.Popen(self.argv, cwd=REPO, env=self.env, stdout=log, stderr=subprocess.STDOUT,
@@ -251,7 +253,6 @@ def _launcher(folder: Path, own_env: Mapping[str, str], image: str):
         if not image:
             return Service(name, [_bin(command[0]), *command[1:]], host_env, log)
         container = f"sinewgrid-rehearsal-{name}"
-        _podman("rm", "-f", container)  # one a killed earlier rehearsal left
         variables = [arg for k, v in own_env.items() for arg in ("-e", f"{k}={v}")]
         argv = ["podman", "run", "--rm", "--name", container, "--network", "host", "-v", f"{folder}:{folder}", *variables, image, *command]
         return Service(name, argv, {**host_env, "CONTAINERS_CONF": str(CONTAINERS_CONF)}, log, container=container)
