@@ -91,6 +91,7 @@ class Service:
     env: dict[str, str]
     log: Path
     container: str = ""
+    port: int = 0  # a code server's gRPC port, asked before the server counts as started
     process: subprocess.Popen | None = None
 
     def start(self) -> Service:
@@ -152,15 +153,11 @@ class Stack:
     services: dict[str, Service] = field(default_factory=dict)
     webserver_url: str = ""
 
-    @property
-    def root(self) -> str:
-        return self.env["SINEWGRID_HOME"]
-
     def restart(self, name: str) -> None:
         """Start service `name` again, as its supervisor (Kubernetes, systemd) would after it died."""
-        self.services[name].start()
-        if name.startswith("code-server-"):
-            _wait_for_code_server(self.services[name], int(self.services[name].argv[self.services[name].argv.index("--port") + 1]))
+        service = self.services[name].start()
+        if service.port:
+            _wait_for_code_server(service)
 
     def logs(self) -> str:
         return "\n".join(f"--- {name} ---\n{service.tail(2000)}" for name, service in self.services.items())
@@ -202,12 +199,13 @@ def _tenants_catalog(aws: AwsServer, keys: Mapping[str, str]) -> dict[str, Any]:
     }
 
 
-def _wait_for_code_server(service: Service, port: int, timeout_s: float = START_TIMEOUT_S) -> None:
+def _wait_for_code_server(service: Service, timeout_s: float = START_TIMEOUT_S) -> None:
+    port = service.port
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         if not service.alive:
             raise StackError(f"code server {service.name} exited while loading:\n{service.tail()}")
-        probe = subprocess.run([str(Path(sys.executable).with_name("dagster")), "api", "grpc-health-check", "--port", str(port), "--host", "127.0.0.1"],
+        probe = subprocess.run([_bin("dagster"), "api", "grpc-health-check", "--port", str(port), "--host", "127.0.0.1"],
                                env=service.env, capture_output=True, text=True)
         if probe.returncode == 0:
             return
@@ -248,14 +246,14 @@ def _launcher(folder: Path, own_env: Mapping[str, str], image: str):
     """How a service starts: from this checkout's virtualenv, or in a container of `image`
     (host network, the stack's folder mounted at the same path, only the stack's own variables)."""
 
-    def service(name: str, command: list[str], host_env: dict[str, str]) -> Service:
+    def service(name: str, command: list[str], host_env: dict[str, str], port: int = 0) -> Service:
         log = folder / f"{name}.log"
         if not image:
-            return Service(name, [_bin(command[0]), *command[1:]], host_env, log)
+            return Service(name, [_bin(command[0]), *command[1:]], host_env, log, port=port)
         container = f"sinewgrid-rehearsal-{name}"
         variables = [arg for k, v in own_env.items() for arg in ("-e", f"{k}={v}")]
         argv = ["podman", "run", "--rm", "--name", container, "--network", "host", "-v", f"{folder}:{folder}", *variables, image, *command]
-        return Service(name, argv, {**host_env, "CONTAINERS_CONF": str(CONTAINERS_CONF)}, log, container=container)
+        return Service(name, argv, {**host_env, "CONTAINERS_CONF": str(CONTAINERS_CONF)}, log, container=container, port=port)
 
     return service
 
@@ -321,10 +319,11 @@ def production_stack(folder: Path | None = None, image: str = "") -> Iterator[St
             if migrated.returncode != 0:
                 raise StackError(f"`dagster instance migrate` on {home / 'dagster.yaml'} failed:\n{migrated.stdout[-2000:]}{migrated.stderr[-4000:]}")
             for name, module in LOCATIONS.items():
-                code_server = service(f"code-server-{name}", ["dagster", "api", "grpc", "--module-name", module, "--host", "127.0.0.1", "--port", str(ports[name])], env)
+                command = ["dagster", "api", "grpc", "--module-name", module, "--host", "127.0.0.1", "--port", str(ports[name])]
+                code_server = service(f"code-server-{name}", command, env, port=ports[name])
                 stack.services[code_server.name] = code_server.start()
             for name in LOCATIONS:
-                _wait_for_code_server(stack.services[f"code-server-{name}"], ports[name])
+                _wait_for_code_server(stack.services[f"code-server-{name}"])
             workspace = str(folder / "workspace.yaml")
             stack.services["daemon"] = service("daemon", ["dagster-daemon", "run", "-w", workspace], env).start()
             web_port = free_port()
