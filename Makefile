@@ -28,7 +28,7 @@ help:
 	@echo "make ui-tour   take the pictures of docs/ui-tour.md again (the UI test on a fresh demo)"
 	@echo "make bench  print the benchmark figures, each beside its baseline (benchmarks/README.md)"
 	@echo "make images build the orchestration and workload images with podman and check each (deploy/docker)"
-	@echo "make rehearsal   the production shape on this machine (PostgreSQL, S3 with IAM and KMS, daemon, code servers) driven by a lab's upload (docs/deploy.md)"
+	@echo "make rehearsal   the production shape on this machine (PostgreSQL, S3 with IAM/KMS/SQS, daemon, code servers, a container per run) driven through both lanes (docs/deploy.md)"
 	@echo "storage root: $(SINEWGRID_HOME)   Dagster instance: $(DAGSTER_HOME)"
 
 venv: $(STAMP)
@@ -90,11 +90,12 @@ images: $(STAMP)
 	$(PY) deploy/docker/build.py
 
 # The production rehearsal (docs/deploy.md): rehearsal/stack.py brings up PostgreSQL, the S3 API
-# with IAM and KMS enforced, and, each in a container of the orchestration image, a code server
-# per location, dagster-daemon and dagster-webserver from deploy/dagster.yaml; tests/rehearsal/
-# drives a lab's drop through them, with faults. The stack's logs and the timings stay in
-# build/rehearsal/. As root (the images need podman); ~9 minutes once the images are built.
-rehearsal: $(STAMP) postgres-packages images
+# with IAM, KMS and SQS, and, each in a container of the orchestration image, a code server per
+# location, dagster-daemon and dagster-webserver from deploy/dagster.yaml, each run in a container
+# of its own; tests/rehearsal/ drives both lanes through them, with faults, and opens the UI in
+# Chromium. The stack's logs and the timings stay in build/rehearsal/. As root (the images need
+# podman); ~25 minutes once the images are built.
+rehearsal: $(STAMP) postgres-packages ui-packages images
 	SINEWGRID_REHEARSAL=1 $(PY) -m pytest tests/rehearsal
 
 bench: $(STAMP) slurm-packages

@@ -25,6 +25,7 @@ not read this module: what they need travels in their Pipes extras
 | `SINEWGRID_BUDGETS` | `budgets` | the packaged budgets (`control_plane/catalog/budgets.yaml`): tokens and GPU hours per project and tenant |
 | `SINEWGRID_ALERT_WEBHOOK` | `alert_webhook` | none: budget warnings show in the UI only |
 | `SINEWGRID_DROP_QUEUES` | `drop_queues` | none: the landing sensors list their zones (`kind=<SQS queue URL>,…`: S3 event notifications, `control_plane/intake/drop_events.py`) |
+| `SINEWGRID_NIGHTLY_CRON` | `nightly_cron` | `0 2 * * *`: when the night's schedules fire (UTC), the Robotics sweeps |
 | `<PREFIX>_API_KEY` | `provider_api_key(env)` | a model provider's API key (its catalog entry names the variable) |
 """
 
@@ -68,6 +69,7 @@ class PlatformSettings(BaseSettings):
     budgets: str = Field("", description="The budgets (YAML) over tokens and GPU hours; default: the packaged one.")
     alert_webhook: str = Field("", description="Where budget warnings are POSTed (JSON); empty: the UI only.")
     drop_queues: str = Field("", description="`kind=<SQS queue URL>,…`: the queues the bucket's events of new drops go to; empty: the sensors list.")
+    nightly_cron: str = Field("0 2 * * *", description="When nightly schedules fire (a cron string, UTC): the Robotics sweeps. Move it to the hours your spot capacity is cheapest.")
     warm_start: bool = Field(True, description="Local pools fork each workload from an interpreter that has imported its libraries (`0`: start each cold).")
     dagster_home: str = Field("", validation_alias="DAGSTER_HOME")
     aws_region: str = Field("", validation_alias=AliasChoices("AWS_DEFAULT_REGION", "AWS_REGION"))

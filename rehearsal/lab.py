@@ -7,7 +7,8 @@ from __future__ import annotations
 import hashlib
 import json
 
-from rehearsal.stack import PREFIX, Stack, lab_bucket
+from rehearsal.account import PREFIX, lab_bucket
+from rehearsal.stack import Stack
 
 
 def upload_drop(stack: Stack, lab: str, drop_id: str, files: dict[str, bytes], **fields: str) -> str:

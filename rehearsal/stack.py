@@ -3,38 +3,31 @@
 What runs, each for real:
 - **PostgreSQL** (testbed/postgres_server.py): one database for the Dagster instance (runs,
   events, schedules, sensor cursors), one for the attempt ledger.
-- **The S3 API** with IAM and KMS enforced (testbed/aws_server.py, moto on loopback): the
-  platform's root in bucket `platform`, step logs in `dagster-logs`, each lab's root in its own
-  bucket sealed with its own KMS key. The control plane signs as its own IAM user (the platform's
-  buckets and the labs' roots, as deploy/tenancy/ grants it in a customer's account); each lab's
-  workloads sign as that lab's user (the tenants catalog names its credentials), allowed its own
-  bucket only; each lab's system uploads as a user allowed its landing prefix only.
+- **The cloud account** (rehearsal/account.py) on the S3 API server with IAM, KMS and SQS: the
+  platform's root, the step logs, each lab's root sealed with its own KMS key, each party
+  signing as its own IAM user, and the queue each lab's bucket announces new drops on.
 - **Dagster as deployed**: deploy/dagster.yaml as the instance (PostgreSQL storage, the queued
-  run coordinator with its per-lane limits, run monitoring, step logs on S3); one code server
-  per location (`dagster api grpc`, as the chart's user-code deployments run them);
-  `dagster-daemon run`, which ticks the sensors and schedules and dequeues runs; and
-  `dagster-webserver`. Each in a container of the orchestration image (`make images`) on the
-  host's network, or as processes of this checkout (`image=""`).
+  run coordinator with its per-lane limits, run monitoring that resumes a run whose worker died,
+  step logs on S3); one code server per location (`dagster api grpc`, as the chart's user-code
+  deployments run them); `dagster-daemon run`, which ticks the sensors and schedules, dequeues
+  runs and watches their workers; and `dagster-webserver`. Each in a container of the
+  orchestration image (`make images`) on the host's network, and each run in a container of its
+  own (rehearsal/services.py); or, with `image=""`, all as processes of this checkout.
 
-What stands in, and why: the run launcher is Dagster's DefaultRunLauncher (each run is a
-process the code server starts) where production's K8sRunLauncher needs a Kubernetes API
-server; PostgreSQL listens on a free port rather than 5432. Nothing else differs from
-deploy/dagster.yaml (`runnable_here`).
+What stands in, and why: the run launcher is Dagster's DockerRunLauncher against podman's
+Docker-compatible API where production's K8sRunLauncher needs a Kubernetes API server (as
+processes: the DefaultRunLauncher, each run a process of its code server); PostgreSQL listens on
+a free port rather than 5432. Nothing else differs from deploy/dagster.yaml (`runnable_here`).
+The night of the nightly schedules falls when a test turns the schedule on (`NIGHT_FALLS`).
 """
 
 from __future__ import annotations
 
 import contextlib
 import copy
-import json
-import os
-import signal
 import subprocess
-import sys
 import tempfile
-import time
-import urllib.request
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -43,101 +36,49 @@ import yaml
 
 from control_plane.accounting.ledger import Ledger
 from control_plane.settings import child_env
+from rehearsal.account import LOG_BUCKET, PLATFORM_BUCKET, PREFIX, Account, provision, queue_setting
+from rehearsal.services import (
+    RUN_LABEL, Service, StackError, bin_path, launcher, podman_api, remove_run_containers, wait_for_code_server, wait_for_webserver,
+)
 from testbed.aws_server import AwsServer, Principal, aws_server
 from testbed.ports import free_port
 from testbed.postgres_server import PostgresServer
 
+__all__ = ["Stack", "StackError", "production_stack", "runnable_here"]
+
 REPO = Path(__file__).resolve().parent.parent
 PRODUCTION_YAML = REPO / "deploy" / "dagster.yaml"
 LOCATIONS = {"cell": "cell_lane.definitions", "robotics": "robotics_lane.definitions", "platform": "platform_location.definitions"}
-LABS = ("lab-a", "lab-b")
-PLATFORM_BUCKET, LOG_BUCKET = "platform", "dagster-logs"
-PREFIX = "rehearsal"  # every root's prefix in its bucket
-IMAGES_JSON = REPO / "build" / "images" / "images.json"  # what `make images` built
-CONTAINERS_CONF = REPO / "build" / "containers" / "containers.conf"  # podman's settings for this machine, written by `make images`
-START_TIMEOUT_S = 240.0  # a code server loads its location in ~20 s on a quiet 2-core machine
 # Where the instance differs from deploy/dagster.yaml (see the module docstring), by config path.
-STAND_INS = {("run_launcher",), ("storage", "postgres", "postgres_db", "port")}
+STAND_INS = {("run_launcher",), ("storage", "postgres", "postgres_db", "port"), ("run_monitoring", "max_resume_run_attempts")}
+DEFAULT_RUN_LAUNCHER = {"module": "dagster", "class": "DefaultRunLauncher"}
+# The rehearsal's clock for nightly schedules: the night falls at every minute, and the schedule
+# stays off until a test turns it on (`Stack.set_schedule`); its run keys make one night's sweeps
+# happen once however many minutes tick after.
+NIGHT_FALLS = "* * * * *"
 
 
-class StackError(RuntimeError):
-    """A part of the stack did not start; the message names it and ends with its log."""
-
-
-def runnable_here(production: Mapping[str, Any], port: int) -> dict[str, Any]:
-    """deploy/dagster.yaml with only what cannot run here replaced (STAND_INS)."""
+def runnable_here(production: Mapping[str, Any], port: int, run_launcher: Mapping[str, Any] = DEFAULT_RUN_LAUNCHER) -> dict[str, Any]:
+    """deploy/dagster.yaml with only what cannot run here replaced (STAND_INS): the run launcher,
+    PostgreSQL's port, and, with the DefaultRunLauncher (which cannot start a new worker for a
+    run, so Dagster refuses the setting with it), no resumed runs."""
     config = copy.deepcopy(dict(production))
-    config["run_launcher"] = {"module": "dagster", "class": "DefaultRunLauncher"}
+    config["run_launcher"] = dict(run_launcher)
     config["storage"]["postgres"]["postgres_db"]["port"] = port
+    if run_launcher == DEFAULT_RUN_LAUNCHER:
+        config["run_monitoring"]["max_resume_run_attempts"] = 0
     return config
 
 
-def lab_bucket(lab: str) -> str:
-    return f"{lab}-data"
-
-
-def lab_root(lab: str) -> str:
-    """A lab's storage root, in its own bucket."""
-    return f"s3://{lab_bucket(lab)}/{PREFIX}"
-
-
-@dataclass
-class Service:
-    """One long-running process of the stack: its command, environment and log. With `container`,
-    `argv` is a `podman run` of that name, and stopping or killing it acts on the container."""
-
-    name: str
-    argv: list[str]
-    env: dict[str, str]
-    log: Path
-    container: str = ""
-    port: int = 0  # a code server's gRPC port, asked before the server counts as started
-    process: subprocess.Popen | None = None
-
-    def start(self) -> Service:
-        if self.container:
-            _podman("rm", "-f", self.container)  # the one a kill left, or a killed earlier rehearsal's
-        with self.log.open("ab") as log:
-            # Its own process group: what it starts (a code server's run workers) stops with it.
-            self.process = subprocess.Popen(self.argv, cwd=REPO, env=self.env, stdout=log, stderr=subprocess.STDOUT,
-                                            stdin=subprocess.DEVNULL, start_new_session=True)
-        return self
-
-    @property
-    def alive(self) -> bool:
-        return self.process is not None and self.process.poll() is None
-
-    def kill(self, group: bool = True) -> None:
-        """SIGKILL, as a node's failure or the kernel's OOM killer would end it: no clean shutdown.
-        `group=False` kills the service alone and leaves what it started (a code server's run
-        workers, which in production are pods of their own) running."""
-        if self.process is None:
-            return
-        if self.container:  # the container and all in it, as a node's failure would
-            _podman("kill", self.container)
-        else:
-            with contextlib.suppress(ProcessLookupError):
-                if group:
-                    os.killpg(self.process.pid, signal.SIGKILL)
-                else:
-                    self.process.kill()
-        self.process.wait(timeout=30)
-
-    def stop(self) -> None:
-        """SIGTERM to its group, SIGKILL after 20 s."""
-        if self.process is None or self.process.poll() is not None:
-            return
-        if self.container:
-            _podman("stop", "-t", "20", self.container)
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(self.process.pid, signal.SIGTERM)
-        try:
-            self.process.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            self.kill()
-
-    def tail(self, chars: int = 4000) -> str:
-        return self.log.read_text(errors="replace")[-chars:] if self.log.exists() else ""
+def docker_run_launcher(folder: Path, env_names: Iterable[str]) -> dict[str, Any]:
+    """Dagster's DockerRunLauncher (through podman's Docker API): each run's worker in a container
+    of its code location's image (the code servers' `--container-image`, as the chart sets it), on
+    the host's network, with the stack's folder and the variables the chart hands run pods."""
+    return {"module": "dagster_docker", "class": "DockerRunLauncher", "config": {
+        "network": "host",
+        "env_vars": sorted(env_names),
+        "container_kwargs": {"volumes": {str(folder): {"bind": str(folder), "mode": "rw"}}, "labels": {RUN_LABEL: str(folder)}},
+    }}
 
 
 @dataclass
@@ -148,121 +89,41 @@ class Stack:
     env: dict[str, str]  # what the code servers, daemon and webserver run with
     aws: AwsServer
     postgres: PostgresServer
-    uploaders: dict[str, Principal]  # each lab system's IAM user: its landing prefix only
+    account: Account
     image: str = ""  # the orchestration image the services run in; "" for processes of this checkout
+    run_image: str = ""  # the image each run's container starts from
     services: dict[str, Service] = field(default_factory=dict)
     webserver_url: str = ""
+
+    @property
+    def uploaders(self) -> dict[str, Principal]:
+        """Each lab system's IAM user: its landing prefix only."""
+        return self.account.uploaders
 
     def restart(self, name: str) -> None:
         """Start service `name` again, as its supervisor (Kubernetes, systemd) would after it died."""
         service = self.services[name].start()
         if service.port:
-            _wait_for_code_server(service)
+            wait_for_code_server(service)
+
+    def set_schedule(self, location: str, name: str, running: bool) -> None:
+        """Turn schedule `name` of `location` on or off, as an operator does (`dagster schedule start|stop`)."""
+        done = subprocess.run([bin_path("dagster"), "schedule", "start" if running else "stop", name, "-w", str(self.folder / "workspace.yaml"), "-l", location],
+                              env=self.env, cwd=REPO, capture_output=True, text=True, timeout=120)
+        if done.returncode != 0:
+            raise StackError(f"`dagster schedule {'start' if running else 'stop'} {name}` failed:\n{done.stdout[-2000:]}{done.stderr[-2000:]}")
 
     def logs(self) -> str:
         return "\n".join(f"--- {name} ---\n{service.tail(2000)}" for name, service in self.services.items())
 
 
-def _control_plane_policy() -> list[dict[str, Any]]:
-    """The control plane's own IAM user: the platform's root, the step-log bucket and each lab's
-    root (it ingests, validates and registers a lab's data, as deploy/tenancy/'s control-plane
-    policy grants in a customer's account); a lab's *workloads* get that lab's user instead."""
-    buckets = (PLATFORM_BUCKET, LOG_BUCKET, *map(lab_bucket, LABS))
-    return [
-        {"Effect": "Allow", "Action": ["s3:GetObject", "s3:PutObject", "s3:DeleteObject", "s3:AbortMultipartUpload"],
-         "Resource": [f"arn:aws:s3:::{b}/*" for b in buckets]},
-        {"Effect": "Allow", "Action": ["s3:ListBucket", "s3:HeadBucket"], "Resource": [f"arn:aws:s3:::{b}" for b in buckets]},
-    ]
-
-
-def _uploader_policy(lab: str) -> list[dict[str, Any]]:
-    """A lab system's IAM user: it writes under its landing prefix, and reads nothing else."""
-    return [{"Effect": "Allow", "Action": ["s3:PutObject", "s3:AbortMultipartUpload"],
-             "Resource": [f"arn:aws:s3:::{lab_bucket(lab)}/{PREFIX}/landing/*"]}]
-
-
-def _env_name(lab: str) -> str:
-    return lab.upper().replace("-", "_")
-
-
-def _tenants_catalog(aws: AwsServer, keys: Mapping[str, str]) -> dict[str, Any]:
-    return {
-        "tenants": {
-            lab: {
-                "lane": "cell",
-                "storage": lab_root(lab),
-                "credentials": {"env": _env_name(lab)},
-                "key": {"kind": "aws-kms", "key_id": keys[lab], "endpoint": aws.endpoint, "region": "us-east-1"},
-            }
-            for lab in LABS
-        }
-    }
-
-
-def _wait_for_code_server(service: Service, timeout_s: float = START_TIMEOUT_S) -> None:
-    port = service.port
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if not service.alive:
-            raise StackError(f"code server {service.name} exited while loading:\n{service.tail()}")
-        probe = subprocess.run([_bin("dagster"), "api", "grpc-health-check", "--port", str(port), "--host", "127.0.0.1"],
-                               env=service.env, capture_output=True, text=True)
-        if probe.returncode == 0:
-            return
-        time.sleep(2)
-    raise StackError(f"code server {service.name} did not answer on port {port} within {timeout_s:.0f} s:\n{service.tail()}")
-
-
-def _wait_for_webserver(service: Service, url: str, timeout_s: float = START_TIMEOUT_S) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if not service.alive:
-            raise StackError(f"the webserver exited:\n{service.tail()}")
-        with contextlib.suppress(OSError):
-            with urllib.request.urlopen(f"{url}/server_info", timeout=5):
-                return
-        time.sleep(2)
-    raise StackError(f"the webserver did not answer at {url} within {timeout_s:.0f} s:\n{service.tail()}")
-
-
-def _bin(name: str) -> str:
-    return str(Path(sys.executable).with_name(name))
-
-
-def _podman(*args: str) -> None:
-    subprocess.run(["podman", *args], env={**child_env(), "CONTAINERS_CONF": str(CONTAINERS_CONF)}, capture_output=True, timeout=60)
-
-
-def built_orchestration_image() -> str:
-    """The orchestration image `make images` built last (build/images/images.json): its tag."""
-    try:
-        built = json.loads(IMAGES_JSON.read_text())
-    except FileNotFoundError:
-        raise StackError(f"no images built: {IMAGES_JSON} is missing. Run `make images` first (as root; ~7 minutes the first time).") from None
-    return next(i["tag"] for i in built if i["name"] == "orchestration")
-
-
-def _launcher(folder: Path, own_env: Mapping[str, str], image: str):
-    """How a service starts: from this checkout's virtualenv, or in a container of `image`
-    (host network, the stack's folder mounted at the same path, only the stack's own variables)."""
-
-    def service(name: str, command: list[str], host_env: dict[str, str], port: int = 0) -> Service:
-        log = folder / f"{name}.log"
-        if not image:
-            return Service(name, [_bin(command[0]), *command[1:]], host_env, log, port=port)
-        container = f"sinewgrid-rehearsal-{name}"
-        variables = [arg for k, v in own_env.items() for arg in ("-e", f"{k}={v}")]
-        argv = ["podman", "run", "--rm", "--name", container, "--network", "host", "-v", f"{folder}:{folder}", *variables, image, *command]
-        return Service(name, argv, {**host_env, "CONTAINERS_CONF": str(CONTAINERS_CONF)}, log, container=container, port=port)
-
-    return service
-
-
 @contextlib.contextmanager
-def production_stack(folder: Path | None = None, image: str = "") -> Iterator[Stack]:
+def production_stack(folder: Path | None = None, image: str = "", run_image: str = "") -> Iterator[Stack]:
     """Start everything (see the module docstring), yield it, stop it all on exit. With `image`
     (the orchestration image's tag), the code servers, daemon and webserver each run in a
-    container of it, as the chart runs them; without, as processes of this checkout."""
+    container of it, as the chart runs them, and each run in a container of its own, of
+    `run_image` (default: `image`); without, as processes of this checkout, each run a process
+    of its code server."""
     folder = Path(folder or tempfile.mkdtemp(prefix="sinewgrid-rehearsal-"))
     folder.mkdir(parents=True, exist_ok=True)
     with PostgresServer() as postgres, aws_server() as aws:
@@ -270,23 +131,15 @@ def production_stack(folder: Path | None = None, image: str = "") -> Iterator[St
         dagster_db = postgres.create_database("dagster")
         ledger_url = postgres.create_database("ledger")
         Ledger(ledger_url).engine  # its schema through its migrations, once, before any run books an attempt
-        s3 = aws.client("s3", aws.admin)
-        for bucket in (PLATFORM_BUCKET, LOG_BUCKET, *map(lab_bucket, LABS)):
-            s3.create_bucket(Bucket=bucket)
-        control_plane = aws.principal("sinewgrid-control-plane", _control_plane_policy())
-        tenants = {lab: aws.tenant_principal(f"{lab}-workloads", lab_bucket(lab)) for lab in LABS}
-        keys = {lab: aws.kms_key(tenants[lab], f"{lab}'s key") for lab in LABS}
-        uploaders = {lab: aws.principal(f"{lab}-lab-system", _uploader_policy(lab)) for lab in LABS}
-
+        account = provision(aws)
         home = folder / "dagster-home"
         home.mkdir(exist_ok=True)
-        (home / "dagster.yaml").write_text(yaml.safe_dump(runnable_here(yaml.safe_load(PRODUCTION_YAML.read_text()), postgres.port), sort_keys=False))
-        (folder / "tenants.yaml").write_text(yaml.safe_dump(_tenants_catalog(aws, keys), sort_keys=False))
+        (folder / "tenants.yaml").write_text(yaml.safe_dump(account.tenants_catalog(aws), sort_keys=False))
         ports = {name: free_port() for name in LOCATIONS}
         (folder / "workspace.yaml").write_text(yaml.safe_dump({"load_from": [
             {"grpc_server": {"host": "127.0.0.1", "port": ports[name], "location_name": name}} for name in LOCATIONS]}))
 
-        own = dict(aws.env(control_plane))  # the stack's own variables: what a container is given
+        own = dict(aws.env(account.control_plane))  # the stack's own variables: what a container is given
         own.update({
             "DAGSTER_HOME": str(home),
             "DAGSTER_PG_USERNAME": "postgres",
@@ -300,37 +153,51 @@ def production_stack(folder: Path | None = None, image: str = "") -> Iterator[St
             "SINEWGRID_TENANTS": str(folder / "tenants.yaml"),
             "SINEWGRID_LEDGER_URL": ledger_url,
             "SINEWGRID_NODE_CACHE_DIR": str(folder / "node-cache"),
+            "SINEWGRID_NIGHTLY_CRON": NIGHT_FALLS,
+            **queue_setting(account),
+            **account.credentials_env(),
         })
-        for lab, principal in tenants.items():
-            own[f"{_env_name(lab)}_AWS_ACCESS_KEY_ID"] = principal.access_key_id
-            own[f"{_env_name(lab)}_AWS_SECRET_ACCESS_KEY"] = principal.secret_access_key
-        # A process service: this shell's environment without any of its AWS, Dagster or Sinewgrid settings, then the stack's.
-        env = {**{k: v for k, v in child_env().items() if not k.startswith(("AWS_", "DAGSTER_", "SINEWGRID_"))}, **own}
-        service = _launcher(folder, own, image)
-        if image:  # the images run as an unprivileged user (uid 10001): what they write here must be open to it
-            for writable in (home, folder / "node-cache"):
-                writable.mkdir(exist_ok=True)
-                writable.chmod(0o777)
-
-        stack = Stack(folder=folder, env=env, aws=aws, postgres=postgres, uploaders=uploaders, image=image)
+        run_launcher = docker_run_launcher(folder, own) if image else DEFAULT_RUN_LAUNCHER
+        (home / "dagster.yaml").write_text(yaml.safe_dump(runnable_here(yaml.safe_load(PRODUCTION_YAML.read_text()), postgres.port, run_launcher), sort_keys=False))
+        stack = Stack(folder=folder, env={}, aws=aws, postgres=postgres, account=account, image=image, run_image=run_image or image)
         try:
+            if image:
+                # Runs in containers of their own, through podman's Docker API; the images run as an
+                # unprivileged user (uid 10001): what they write here must be open to it.
+                stack.services["podman-api"], socket_folder, docker_host = podman_api(folder)
+                launches = {"mounts": [socket_folder], "extra_env": {"DOCKER_HOST": docker_host}}
+                for writable in (home, folder / "node-cache"):
+                    writable.mkdir(exist_ok=True)
+                    writable.chmod(0o777)
+            else:
+                launches = {}
+            # A process service: this shell's environment without any of its AWS, Dagster or Sinewgrid settings, then the stack's.
+            env = {**{k: v for k, v in child_env().items() if not k.startswith(("AWS_", "DAGSTER_", "SINEWGRID_", "DOCKER_"))}, **own}
+            stack.env = env
+            service = launcher(folder, own, image)
             # The instance's tables, made once before any service opens it (they would race).
-            migrated = subprocess.run([_bin("dagster"), "instance", "migrate"], env=env, cwd=REPO, capture_output=True, text=True)
+            migrated = subprocess.run([bin_path("dagster"), "instance", "migrate"], env=env, cwd=REPO, capture_output=True, text=True)
             if migrated.returncode != 0:
                 raise StackError(f"`dagster instance migrate` on {home / 'dagster.yaml'} failed:\n{migrated.stdout[-2000:]}{migrated.stderr[-4000:]}")
             for name, module in LOCATIONS.items():
                 command = ["dagster", "api", "grpc", "--module-name", module, "--host", "127.0.0.1", "--port", str(ports[name])]
+                if image:  # the image its runs' containers start from, as the chart tells each user-code deployment
+                    command += ["--container-image", run_image or image]
                 code_server = service(f"code-server-{name}", command, env, port=ports[name])
                 stack.services[code_server.name] = code_server.start()
             for name in LOCATIONS:
-                _wait_for_code_server(stack.services[f"code-server-{name}"])
+                wait_for_code_server(stack.services[f"code-server-{name}"])
+            # The rehearsal's clock: the night falls every minute, but only once a test turns the schedule on.
+            stack.set_schedule("robotics", "nightly_sweep_schedule", running=False)
             workspace = str(folder / "workspace.yaml")
-            stack.services["daemon"] = service("daemon", ["dagster-daemon", "run", "-w", workspace], env).start()
+            stack.services["daemon"] = service("daemon", ["dagster-daemon", "run", "-w", workspace], env, **launches).start()
             web_port = free_port()
-            stack.services["webserver"] = service("webserver", ["dagster-webserver", "-w", workspace, "-h", "127.0.0.1", "-p", str(web_port)], env).start()
+            stack.services["webserver"] = service("webserver", ["dagster-webserver", "-w", workspace, "-h", "127.0.0.1", "-p", str(web_port)], env, **launches).start()
             stack.webserver_url = f"http://127.0.0.1:{web_port}"
-            _wait_for_webserver(stack.services["webserver"], stack.webserver_url)
+            wait_for_webserver(stack.services["webserver"], stack.webserver_url)
             yield stack
         finally:
-            for service in reversed(list(stack.services.values())):
+            for name, service in reversed(list(stack.services.items())):
+                if name == "podman-api":  # the last: the run containers go first, through it
+                    remove_run_containers(folder)
                 service.stop()

@@ -230,7 +230,7 @@ def test_images_pin_what_pyproject_and_isaaclab_mk_pin():
     orchestration, workload, isaaclab = (_dockerfile_args(n) for n in ("orchestration", "workload", "isaaclab"))
 
     assert orchestration["TORCH_VERSION"] == workload["TORCH_VERSION"] == _pinned("torch")
-    assert orchestration["DAGSTER_INTEGRATIONS_VERSION"] == _pinned("dagster-k8s") == _pinned("dagster-postgres")
+    assert orchestration["DAGSTER_INTEGRATIONS_VERSION"] == _pinned("dagster-k8s") == _pinned("dagster-postgres") == _pinned("dagster-docker")
     assert orchestration["PYTHON_VERSION"] in requires_python and workload["PYTHON_VERSION"] in requires_python
 
     # The CUDA base image and the torch wheel index name the same CUDA (12.8.x <-> cu128).

@@ -81,7 +81,10 @@ def test_images_install_only_from_the_wheelhouse_and_record_their_code_version(n
             assert name == "workload" and "${TORCH_CUDA}" in install  # the GPU flavour's CUDA build of torch, only
             continue
         assert "--no-index" in install, f"{name}.Dockerfile resolves packages while it builds: `pip install {install.strip()}`"
-    assert "source=build/wheelhouse" in text and "-r /wheels/requirements.lock" in text
+    # The lock is COPYed in before the install that reads it: the layer cache's key does not cover a
+    # bind mount's content, so without the COPY a changed lock would reuse the old dependencies.
+    copied = text.index("COPY build/wheelhouse/requirements.lock /opt/requirements.lock")
+    assert "source=build/wheelhouse" in text and copied < text.index("-r /opt/requirements.lock")
     assert re.search(r"^ARG BASE_IMAGE=\S+", text, re.M), "the base must be a build argument: no registry is reachable here"
     assert re.search(r"^ENV SINEWGRID_CODE_VERSION=\$\{SINEWGRID_CODE_VERSION\}$", text, re.M)
 

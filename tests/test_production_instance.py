@@ -10,15 +10,18 @@ and its record, its events and its step's stdout/stderr are read back from Postg
 through the instance and directly (SQL on the `runs`/`event_logs`/`jobs` tables, boto3 on the
 bucket).
 
-What differs from production, and why (`_runnable_here`; a test asserts these are the only
-differences from deploy/dagster.yaml):
+What differs from production, and why (`rehearsal.stack.runnable_here`, which `make rehearsal`
+uses too; a test asserts these are the only differences from deploy/dagster.yaml):
 
 - `run_launcher`: the K8sRunLauncher needs a Kubernetes API server, and none can run here. The
   DefaultRunLauncher stands in: it starts the run worker from the code server, as the run pod's
   `dagster api execute_run` would. What the K8sRunLauncher would submit is not exercised here
-  (its config is validated in tests/test_deploy.py).
+  (its config is validated in tests/test_deploy.py); `make rehearsal` launches each run in a
+  container of its own through dagster-docker instead.
 - `storage.postgres.postgres_db.port`: the file says 5432, the managed-PostgreSQL port; the test
   server listens on a free loopback port.
+- `run_monitoring.max_resume_run_attempts`: 0, as Dagster requires with the DefaultRunLauncher
+  (it cannot start a new worker for a run); `make rehearsal` keeps the file's value.
 
 `sslmode: require` is kept: the suite's PostgreSQL serves TLS with a self-signed certificate,
 and a test checks the instance's own connection is encrypted.
@@ -57,6 +60,7 @@ from dagster_postgres import (
     PostgresScheduleStorage,
 )
 
+from rehearsal.stack import STAND_INS, runnable_here
 from testbed.postgres_server import PostgresServer
 from tests import production_instance_location as location
 
@@ -70,18 +74,6 @@ JOB = "hello_production"
 BUCKET = "sinewgrid-compute-logs"
 LOG_PREFIX = "dagster/compute-logs"  # what deploy/dagster.yaml says
 RUN_TIMEOUT_S = 180
-
-# Where the instance differs from deploy/dagster.yaml, by config path (see the module docstring).
-STAND_INS = {("run_launcher",), ("storage", "postgres", "postgres_db", "port")}
-
-
-def _runnable_here(production: dict[str, Any], port: int) -> dict[str, Any]:
-    """deploy/dagster.yaml with only what cannot run here replaced (STAND_INS)."""
-    config = copy.deepcopy(production)
-    config["run_launcher"] = {"module": "dagster", "class": "DefaultRunLauncher"}
-    config["storage"]["postgres"]["postgres_db"]["port"] = port
-    return config
-
 
 def _without(config: dict[str, Any], paths: set[tuple]) -> dict[str, Any]:
     """A copy of a YAML tree with the entries at `paths` removed."""
@@ -109,7 +101,7 @@ def production_home(postgres: PostgresServer, s3_endpoint: str, tmp_path_factory
     database = f"dagster_{uuid.uuid4().hex[:10]}"
     database_url = postgres.create_database(database)
     home = tmp_path_factory.mktemp("dagster-production-home")
-    config = _runnable_here(yaml.safe_load(PRODUCTION_YAML.read_text()), postgres.port)
+    config = runnable_here(yaml.safe_load(PRODUCTION_YAML.read_text()), postgres.port)
     (home / "dagster.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
     workspace = home / "workspace.yaml"
     workspace.write_text(yaml.safe_dump({"load_from": [{"python_file": {

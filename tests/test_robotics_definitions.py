@@ -5,12 +5,14 @@ from __future__ import annotations
 import datetime as dt
 
 import dagster as dg
+import pytest
 
 from robotics_lane.definitions import defs
 from robotics_lane.defs.partitions import sweep_partition_keys
 from robotics_lane.defs.sensors import nightly_sweep_schedule
 from robotics_lane.stats import wilson_interval
 from robotics_lane.sweeps import SWEEPS
+from sensors.schedules import make_nightly_schedule
 
 
 def test_robotics_location_has_the_whole_loop():
@@ -43,6 +45,17 @@ def test_nightly_schedule_requests_one_partition_per_sweep_for_last_night(instan
     partitions = defs.resolve_job_def("nightly_sweep").partitions_def
     for request in data.run_requests:
         assert partitions.has_partition_key(request.partition_key)
+
+
+def test_the_night_falls_when_the_deployment_says(monkeypatch: pytest.MonkeyPatch):
+    assert nightly_sweep_schedule.cron_schedule == "0 2 * * *"
+    assert nightly_sweep_schedule.description.startswith("Every night at 02:00 UTC: ")
+    monkeypatch.setenv("SINEWGRID_NIGHTLY_CRON", "30 22 * * *")  # where spot capacity is cheapest at another hour
+    moved = make_nightly_schedule(name="n", job_name="nightly_sweep", night_dimension="night", config_dimension="sweep", configs=["a"], description="{when}: sweeps.")
+    assert moved.cron_schedule == "30 22 * * *" and moved.description == "Every night at 22:30 UTC: sweeps."
+    monkeypatch.setenv("SINEWGRID_NIGHTLY_CRON", "0 25 * *")
+    with pytest.raises(ValueError, match=r"schedule n: '0 25 \* \*' is not a cron string \(SINEWGRID_NIGHTLY_CRON"):
+        make_nightly_schedule(name="n", job_name="nightly_sweep", night_dimension="night", config_dimension="sweep", configs=["a"], description="{when}")
 
 
 def test_sweep_seeds_are_fixed_per_night_and_new_each_night():

@@ -20,8 +20,8 @@ FROM ${BASE_IMAGE}
 ARG PYTHON_VERSION=3.11
 # pyproject.toml pins torch==2.13.0; the wheelhouse holds its CPU build (2.13.0+cpu).
 ARG TORCH_VERSION=2.13.0
-# The Dagster integrations (dagster-k8s, dagster-postgres, dagster-aws for the S3 compute log
-# manager) are pinned in pyproject.toml with this version; the wheelhouse holds exactly it.
+# The Dagster integrations (dagster-k8s, dagster-postgres, dagster-docker, dagster-aws for the S3
+# compute log manager) are pinned in pyproject.toml with this version; the wheelhouse holds exactly it.
 ARG DAGSTER_INTEGRATIONS_VERSION=0.29.27
 
 ENV PYTHONUNBUFFERED=1 \
@@ -39,8 +39,11 @@ RUN if ! command -v git >/dev/null; then \
 WORKDIR /opt/sinewgrid
 
 # The dependencies first, in their own layer: it changes only when the lock does.
+# The lock is copied in first: the layer's cache key then changes with it (a bind mount's content
+# is not part of the key, and an unchanged key would reuse the old dependencies).
+COPY build/wheelhouse/requirements.lock /opt/requirements.lock
 RUN --mount=type=bind,source=build/wheelhouse,target=/wheels \
-    pip install --no-index --find-links /wheels -r /wheels/requirements.lock
+    pip install --no-index --find-links /wheels -r /opt/requirements.lock
 
 # The project itself, with no dependency resolution left to do.
 COPY pyproject.toml README.md ./

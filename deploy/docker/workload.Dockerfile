@@ -60,8 +60,11 @@ WORKDIR /opt/sinewgrid
 
 # The dependencies in their own layer (it changes only when the lock does); on the GPU flavour,
 # torch's CUDA build then replaces the CPU build the lock names.
+# The lock is copied in first: the layer's cache key then changes with it (a bind mount's content
+# is not part of the key, and an unchanged key would reuse the old dependencies).
+COPY build/wheelhouse/requirements.lock /opt/requirements.lock
 RUN --mount=type=bind,source=build/wheelhouse,target=/wheels \
-    pip install --no-index --find-links /wheels -r /wheels/requirements.lock \
+    pip install --no-index --find-links /wheels -r /opt/requirements.lock \
     && if [ -n "${TORCH_CUDA}" ]; then \
       pip install --index-url "https://download.pytorch.org/whl/${TORCH_CUDA}" "torch==${TORCH_VERSION}+${TORCH_CUDA}"; fi
 

@@ -40,6 +40,6 @@ nightly_sweep_schedule = make_nightly_schedule(
     night_dimension="night",
     config_dimension="sweep",
     configs=sweep_partition_keys(),  # each sweep at its scene's version
-    description="Every night at 02:00 UTC: one spot-backed rollout sweep per configuration for the night that ended.",
+    description="{when}: one spot-backed rollout sweep per configuration for the night that ended.",
 )
 gpu_job_watcher = make_inflight_watcher(name="robotics_gpu_job_watcher", asset_prefix="robotics/")

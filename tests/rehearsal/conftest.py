@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -15,7 +16,8 @@ from pathlib import Path
 import dagster as dg
 import pytest
 
-from rehearsal.stack import Stack, built_orchestration_image, production_stack
+from rehearsal.services import built_image
+from rehearsal.stack import Stack, production_stack
 
 REPO = Path(__file__).resolve().parents[2]
 REPORT = REPO / "build" / "rehearsal"  # the stack's logs and the timings, kept after the run
@@ -23,13 +25,19 @@ RUN_TIMEOUT_S = 900.0  # a sensor tick (30 s), the run queue, then the run: a tr
 FINISHED = {dg.DagsterRunStatus.SUCCESS, dg.DagsterRunStatus.FAILURE, dg.DagsterRunStatus.CANCELED}
 
 
+def _interrupted(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
 @pytest.fixture(scope="session")
 def stack() -> Iterator[Stack]:
     """The stack, its services in containers of the orchestration image `make images` built
     (SINEWGRID_REHEARSAL_PROCESSES=1: as processes of this checkout instead)."""
     REPORT.mkdir(parents=True, exist_ok=True)
-    image = "" if os.environ.get("SINEWGRID_REHEARSAL_PROCESSES") == "1" else built_orchestration_image()
-    with production_stack(REPORT / "stack", image=image) as running, pytest.MonkeyPatch.context() as patch:
+    in_containers = os.environ.get("SINEWGRID_REHEARSAL_PROCESSES") != "1"
+    image, run_image = (built_image("orchestration"), built_image("workload")) if in_containers else ("", "")
+    signal.signal(signal.SIGTERM, _interrupted)  # a CI timeout's SIGTERM stops the stack too: no containers or servers left
+    with production_stack(REPORT / "stack", image=image, run_image=run_image) as running, pytest.MonkeyPatch.context() as patch:
         for name in [n for n in os.environ if n.startswith(("AWS_", "DAGSTER_", "SINEWGRID_"))]:
             patch.delenv(name)
         for name, value in running.env.items():
@@ -67,3 +75,15 @@ def wait_for_run(instance: dg.DagsterInstance, stack: Stack, matches: Callable[[
             pytest.fail(f"waiting for {what}: {', '.join(dead)} exited\n{stack.logs()}")
         time.sleep(3)
     pytest.fail(f"no finished run of {what} within {timeout_s:.0f} s\n{stack.logs()}")
+
+
+def sensor_cursor(instance: dg.DagsterInstance, name: str, timeout_s: float = 120.0) -> dict:
+    """Sensor `name`'s cursor as the daemon last stored it, once it has one (its first tick done)."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        for state in instance.all_instigator_state():
+            cursor = getattr(state.instigator_data, "cursor", None)
+            if state.name == name and cursor:
+                return json.loads(cursor)
+        time.sleep(2)
+    pytest.fail(f"sensor {name} stored no cursor within {timeout_s:.0f} s: has the daemon ticked it?")

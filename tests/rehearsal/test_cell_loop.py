@@ -1,6 +1,7 @@
 """A lab's drop goes through the production shape: uploaded with the lab system's own IAM user,
-found by the daemon's sensor, ingested, validated, trained on and answered with the next plate,
-every run started by the daemon, every GPU step booked once in the ledger on PostgreSQL."""
+announced by the lab's bucket on the drop queue, found there by the daemon's sensor, ingested,
+validated, trained on and answered with the next plate, every run started by the daemon in a
+container of its own, every GPU step booked once in the ledger on PostgreSQL."""
 
 from __future__ import annotations
 
@@ -12,11 +13,12 @@ from botocore.exceptions import ClientError
 
 from control_plane.accounting.ledger import Ledger, read_ledger
 from rehearsal.lab import upload_drop
-from rehearsal.stack import LABS, PREFIX, Stack, lab_bucket
+from rehearsal.account import LABS, PREFIX, lab_bucket
+from rehearsal.stack import Stack
 from cell_lane.omics import load_reference_expression
 from cell_lane.plate_layout import GENES_PER_PLATE
 from tests.helpers import SEALED, good_plate
-from tests.rehearsal.conftest import wait_for_run
+from tests.rehearsal.conftest import sensor_cursor, wait_for_run
 
 pytestmark = pytest.mark.rehearsal
 
@@ -48,12 +50,18 @@ def test_a_lab_system_writes_its_landing_prefix_only(stack: Stack):
 def test_a_drop_becomes_the_next_plate_through_the_daemon(stack: Stack, instance: dg.DagsterInstance, timings: dict[str, float]):
     genes = list(load_reference_expression().var_names[:GENES_PER_PLATE])  # genes the expression matrix has
     plate = good_plate("PR001", genes=genes, seed=11)
+    sensor_cursor(instance, "assay_drop_sensor")  # its first tick, which lists every zone once, is behind us
     uploaded_at = time.time()
     upload_drop(stack, LAB, DROP, {"plates/plate.csv": plate.to_csv(index=False).encode()}, assay="viability", instrument="reader-1", project="rehearsal")
 
     ingest = wait_for_run(instance, stack, lambda r: r.job_name == "assay_ingest" and r.tags.get("dagster/partition") == PARTITION, f"the ingest of {PARTITION}")
     assert ingest.status == dg.DagsterRunStatus.SUCCESS, stack.logs()
     assert ingest.tags.get("dagster/sensor_name") == "assay_drop_sensor"  # the daemon's sensor started it
+    # Announced, not listed: the lab's bucket sent the manifest's event to the queue the sensor reads;
+    # the sensor's last listing of the zone is older than the upload.
+    assert sensor_cursor(instance, "assay_drop_sensor")["tenants"][LAB]["listed_at"] < uploaded_at
+    if stack.image:  # in a container of its own, of the image its code server named (the workload image)
+        assert ingest.tags.get("dagster/image") == stack.run_image and ingest.tags.get("docker/container_id"), ingest.tags
     validated = instance.fetch_materializations(
         dg.AssetRecordsFilter(asset_key=dg.AssetKey(["cell", "validated_assay"]), asset_partitions=[PARTITION]), limit=1
     ).records

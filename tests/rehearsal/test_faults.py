@@ -1,9 +1,17 @@
-"""Faults while a lab's drop goes through: the daemon is killed while the ingest runs, the lane's
-code server after it (SIGKILL, no clean shutdown), both started again as their supervisor would. Nothing is lost: the drop is ingested once, the round runs once, and no
-GPU step is booked twice."""
+"""Faults while runs are in flight, each asserted by its outcome (run states, materializations,
+ledger rows):
+
+- the daemon and the lane's code server killed while lab-b's ingest runs (SIGKILL, no clean
+  shutdown), both started again as their supervisor would: the drop is ingested once, the
+  round runs once, no GPU step is booked twice;
+- a run's worker killed (its container, as a lost node ends a run pod): run monitoring notices
+  and starts a new worker for the same run, which ends succeeded without redoing what was done;
+- PostgreSQL restarted under a run: the run ends clearly and the loop goes on.
+"""
 
 from __future__ import annotations
 
+import os
 import time
 
 import dagster as dg
@@ -13,6 +21,7 @@ from cell_lane.omics import load_reference_expression
 from cell_lane.plate_layout import GENES_PER_PLATE
 from control_plane.accounting.ledger import Ledger, read_ledger
 from rehearsal.lab import upload_drop
+from rehearsal.services import podman
 from rehearsal.stack import Stack
 from tests.helpers import good_plate
 from tests.rehearsal.conftest import wait_for_run
@@ -37,18 +46,21 @@ def test_a_killed_daemon_and_code_server_lose_nothing(stack: Stack, instance: dg
 
     # Once the ingest is running, kill the daemon (SIGKILL); the run goes on without it.
     deadline = time.monotonic() + 300
-    while not [r for r in _runs_of(instance, "assay_ingest", PARTITION) if r.status in RUNNING]:
+    while not (launched := [r for r in _runs_of(instance, "assay_ingest", PARTITION) if r.status in RUNNING]):
         assert time.monotonic() < deadline, f"the daemon started no ingest of {PARTITION}\n{stack.logs()}"
         time.sleep(1)
     stack.services["daemon"].kill()
+    if stack.image:  # and the Cell code server, under the run: the run is a container of its own
+        stack.services["code-server-cell"].kill()
+    timings["faults_killed_under_the_run"] = instance.get_run_by_id(launched[0].run_id).status == dg.DagsterRunStatus.STARTED  # type: ignore[assignment]
     ingest = wait_for_run(instance, stack, lambda r: r.job_name == "assay_ingest" and r.tags.get("dagster/partition") == PARTITION,
-                          f"the ingest of {PARTITION}", down={"daemon"})
+                          f"the ingest of {PARTITION}", down={"daemon", "code-server-cell"})
     assert ingest.status == dg.DagsterRunStatus.SUCCESS, stack.logs()
 
-    # Then the Cell code server, before the round starts from it (with the daemon down, none can).
-    # Not during a run: here a run is a process of its code server (the DefaultRunLauncher), where
-    # in production it is a pod of its own that a code server's death does not touch.
-    stack.services["code-server-cell"].kill()
+    # As processes, a run is a process of its code server (the DefaultRunLauncher): the code
+    # server is killed after the run instead, before the round could start from it.
+    if not stack.image:
+        stack.services["code-server-cell"].kill()
     time.sleep(5)
     stack.restart("code-server-cell")
     stack.restart("daemon")
@@ -64,6 +76,45 @@ def test_a_killed_daemon_and_code_server_lose_nothing(stack: Stack, instance: dg
     booked = booked[booked["backend"] != "model-gateway"]
     assert len(booked) >= 2 and not booked.duplicated(["run_id", "step", "attempt"]).any(), booked[["run_id", "step", "attempt"]]
     assert set(booked["outcome"]) == {"succeeded"}, booked[["step", "outcome"]]
+
+
+@pytest.mark.skipif(os.environ.get("SINEWGRID_REHEARSAL_PROCESSES") == "1",
+                    reason="as processes, a run is a process of its code server: the DefaultRunLauncher cannot report on its worker")
+def test_a_killed_run_worker_is_resumed_by_run_monitoring(stack: Stack, instance: dg.DagsterInstance, timings: dict[str, float]):
+    """The container of lab-b's next ingest is killed while the run is in it. The daemon's run
+    monitoring finds the worker gone (deploy/dagster.yaml: every 120 s) and starts a new one for
+    the same run (`max_resume_run_attempts`), which skips the steps already done: the run ends
+    succeeded, the drop is validated once, and the round it leads to runs."""
+    before = {r.run_id for r in instance.get_runs(limit=500)}
+    genes = list(load_reference_expression().var_names[4 * GENES_PER_PLATE : 5 * GENES_PER_PLATE])
+    hit = f"{LAB}/rehearsal-plate-worker-killed"
+    upload_drop(stack, LAB, hit.split("/")[1], {"plates/plate.csv": good_plate("PR005", genes=genes, seed=15).to_csv(index=False).encode()},
+                assay="viability", instrument="reader-1", project="rehearsal")
+    deadline = time.monotonic() + 300
+    while not (started := [r for r in _runs_of(instance, "assay_ingest", hit) if r.status == dg.DagsterRunStatus.STARTED]):
+        assert time.monotonic() < deadline, f"the daemon started no ingest of {hit}\n{stack.logs()}"
+        time.sleep(1)
+    run = started[0]
+    killed_at = time.time()
+    podman("kill", run.tags["docker/container_id"])
+
+    ended = wait_for_run(instance, stack, lambda r: r.run_id == run.run_id, f"the resumed ingest of {hit}")
+    assert ended.status == dg.DagsterRunStatus.SUCCESS, stack.logs()
+    timings["worker_killed_to_success_s"] = round(time.time() - killed_at, 1)
+    messages = [e.message for e in instance.all_logs(run.run_id, of_type=dg.DagsterEventType.ENGINE_EVENT)]
+    assert [m for m in messages if "resum" in m.lower()], messages  # monitoring's own account of what it did
+    assert len(_runs_of(instance, "assay_ingest", hit)) == 1  # the same run, not a second one
+    validated = instance.fetch_materializations(
+        dg.AssetRecordsFilter(asset_key=dg.AssetKey(["cell", "validated_assay"]), asset_partitions=[hit]), limit=10
+    ).records
+    assert len(validated) == 1, [r.run_id for r in validated]
+
+    training = wait_for_run(instance, stack, lambda r: r.run_id not in before and r.job_name == "cell_training_round" and r.tags.get("dagster/partition") == LAB,
+                            f"{LAB}'s round after the resumed ingest")
+    assert training.status == dg.DagsterRunStatus.SUCCESS, stack.logs()
+    booked = read_ledger(Ledger(stack.env["SINEWGRID_LEDGER_URL"]), tenant=LAB)
+    booked = booked[booked["backend"] != "model-gateway"]
+    assert not booked.duplicated(["run_id", "step", "attempt"]).any(), booked[["run_id", "step", "attempt"]]
 
 
 def test_a_postgresql_restart_under_a_run_ends_it_clearly_and_the_loop_goes_on(stack: Stack, instance: dg.DagsterInstance, timings: dict[str, float]):
@@ -106,6 +157,6 @@ def test_a_postgresql_restart_under_a_run_ends_it_clearly_and_the_loop_goes_on(s
     while stuck := [r.run_id for r in instance.get_runs(limit=500) if r.run_id not in before and r.status not in {dg.DagsterRunStatus.SUCCESS, dg.DagsterRunStatus.FAILURE}]:
         assert time.monotonic() < deadline, f"runs left unfinished: {stuck}\n{stack.logs()}"
         time.sleep(5)
-    booked = read_ledger(Ledger(stack.env["SINEWGRID_LEDGER_URL"]))
+    booked = read_ledger(Ledger(stack.env["SINEWGRID_LEDGER_URL"]), lane="cell")  # (a Robotics sweep's shards share run, step and attempt)
     booked = booked[booked["backend"] != "model-gateway"]
     assert not booked.duplicated(["run_id", "step", "attempt"]).any(), booked[["run_id", "step", "attempt"]]
