@@ -94,7 +94,7 @@ images: $(STAMP)
 # location, dagster-daemon and dagster-webserver from deploy/dagster.yaml, each run in a container
 # of its own; tests/rehearsal/ drives both lanes through them, with faults, and opens the UI in
 # Chromium. The stack's logs and the timings stay in build/rehearsal/. As root (the images need
-# podman); ~25 minutes once the images are built.
+# podman); ~17 minutes once the images are built.
 rehearsal: $(STAMP) postgres-packages ui-packages images
 	SINEWGRID_REHEARSAL=1 $(PY) -m pytest tests/rehearsal
 

@@ -38,21 +38,34 @@ def _runs_of(instance: dg.DagsterInstance, job: str, partition: str) -> list[dg.
     return [r for r in instance.get_runs(limit=500) if r.job_name == job and r.tags.get("dagster/partition") == partition]
 
 
-def test_a_killed_daemon_and_code_server_lose_nothing(stack: Stack, instance: dg.DagsterInstance, timings: dict[str, float]):
-    genes = list(load_reference_expression().var_names[GENES_PER_PLATE : 2 * GENES_PER_PLATE])
-    uploaded_at = time.time()
-    upload_drop(stack, LAB, DROP, {"plates/plate.csv": good_plate("PR002", genes=genes, seed=12).to_csv(index=False).encode()},
+def _send_plate(stack: Stack, partition: str, plate: str, block: int, seed: int) -> None:
+    """The lab of `partition` uploads drop `<lab>/<drop_id>`: one good plate of the expression
+    matrix's genes block `block` (a plate of genes no earlier drop measured)."""
+    lab, drop_id = partition.split("/")
+    genes = list(load_reference_expression().var_names[block * GENES_PER_PLATE : (block + 1) * GENES_PER_PLATE])
+    upload_drop(stack, lab, drop_id, {"plates/plate.csv": good_plate(plate, genes=genes, seed=seed).to_csv(index=False).encode()},
                 assay="viability", instrument="reader-1", project="rehearsal")
 
-    # Once the ingest is running, kill the daemon (SIGKILL); the run goes on without it.
+
+def _ingest_under_way(instance: dg.DagsterInstance, stack: Stack, partition: str, statuses: set[dg.DagsterRunStatus]) -> dg.DagsterRun:
+    """The ingest of `partition` once the daemon has launched it and it is in one of `statuses`."""
     deadline = time.monotonic() + 300
-    while not (launched := [r for r in _runs_of(instance, "assay_ingest", PARTITION) if r.status in RUNNING]):
-        assert time.monotonic() < deadline, f"the daemon started no ingest of {PARTITION}\n{stack.logs()}"
+    while not (runs := [r for r in _runs_of(instance, "assay_ingest", partition) if r.status in statuses]):
+        assert time.monotonic() < deadline, f"the daemon started no ingest of {partition}\n{stack.logs()}"
         time.sleep(1)
+    return runs[0]
+
+
+def test_a_killed_daemon_and_code_server_lose_nothing(stack: Stack, instance: dg.DagsterInstance, timings: dict[str, float]):
+    uploaded_at = time.time()
+    _send_plate(stack, PARTITION, "PR002", block=1, seed=12)
+
+    # Once the ingest is running, kill the daemon (SIGKILL); the run goes on without it.
+    launched = _ingest_under_way(instance, stack, PARTITION, RUNNING)
     stack.services["daemon"].kill()
     if stack.image:  # and the Cell code server, under the run: the run is a container of its own
         stack.services["code-server-cell"].kill()
-    timings["faults_killed_under_the_run"] = instance.get_run_by_id(launched[0].run_id).status == dg.DagsterRunStatus.STARTED  # type: ignore[assignment]
+    timings["faults_killed_under_the_run"] = instance.get_run_by_id(launched.run_id).status == dg.DagsterRunStatus.STARTED  # type: ignore[assignment]
     ingest = wait_for_run(instance, stack, lambda r: r.job_name == "assay_ingest" and r.tags.get("dagster/partition") == PARTITION,
                           f"the ingest of {PARTITION}", down={"daemon", "code-server-cell"})
     assert ingest.status == dg.DagsterRunStatus.SUCCESS, stack.logs()
@@ -86,15 +99,9 @@ def test_a_killed_run_worker_is_resumed_by_run_monitoring(stack: Stack, instance
     the same run (`max_resume_run_attempts`), which skips the steps already done: the run ends
     succeeded, the drop is validated once, and the round it leads to runs."""
     before = {r.run_id for r in instance.get_runs(limit=500)}
-    genes = list(load_reference_expression().var_names[4 * GENES_PER_PLATE : 5 * GENES_PER_PLATE])
     hit = f"{LAB}/rehearsal-plate-worker-killed"
-    upload_drop(stack, LAB, hit.split("/")[1], {"plates/plate.csv": good_plate("PR005", genes=genes, seed=15).to_csv(index=False).encode()},
-                assay="viability", instrument="reader-1", project="rehearsal")
-    deadline = time.monotonic() + 300
-    while not (started := [r for r in _runs_of(instance, "assay_ingest", hit) if r.status == dg.DagsterRunStatus.STARTED]):
-        assert time.monotonic() < deadline, f"the daemon started no ingest of {hit}\n{stack.logs()}"
-        time.sleep(1)
-    run = started[0]
+    _send_plate(stack, hit, "PR005", block=4, seed=15)
+    run = _ingest_under_way(instance, stack, hit, {dg.DagsterRunStatus.STARTED})
     killed_at = time.time()
     podman("kill", run.tags["docker/container_id"])
 
@@ -124,14 +131,9 @@ def test_a_postgresql_restart_under_a_run_ends_it_clearly_and_the_loop_goes_on(s
     test says which); the lab's following drop goes through to a new round."""
     lab = "lab-a"
     before = {r.run_id for r in instance.get_runs(limit=500)}
-    genes = list(load_reference_expression().var_names[2 * GENES_PER_PLATE : 3 * GENES_PER_PLATE])
     hit = f"{lab}/rehearsal-plate-pg-restart"
-    upload_drop(stack, lab, hit.split("/")[1], {"plates/plate.csv": good_plate("PR003", genes=genes, seed=13).to_csv(index=False).encode()},
-                assay="viability", instrument="reader-1", project="rehearsal")
-    deadline = time.monotonic() + 300
-    while not [r for r in _runs_of(instance, "assay_ingest", hit) if r.status in RUNNING]:
-        assert time.monotonic() < deadline, f"the daemon started no ingest of {hit}\n{stack.logs()}"
-        time.sleep(1)
+    _send_plate(stack, hit, "PR003", block=2, seed=13)
+    _ingest_under_way(instance, stack, hit, RUNNING)
     stack.postgres.restart(down_s=5)
 
     time.sleep(20)  # the services' own retries first
@@ -144,10 +146,8 @@ def test_a_postgresql_restart_under_a_run_ends_it_clearly_and_the_loop_goes_on(s
     timings["pg_restart_ingest_status"] = ended.status.value  # type: ignore[assignment]
 
     # The loop goes on: the lab's next drop is ingested and starts a new round of its own.
-    genes = list(load_reference_expression().var_names[3 * GENES_PER_PLATE : 4 * GENES_PER_PLATE])
     after = f"{lab}/rehearsal-plate-after-pg"
-    upload_drop(stack, lab, after.split("/")[1], {"plates/plate.csv": good_plate("PR004", genes=genes, seed=14).to_csv(index=False).encode()},
-                assay="viability", instrument="reader-1", project="rehearsal")
+    _send_plate(stack, after, "PR004", block=3, seed=14)
     ingest = wait_for_run(instance, stack, lambda r: r.job_name == "assay_ingest" and r.tags.get("dagster/partition") == after, f"the ingest of {after}")
     assert ingest.status == dg.DagsterRunStatus.SUCCESS, stack.logs()
     training = wait_for_run(instance, stack, lambda r: r.run_id not in before and r.job_name == "cell_training_round" and r.tags.get("dagster/partition") == lab,
