@@ -34,23 +34,7 @@ def make_nightly_schedule(
     The night falls at `cron_schedule`, by default the deployment's `SINEWGRID_NIGHTLY_CRON`
     (02:00 UTC unless set); `{when}` in the description becomes it in words."""
     cron_schedule = cron_schedule or settings().nightly_cron
-    try:
-        dg.ScheduleDefinition(name="cron_check", cron_schedule=cron_schedule, job_name=job_name)
-    except dg.DagsterInvalidDefinitionError as exc:
-        raise ValueError(
-            f"schedule {name}: {cron_schedule!r} is not a cron string (SINEWGRID_NIGHTLY_CRON, or the code's default); "
-            "write five fields, minute hour day month weekday, e.g. `0 2 * * *` for 02:00 UTC every night"
-        ) from exc
-    description = description.replace("{when}", when(cron_schedule))
 
-    @dg.schedule(
-        name=name,
-        cron_schedule=cron_schedule,
-        job_name=job_name,
-        execution_timezone="UTC",
-        default_status=dg.DefaultScheduleStatus.RUNNING,
-        description=description,
-    )
     def _schedule(context: dg.ScheduleEvaluationContext):
         now = context.scheduled_execution_time or dt.datetime.now(dt.UTC)
         night = (now - dt.timedelta(days=1)).strftime("%Y-%m-%d")
@@ -63,4 +47,17 @@ def make_nightly_schedule(
             for config in configs
         ]
 
-    return _schedule
+    try:  # Dagster checks the cron string here
+        return dg.schedule(
+            name=name,
+            cron_schedule=cron_schedule,
+            job_name=job_name,
+            execution_timezone="UTC",
+            default_status=dg.DefaultScheduleStatus.RUNNING,
+            description=description.replace("{when}", when(cron_schedule)),
+        )(_schedule)
+    except dg.DagsterInvalidDefinitionError as exc:
+        raise ValueError(
+            f"schedule {name}: {cron_schedule!r} is not a cron string (SINEWGRID_NIGHTLY_CRON, or the code's default); "
+            "write five fields, minute hour day month weekday, e.g. `0 2 * * *` for 02:00 UTC every night"
+        ) from exc
