@@ -1,18 +1,20 @@
 # Engines the tests run for real. The Slurm tests (tests/test_slurm_backend.py) start their own
 # single-node cluster from the Debian packages below (testbed/slurm_cluster.py); nothing
 # is configured system-wide. Usable on its own: `make -f mk/engines.mk slurm-packages`.
+# runc: the OCI runtime the cluster's `oci.conf` names, for steps that run in a container
+# (`srun --container`, tests/test_slurm_containers.py).
 
-SLURM_PACKAGES ?= slurmctld slurmd slurm-client munge
+SLURM_PACKAGES ?= slurmctld slurmd slurm-client munge runc
 
 .PHONY: slurm-packages
 
 # Installs Slurm 22.05 (Debian) only where a command is missing: a no-op on a machine that has them.
 slurm-packages:
 	@if command -v sbatch >/dev/null 2>&1 && command -v slurmctld >/dev/null 2>&1 \
-	    && command -v slurmd >/dev/null 2>&1 && command -v munged >/dev/null 2>&1; then \
+	    && command -v slurmd >/dev/null 2>&1 && command -v munged >/dev/null 2>&1 && command -v runc >/dev/null 2>&1; then \
 	  exit 0; fi; \
 	if [ "$$(id -u)" != 0 ] || ! command -v apt-get >/dev/null 2>&1; then \
-	  echo "The Slurm tests need $(SLURM_PACKAGES) (sbatch, slurmctld, slurmd, munged), and installing" >&2; \
+	  echo "The Slurm tests need $(SLURM_PACKAGES) (sbatch, slurmctld, slurmd, munged, runc), and installing" >&2; \
 	  echo "them needs root and apt-get. As root: apt-get install -y $(SLURM_PACKAGES)" >&2; \
 	  exit 1; fi; \
 	echo "Installing $(SLURM_PACKAGES) (Debian, about 10 s)"; \

@@ -9,6 +9,7 @@ so a test can interrupt it mid-run; `fail_at_step` makes it crash (a user-code f
 from __future__ import annotations
 
 import hashlib
+import os
 import time
 
 import numpy as np
@@ -61,6 +62,7 @@ def main() -> None:
             {"state": {"value": value}},
             metadata={
                 "digest": digest, "resumed_from": start, "hostname_pool": run.inputs.pool,
+                "pid": os.getpid(),  # 1: the first process of a container of its own
                 **({"environ": ",".join(started_with)} if cfg.report_environ else {}),
             },  # fmt: skip
         )

@@ -16,7 +16,10 @@ sick node: running jobs go on, nothing new starts there; `resume_node` undoes it
 `set_partition_state` (DOWN / INACTIVE), `requeue_after_first_checkpoint` (a spot reclaim),
 and `job_pids` to signal a job's workload process directly.
 
-Needs root and the Debian packages `slurmctld slurmd slurm-client munge`
+Steps may run in OCI containers (`srun --container=BUNDLE`): the cluster's `oci.conf` runs them
+with runc, rootless, as the job's user (testbed/oci_bundle.py makes bundles).
+
+Needs root and the Debian packages `slurmctld slurmd slurm-client munge runc`
 (`make slurm-packages`). Run by hand: `python -m testbed.slurm_cluster` starts one,
 prints its SLURM_CONF and stops it on Enter.
 """
@@ -46,6 +49,7 @@ GPUS = 2
 PARTITIONS = ("gpu", "spot")
 # The daemons a cluster needs (`make slurm-packages` installs them).
 DAEMONS = ("munged", "slurmctld", "slurmd")
+RUNTIME = "runc"  # the OCI runtime oci.conf names
 
 SLURM_CONF = """\
 # Written by testbed/slurm_cluster.py: a throwaway single-node cluster, nothing shared.
@@ -96,6 +100,17 @@ PartitionName=gpu Nodes={node} Default=YES MaxTime=INFINITE State=UP PriorityTie
 PartitionName=spot Nodes={node} MaxTime=INFINITE State=UP PriorityTier=1 PreemptMode=REQUEUE
 """
 
+# Slurm's own OCI containers (`srun --container=BUNDLE`): runc, rootless, as the job's user, with
+# its state under the cluster's folder (one folder per user; 22.05 has no uid pattern). The
+# patterns: %n node, %u user, %j job, %s step, %t task, %b the bundle Slurm prepared.
+OCI_CONF = """\
+# Written by testbed/slurm_cluster.py: steps in containers with runc (deploy/slurm/README.md).
+RunTimeQuery="runc --rootless=true --root={runc_root}/%u state %n.%u.%j.%s.%t"
+RunTimeRun="runc --rootless=true --root={runc_root}/%u run --bundle %b %n.%u.%j.%s.%t"
+RunTimeKill="runc --rootless=true --root={runc_root}/%u kill -a %n.%u.%j.%s.%t SIGTERM"
+RunTimeDelete="runc --rootless=true --root={runc_root}/%u delete --force %n.%u.%j.%s.%t"
+"""
+
 
 class SlurmClusterError(RuntimeError):
     """The cluster did not start, or a command against it failed; the message says which."""
@@ -120,12 +135,12 @@ class SlurmCluster:
 
     # Life cycle ---------------------------------------------------------------------
     def start(self, timeout: float = 60.0) -> SlurmCluster:
-        missing = [d for d in (*DAEMONS, "sbatch") if shutil.which(d) is None]
+        missing = [d for d in (*DAEMONS, "sbatch", RUNTIME) if shutil.which(d) is None]
         if missing:
             raise SlurmClusterError(
                 f"cannot start the throwaway Slurm cluster: {', '.join(missing)} not found. "
                 "Install the packages (as root): `make slurm-packages` "
-                "(apt-get install slurmctld slurmd slurm-client munge)."
+                "(apt-get install slurmctld slurmd slurm-client munge runc)."
             )
         if os.geteuid() != 0:
             raise SlurmClusterError("the throwaway Slurm cluster runs its daemons as root (SlurmUser=root); run the drills or tests as root.")
@@ -326,6 +341,10 @@ class SlurmCluster:
                 gpus=GPUS,
             )
         )
+        runc_root = self.root / "runc"  # each user's runc keeps its containers' state in its own folder here
+        runc_root.mkdir(exist_ok=True)
+        runc_root.chmod(0o1777)
+        (self.conf.parent / "oci.conf").write_text(OCI_CONF.format(runc_root=runc_root))
         (self.conf.parent / "gres.conf").write_text(
             "".join(f"NodeName={NODE} Name=gpu File={d}\n" for d in devices)
         )

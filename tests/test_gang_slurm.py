@@ -16,7 +16,7 @@ import yaml
 
 from control_plane.accounting.ledger import read_ledger
 from control_plane.compute.backends.engine import Launch
-from control_plane.compute.backends.slurm import render_batch_script
+from control_plane.compute.backends.slurm_batch import render_batch_script
 from drills.faults import Injector
 from testbed.slurm_multinode import PARTITION, MultiNodeSlurmCluster
 from tests.fixtures.gang import (

@@ -19,7 +19,8 @@ from control_plane.catalog.backends import SlurmSettings
 from control_plane.compute.backends.base import AttemptOutcome, outcome_of
 from control_plane.compute.backends.base import JobState
 from control_plane.compute.backends.engine import Launch
-from control_plane.compute.backends.slurm import SlurmBackend, render_batch_script
+from control_plane.compute.backends.slurm import SlurmBackend
+from control_plane.compute.backends.slurm_batch import render_batch_script
 from control_plane.accounting.ledger import read_ledger
 from control_plane.catalog.pools import Pool, load_pools
 from workload_runtime.storage import Storage

@@ -75,6 +75,21 @@ PLATFORM_CREDENTIALS = (
     "AWS_CONTAINER_CREDENTIALS_FULL_URI", "AWS_CONTAINER_CREDENTIALS_RELATIVE_URI", "AWS_CONTAINER_AUTHORIZATION_TOKEN",
 )  # fmt: skip
 
+# What describes the launcher's own machine and interpreter rather than the workload's: a workload
+# that starts in a container of its image (a Slurm pool's `srun --container`) takes these from the
+# image, never from the host that launched it, whose PATH or LD_LIBRARY_PATH would hide the image's.
+LAUNCHER_OWN = frozenset(
+    {
+        "PATH", "HOME", "USER", "LOGNAME", "SHELL", "HOSTNAME", "TMPDIR", "TEMP", "TMP", "XDG_RUNTIME_DIR",
+        "PYTHONPATH", "PYTHONHOME", "VIRTUAL_ENV", "LD_LIBRARY_PATH", "LD_PRELOAD",
+    }
+)  # fmt: skip
+
+
+def for_container(env: Mapping[str, str]) -> list[str]:
+    """The names of `env` a containerised workload receives from its launcher: all but `LAUNCHER_OWN`."""
+    return sorted(name for name in env if name not in LAUNCHER_OWN)
+
 
 def allowed(name: str) -> bool:
     """Whether a workload may inherit the variable `name` from its launcher."""

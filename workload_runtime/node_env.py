@@ -24,6 +24,8 @@ NODE_CACHE_MAX_GB_ENV = "SINEWGRID_NODE_CACHE_MAX_GB"
 NODE_CACHE_LOCAL_ENV = "SINEWGRID_NODE_CACHE_LOCAL"
 # The folder of each of the node's caches (`workload_runtime/node.py`), when its variable is set.
 CACHE_FOLDER_ENV = {"data": NODE_CACHE_DIR_ENV, "scenes": "SINEWGRID_SCENE_CACHE", "isaaclab": "SINEWGRID_ASSET_CACHE"}
+# Set by deploy/docker's images: the image's own code version.
+IMAGE_ENV = "SINEWGRID_CODE_VERSION"
 # What torchrun, srun and the platform's launchers set for one rank of a gang (`workload_runtime/gang.py`).
 GANG_VARIABLES = (
     "WORLD_SIZE", "RANK", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_RANK", "NODE_RANK", "MASTER_ADDR", "MASTER_PORT",
@@ -44,6 +46,9 @@ class NodeEnv:
     node_cache_local: bool = False
     aws_default_region: str = ""  # boto's default region, for a tenant's KMS that names none
     omp_num_threads: str = "1"  # handed on to a gang's ranks (one thread each unless set)
+    # $SINEWGRID_CODE_VERSION as an image of deploy/docker sets it (`workload@sha256:...`): the image
+    # this workload runs in. A launcher never hands it on (allowed_env.py), so a bare process has none.
+    image: str = ""
 
     @property
     def in_gang(self) -> bool:
@@ -64,6 +69,7 @@ def node_env(environ: Mapping[str, str] | None = None) -> NodeEnv:
         node_cache_local=env.get(NODE_CACHE_LOCAL_ENV, "") in {"1", "true", "yes"},
         aws_default_region=env.get("AWS_DEFAULT_REGION", ""),
         omp_num_threads=env.get("OMP_NUM_THREADS", "1"),
+        image=env.get(IMAGE_ENV, ""),
     )
 
 

@@ -414,6 +414,7 @@ class WorkloadRun:
             "checkpoint_uri": {"type": "path", "raw_value": where},
             "final_step": step,
             "reused_final_checkpoint": resumed_complete,
+            **({"workload_image": image} if (image := node_env().image) else {}),  # which image ran it, if one did
             **metadata,
         }
         self._pipes.report_asset_materialization(metadata=result)  # type: ignore[union-attr]

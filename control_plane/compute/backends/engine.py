@@ -85,6 +85,12 @@ class EngineBackend(Backend):
         """The node a gang lost, read from the job's output, when the engine says (Slurm's `srun` does)."""
         return None
 
+    def exit_code_hidden(self, handle: JobHandle) -> bool:
+        """Whether the engine may report a signalled job without the workload's own exit code (a
+        launcher in between: `srun` for a gang or a container), so the workload's Pipes message
+        that it checkpointed is what says it was a preemption."""
+        return False
+
     @abc.abstractmethod
     def collect(self, handle: JobHandle) -> bytes:
         """The job's own stdout/stderr (what `Launch.output_path` received, or the engine's logs)."""
@@ -165,8 +171,8 @@ class EngineBackend(Backend):
         outcome, metadata = outcome_of(status), {}
         cause = ending_cause(outcome, status.exit_code, monitor.acted)
         node = monitor.acted.node if monitor.acted is not None else ""
-        if spec.gang and outcome is AttemptOutcome.failed and of_kind(messages, Preemption):
-            outcome = AttemptOutcome.preempted  # the ranks checkpointed and exited 75; the launcher's own code says less
+        if (spec.gang or self.exit_code_hidden(handle)) and outcome is AttemptOutcome.failed and of_kind(messages, Preemption):
+            outcome = AttemptOutcome.preempted  # the workload checkpointed and exited 75; the launcher's own code says less
             cause = ending_cause(outcome, PREEMPTED_EXIT_CODE, monitor.acted)
         elif spec.gang and outcome is AttemptOutcome.failed and (lost := self.lost_node(handle, log.decode("utf-8", errors="replace"))):
             outcome, cause, node = AttemptOutcome.preempted, Cause.lost_node, lost  # a node died: resume, without it if there is a spare

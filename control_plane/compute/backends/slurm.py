@@ -28,7 +28,6 @@ the node states is `control_plane.compute.backends.slurm_nodes`.
 
 from __future__ import annotations
 
-import re
 import shlex
 import signal as signals
 import subprocess
@@ -41,16 +40,14 @@ from typing import Any
 import dagster as dg
 
 from control_plane.catalog.backends import SlurmSettings, settings_for
-from control_plane.compute.backends.base import RENDEZVOUS_PORTS, Refusal
-from control_plane.compute.backends.base import JobHandle, JobState, JobStatus
+from control_plane.compute.backends.base import JobHandle, JobState, JobStatus, Refusal
 from control_plane.compute.backends.engine import EngineBackend, Launch
+from control_plane.compute.backends.slurm_batch import container_of, lost_node, render_batch_script
 from control_plane.compute.backends.slurm_nodes import job_nodes_problem, partition_problem
 from control_plane.catalog.pools import Pool
 from control_plane.catalog.step_spec import StepSpec
-from control_plane.settings import REPO_ROOT, child_env, workload_env
+from control_plane.settings import child_env, workload_env
 from control_plane.settings import settings as platform_settings
-
-BATCH_TEMPLATE = REPO_ROOT / "deploy" / "slurm" / "step.sbatch"
 
 # What `sbatch` says when the controller turned the job down (capacity, limits, partition
 # state) or could not be reached: the pool refuses, the step fails over. Anything else
@@ -68,88 +65,6 @@ _UNREACHABLE = ("Unable to contact slurm controller", "Socket timed out", "Zero 
 
 class SlurmCommandError(RuntimeError):
     """A Slurm client command failed in a way that is not about the job."""
-
-
-def _render(template: str, fields: dict[str, str]) -> str:
-    def field(match: re.Match[str]) -> str:
-        name = match.group(1)
-        if name not in fields:
-            raise ValueError(f"{BATCH_TEMPLATE}: unknown field `{{{{ {name} }}}}`; the backend fills {sorted(fields)}")
-        return fields[name]
-
-    return re.sub(r"\{\{ (\w+) \}\}", field, template)
-
-
-def sbatch_options(pool: Pool, spec: StepSpec, launch: Launch, settings: SlurmSettings | None = None) -> list[str]:
-    """The `#SBATCH` options for one attempt of `spec` on `pool`, in the order they are written."""
-    settings = settings or settings_for(pool)
-    options = [f"--job-name={launch.name}", f"--partition={settings.partition}"]
-    if settings.account:
-        options.append(f"--account={settings.account}")
-    if settings.qos:
-        options.append(f"--qos={settings.qos}")
-    options += [f"--time={settings.time_limit}", f"--nodes={spec.nodes}"]
-    if spec.gang:
-        options.append(f"--ntasks-per-node={spec.ranks_per_node or 1}")
-    if spec.exclude_nodes:
-        options.append(f"--exclude={','.join(spec.exclude_nodes)}")
-    if spec.gpus:
-        if settings.gpu_flag == "gpus":
-            options.append(f"--gpus={spec.gpus}")
-        else:  # --gres counts per node
-            options.append(f"--gres=gpu:{-(-spec.gpus // spec.nodes)}")
-        if settings.cpus_per_gpu:
-            options.append(f"--cpus-per-gpu={settings.cpus_per_gpu}")
-    options += [
-        f"--output={launch.output_path}",
-        "--open-mode=append",
-        f"--chdir={launch.workdir}",
-        "--requeue",
-    ]
-    if settings.time_limit_notice_seconds:
-        options.append(f"--signal=B:TERM@{settings.time_limit_notice_seconds}")
-    return options
-
-
-# A gang's rendezvous: rank 0 runs on the allocation's first node (srun's block distribution)
-# and listens on a port derived from the job id, as Slurm sites usually do.
-GANG_RENDEZVOUS = f"""\
-first_node=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)
-export MASTER_ADDR=$(scontrol show node -o "$first_node" | tr ' ' '\\n' | sed -n 's/^NodeAddr=//p')
-export MASTER_PORT=$(({RENDEZVOUS_PORTS.start} + SLURM_JOB_ID % {len(RENDEZVOUS_PORTS)}))
-echo "sinewgrid: a gang of $SLURM_NTASKS ranks on $SLURM_JOB_NODELIST; rank 0 listens on $MASTER_ADDR:$MASTER_PORT" >&2"""
-
-
-def gang_command(spec: StepSpec, command: list[str]) -> list[str]:
-    """`srun` for every rank of a gang: all tasks start together, and when one ends badly
-    (a lost node, a crash) Slurm ends the others (`--kill-on-bad-exit`)."""
-    return ["srun", "--kill-on-bad-exit=1", f"--ntasks-per-node={spec.ranks_per_node or 1}", *command]
-
-
-def render_batch_script(pool: Pool, spec: StepSpec, launch: Launch, settings: SlurmSettings | None = None) -> str:
-    """The batch script `sbatch` receives for one attempt: `deploy/slurm/step.sbatch`, filled in."""
-    options = sbatch_options(pool, spec, launch, settings)
-    return _render(
-        BATCH_TEMPLATE.read_text(),
-        {
-            "sbatch_options": "\n".join(f"#SBATCH {shlex.quote(option)}" for option in options),
-            "environment": "\n".join(f"export {key}={shlex.quote(value)}" for key, value in sorted(launch.env.items())),
-            "job_name": shlex.quote(launch.name),
-            "gang": GANG_RENDEZVOUS if spec.gang else "# One process: not a gang (StepSpec.world_size is 1).",
-            "command": shlex.join(gang_command(spec, launch.command) if spec.gang else launch.command),
-        },
-    )
-
-
-# How `srun` reports a task's end, e.g. `srun: error: sgn1: task 1: Killed`.
-_TASK_ENDED = re.compile(r"^srun: error: (\S+): tasks? [\d,\-]+: (Killed|Terminated|Exited with exit code \d+)", re.MULTILINE)
-
-
-def lost_node(log: str) -> str | None:
-    """The node of a gang whose task was killed first (`srun: error: NODE: task N: Killed`): the
-    node was lost, and `--kill-on-bad-exit` ended the other tasks after it (`Terminated`)."""
-    first = _TASK_ENDED.search(log)
-    return first.group(1) if first is not None and first.group(2) == "Killed" else None
 
 
 def _exit_code(text: str) -> int | None:
@@ -202,21 +117,31 @@ class SlurmBackend(EngineBackend):
     def lost_node(self, handle: JobHandle, log: str) -> str | None:
         return lost_node(log)
 
+    def exit_code_hidden(self, handle: JobHandle) -> bool:
+        """Slurm reports a container's signalled step as terminated, not with the workload's exit 75."""
+        return bool(handle.info.get("container"))
+
+    def command(self, pool: Pool, spec: StepSpec) -> list[str]:
+        container = container_of(pool, spec)
+        return [container.python, "-m", spec.entry_point] if container else super().command(pool, spec)
+
     # The five engine calls -----------------------------------------------------------------
     def submit(self, pool: Pool, spec: StepSpec, launch: Launch) -> JobHandle:
         settings = settings_for(pool)
+        # sbatch hands the job its own environment (`--export=ALL`, Slurm's default): an allow-list
+        # (workload_runtime/allowed_env.py), never the control plane's, so that is all the job gets.
+        env = workload_env(platform_credentials=launch.platform_credentials, extra=settings.env)
         script = Path(launch.output_path).with_name("step.sbatch")
         script.parent.mkdir(parents=True, exist_ok=True)
-        script.write_text(render_batch_script(pool, spec, launch, settings))
+        script.write_text(render_batch_script(pool, spec, launch, settings, job_env=env))
+        container = container_of(pool, spec)
         info: dict[str, Any] = {
             "settings": settings.model_dump(),
             "output_path": launch.output_path,
             "script": str(script),
             "restarts": 0,
+            "container": container.container if container else None,
         }
-        # sbatch hands the job its own environment (`--export=ALL`, Slurm's default): an allow-list
-        # (workload_runtime/allowed_env.py), never the control plane's, so that is all the job gets.
-        env = workload_env(platform_credentials=launch.platform_credentials, extra=settings.env)
         result = self._slurm(settings, ["sbatch", "--parsable", "--export=ALL", *settings.extra_args, str(script)], pool.name, env=env)
         if result.returncode != 0:
             message = " ".join(result.stderr.split()) or f"sbatch exited {result.returncode}"
@@ -259,7 +184,9 @@ class SlurmBackend(EngineBackend):
         if job is None or job.get("JobState", "").split("+")[0] != "RUNNING":
             return
         name = signals.Signals(signum).name.removeprefix("SIG")
-        self._scancel(handle, [f"--signal={name}", "--full"])
+        # A bare step is the batch script's process (`--full` reaches it); a container's is a step
+        # of `srun`, which would kill it on SIGTERM: signal the steps only (slurm_batch.py).
+        self._scancel(handle, [f"--signal={name}", *([] if handle.info.get("container") else ["--full"])])
 
     def cancel(self, handle: JobHandle) -> None:
         if "refused" in handle.info:
