@@ -3,6 +3,8 @@
 What runs, each for real:
 - **PostgreSQL** (testbed/postgres_server.py): one database for the Dagster instance (runs,
   events, schedules, sensor cursors), one for the attempt ledger.
+- **A Slurm cluster** (rehearsal/slurm_pool.py), with images: the Cell lane's steady pool, each
+  step in a container of the workload image (`srun --container`, Slurm's own OCI support).
 - **The cloud account** (rehearsal/account.py) on the S3 API server with IAM, KMS and SQS: the
   platform's root, the step logs, each lab's root sealed with its own KMS key, each party
   signing as its own IAM user, and the queue each lab's bucket announces new drops on.
@@ -40,6 +42,7 @@ from rehearsal.account import LOG_BUCKET, PLATFORM_BUCKET, PREFIX, Account, prov
 from rehearsal.services import (
     RUN_LABEL, Service, StackError, bin_path, launcher, podman_api, remove_run_containers, wait_for_code_server, wait_for_webserver,
 )
+from rehearsal.slurm_pool import SlurmPool, slurm_pool
 from testbed.aws_server import AwsServer, Principal, aws_server
 from testbed.ports import free_port
 from testbed.postgres_server import PostgresServer
@@ -92,6 +95,7 @@ class Stack:
     account: Account
     image: str = ""  # the orchestration image the services run in; "" for processes of this checkout
     run_image: str = ""  # the image each run's container starts from
+    slurm: SlurmPool | None = None  # the Slurm pool (with images only)
     services: dict[str, Service] = field(default_factory=dict)
     webserver_url: str = ""
 
@@ -114,7 +118,8 @@ class Stack:
             raise StackError(f"`dagster schedule {'start' if running else 'stop'} {name}` failed:\n{done.stdout[-2000:]}{done.stderr[-2000:]}")
 
     def logs(self) -> str:
-        return "\n".join(f"--- {name} ---\n{service.tail(2000)}" for name, service in self.services.items())
+        services = "\n".join(f"--- {name} ---\n{service.tail(2000)}" for name, service in self.services.items())
+        return f"{services}\n{self.slurm.cluster.logs()}" if self.slurm else services
 
 
 @contextlib.contextmanager
@@ -126,7 +131,7 @@ def production_stack(folder: Path | None = None, image: str = "", run_image: str
     of its code server."""
     folder = Path(folder or tempfile.mkdtemp(prefix="sinewgrid-rehearsal-"))
     folder.mkdir(parents=True, exist_ok=True)
-    with PostgresServer() as postgres, aws_server() as aws:
+    with PostgresServer() as postgres, aws_server() as aws, contextlib.ExitStack() as engines:
         postgres.enable_tls()  # deploy/dagster.yaml asks for `sslmode: require`, as managed PostgreSQL serves
         dagster_db = postgres.create_database("dagster")
         ledger_url = postgres.create_database("ledger")
@@ -157,9 +162,14 @@ def production_stack(folder: Path | None = None, image: str = "", run_image: str
             **queue_setting(account),
             **account.credentials_env(),
         })
+        slurm = None
+        if image:  # the Cell lane's steady pool on a Slurm cluster, its steps in the run image (rehearsal/slurm_pool.py)
+            slurm = engines.enter_context(slurm_pool(folder, run_image or image, binds=[folder / "node-cache"]))
+            (folder / "pools.yaml").write_text(yaml.safe_dump(slurm.catalog(), sort_keys=False))
+            own["SINEWGRID_POOLS"] = str(folder / "pools.yaml")
         run_launcher = docker_run_launcher(folder, own) if image else DEFAULT_RUN_LAUNCHER
         (home / "dagster.yaml").write_text(yaml.safe_dump(runnable_here(yaml.safe_load(PRODUCTION_YAML.read_text()), postgres.port, run_launcher), sort_keys=False))
-        stack = Stack(folder=folder, env={}, aws=aws, postgres=postgres, account=account, image=image, run_image=run_image or image)
+        stack = Stack(folder=folder, env={}, aws=aws, postgres=postgres, account=account, image=image, run_image=run_image or image, slurm=slurm)
         try:
             if image:
                 # Runs in containers of their own, through podman's Docker API; the images run as an

@@ -25,6 +25,7 @@ import dagster as dg
 from control_plane.compute.backends import backend_for
 from control_plane.compute.backends.base import JobHandle
 from control_plane.compute.inflight import InFlight
+from control_plane.compute.left_behind import orphaned_attempt
 from shared_resources.compute import ComputeResource
 from control_plane.accounting.ledger import record_attempt
 from control_plane.accounting.records import AttemptRecord
@@ -38,27 +39,6 @@ _RUN_ACTIVE = {
     dg.DagsterRunStatus.STARTED,
     dg.DagsterRunStatus.CANCELING,
 }
-
-
-def _ledger_record(record: dict[str, Any], handle: JobHandle, pools: dict[str, Pool]) -> AttemptRecord | None:
-    pool = pools.get(handle.pool)
-    if pool is None:
-        return None
-    owner = record["owner"]
-    return AttemptRecord.for_attempt(
-        run_id=owner["run_id"],
-        step=owner["step"],
-        asset=owner["asset"],
-        partition=owner.get("partition"),
-        attempt=int(owner.get("attempt", 0)),
-        pool=pool,
-        gpus=int(owner.get("gpus", 1)),
-        started=dt.datetime.fromtimestamp(handle.submitted_at, dt.UTC),
-        ended=dt.datetime.now(dt.UTC),
-        productive_seconds=0.0,
-        outcome="orphaned",
-        exit_code=None,
-    )
 
 
 def make_inflight_watcher(
@@ -103,7 +83,7 @@ def make_inflight_watcher(
                     action = "cancelled"
                 run_state = run.status.value if run else "deleted"
                 context.log.warning(f"{where}: its run {owner['run_id']} is {run_state}; {action}")
-                ledger = _ledger_record(record, handle, pools)
+                ledger = orphaned_attempt(record, handle, pools)
                 if ledger is not None and not status.state.ended:
                     record_attempt(storage.get().ledger(), ledger)
                 observations.append(

@@ -23,6 +23,7 @@ from control_plane.compute.backends.base import AttemptOutcome, AttemptResult
 from control_plane.compute.causes import Cause
 from control_plane.compute.cooldowns import Cooldowns
 from control_plane.compute.health import Drains
+from control_plane.compute.left_behind import stop_left_behind
 from control_plane.compute.recovery import Action, Decision, Ending, Outcome, RecoveryPolicy, policy_named
 from control_plane.compute.step_run import StepFailedError, StepRun, attempt_timeline, disqualified_timeline
 from control_plane.placement.ranking import PlacementPlan, plan_placement
@@ -119,8 +120,10 @@ class ComputeResource(dg.ConfigurableResource):
         # A tenant's checkpoints live under its own root, where its credentials and key reach.
         home = Storage.at(access.storage_root) if access is not None else storage
         step = StepRun(spec=spec, plan=plan, pool=plan.first, checkpoint_uri=home.checkpoints(lineage), access=access)
+        # A resumed run: its earlier worker's job for this step stops before this worker starts one.
+        before = stop_left_behind(context, spec, storage, self.pools())
         # Refusals cost nothing but a try per pool; preemptions are bounded by the step's budget.
-        for number in range(1, spec.max_preemptions + len(plan.ranked) + 2):
+        for number in range(before + 1, before + spec.max_preemptions + len(plan.ranked) + 2):
             pool = step.pool = chooser.next(context)
             outcome, result = self._attempt(context, step, pool, storage, number, lineage, chooser)
             decision = policies[pool.name].decide(outcome)

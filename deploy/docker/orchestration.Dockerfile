@@ -31,9 +31,11 @@ ENV PYTHONUNBUFFERED=1 \
     PATH=/opt/venv/bin:$PATH \
     DAGSTER_HOME=/opt/dagster/dagster_home
 
-# git: the data registry is a git repository plus a DVC remote (docs/datasets.md).
-RUN if ! command -v git >/dev/null; then \
-      apt-get update && apt-get install -y --no-install-recommends git && rm -rf /var/lib/apt/lists/*; fi \
+# git: the data registry is a git repository plus a DVC remote (docs/datasets.md). Slurm's client
+# (sbatch, scontrol, scancel, sacct, with munge): runs submit their steps to Slurm pools
+# (deploy/slurm/README.md); SLURM_CLIENT="" leaves it out, or names the site's own version's packages.
+ARG SLURM_CLIENT=slurm-client
+RUN apt-get update && apt-get install -y --no-install-recommends git ${SLURM_CLIENT} && rm -rf /var/lib/apt/lists/* \
     && "python${PYTHON_VERSION}" -m venv /opt/venv
 
 WORKDIR /opt/sinewgrid

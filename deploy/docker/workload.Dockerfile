@@ -51,9 +51,11 @@ ENV PYTHONUNBUFFERED=1 \
 
 # EGL and OpenGL for MuJoCo's headless camera rendering (Mesa's EGL and software rasteriser on a CPU
 # node; a GPU node also needs NVIDIA_DRIVER_CAPABILITIES to include `graphics`); OpenMP for torch;
-# git for the data registry.
+# git for the data registry; Slurm's client, for a run started from this image that submits its
+# steps to Slurm pools (the rehearsal's runs: docs/deploy.md; SLURM_CLIENT="" leaves it out).
+ARG SLURM_CLIENT=slurm-client
 RUN apt-get update \
-    && apt-get install -y --no-install-recommends ca-certificates git libegl1 libegl-mesa0 libgl1 libgl1-mesa-dri libgomp1 \
+    && apt-get install -y --no-install-recommends ca-certificates git libegl1 libegl-mesa0 libgl1 libgl1-mesa-dri libgomp1 ${SLURM_CLIENT} \
     && rm -rf /var/lib/apt/lists/*
 
 WORKDIR /opt/sinewgrid

@@ -1,7 +1,8 @@
 """A lab's drop goes through the production shape: uploaded with the lab system's own IAM user,
 announced by the lab's bucket on the drop queue, found there by the daemon's sensor, ingested,
 validated, trained on and answered with the next plate, every run started by the daemon in a
-container of its own, every GPU step booked once in the ledger on PostgreSQL."""
+container of its own, the pretraining on the Slurm pool in a container of the workload image,
+every GPU step booked once in the ledger on PostgreSQL."""
 
 from __future__ import annotations
 
@@ -83,6 +84,14 @@ def test_a_drop_becomes_the_next_plate_through_the_daemon(stack: Stack, instance
     assert len(booked) >= 2, booked  # the foundation model's pretraining and the fine-tune
     assert not booked.duplicated(["step", "attempt"]).any(), booked[["step", "attempt"]]
     assert set(booked["tenant"]) == {LAB}
+    if stack.slurm:  # the pretraining went to the Slurm pool, and ran there in a container of the workload image
+        pretraining = booked[booked["step"] == "cell.foundation_model"]
+        assert set(zip(pretraining["backend"], pretraining["pool"])) == {("slurm", "cell-steady")}, pretraining
+        (model,) = instance.fetch_materializations(
+            dg.AssetRecordsFilter(asset_key=dg.AssetKey(["cell", "foundation_model"]), asset_partitions=[LAB]), limit=1
+        ).records
+        ran_in = model.asset_materialization.metadata["workload_image"].value
+        assert ran_in.startswith(f"workload@sha256:{stack.run_image.rsplit(':', 1)[1]}"), ran_in
 
     # The lab's copy is sealed with its key in its own bucket; the other lab ran nothing.
     admin = stack.aws.client("s3", stack.aws.admin)
