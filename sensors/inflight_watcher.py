@@ -16,9 +16,7 @@ the cost report includes it. Orphans and stale records are reported as an observ
 asset the job was for (visible in the asset's event log), and their records removed.
 """
 
-import datetime as dt
 import time
-from typing import Any
 
 import dagster as dg
 
@@ -28,8 +26,6 @@ from control_plane.compute.inflight import InFlight
 from control_plane.compute.left_behind import orphaned_attempt
 from shared_resources.compute import ComputeResource
 from control_plane.accounting.ledger import record_attempt
-from control_plane.accounting.records import AttemptRecord
-from control_plane.catalog.pools import Pool
 from shared_resources.resources import StorageResource
 
 _RUN_ACTIVE = {
