@@ -86,6 +86,7 @@ def slurm_pool(folder: Path, image: str, binds: list[Path]) -> Iterator[SlurmPoo
     in), yield the pool; stop the cluster and remove the bundle on exit."""
     uid, gid = service_account()
     shared = folder / "slurm-shared"
+    shutil.rmtree(shared, ignore_errors=True)  # an earlier rehearsal's attempts
     for made in (shared, *binds):
         made.mkdir(parents=True, exist_ok=True)
     os.chown(shared, uid, gid)

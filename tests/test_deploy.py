@@ -26,6 +26,7 @@ from dagster._core.instance.config import dagster_instance_config
 from dagster._core.instance.ref import InstanceRef
 from dagster._core.storage.tags import CODE_LOCATION_TAG
 from dagster_k8s.models import k8s_model_from_dict
+from control_plane.compute.backends.slurm_batch import BATCH_TEMPLATE
 from packaging.requirements import Requirement
 from packaging.specifiers import SpecifierSet
 
@@ -258,6 +259,9 @@ def test_project_images_copy_every_package_the_project_ships(name: str):
     shipped = {pattern.rstrip("*") for pattern in _pyproject()["tool"]["setuptools"]["packages"]["find"]["include"]}
     assert shipped <= copied, f"{name}.Dockerfile does not COPY {sorted(shipped - copied)}"
     assert {"pyproject.toml", "README.md"} <= copied  # what `pip install .` reads
+    # What the code reads from the checkout at run time: a run in either image may submit to a
+    # Slurm pool, whose backend renders deploy/slurm/step.sbatch (the rehearsal found it missing).
+    assert "deploy/slurm" in copied and BATCH_TEMPLATE.is_relative_to(REPO / "deploy" / "slurm"), f"{name}.Dockerfile does not COPY deploy/slurm"
 
 
 # --- the pool catalogs (deploy/pools) -------------------------------------------------------

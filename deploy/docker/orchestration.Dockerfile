@@ -67,6 +67,8 @@ RUN pip install --no-index --no-deps --no-build-isolation .
 COPY workspace.yaml ./
 COPY deploy/pools ./deploy/pools
 COPY deploy/jobs ./deploy/jobs
+# The batch script a run renders for each step it sends to a Slurm pool.
+COPY deploy/slurm ./deploy/slurm
 
 RUN useradd --uid 10001 --create-home sinewgrid \
     && mkdir -p "${DAGSTER_HOME}" && chown sinewgrid "${DAGSTER_HOME}"

@@ -83,6 +83,8 @@ COPY sensors ./sensors
 COPY platform_location ./platform_location
 COPY drills ./drills
 COPY testbed ./testbed
+# The batch script a run renders for each step it sends to a Slurm pool (a run may start from this image).
+COPY deploy/slurm ./deploy/slurm
 RUN pip install --no-index --no-deps --no-build-isolation .
 
 RUN useradd --uid 10001 --create-home sinewgrid

@@ -77,6 +77,18 @@ def wait_for_run(instance: dg.DagsterInstance, stack: Stack, matches: Callable[[
     pytest.fail(f"no finished run of {what} within {timeout_s:.0f} s\n{stack.logs()}")
 
 
+def failure_of(instance: dg.DagsterInstance, run: dg.DagsterRun) -> str:
+    """Why `run` failed, in its own events' words (each failed step's error and the run's), for an
+    assertion's message; the services' logs do not hold a run's own events."""
+    lines = []
+    for record in instance.all_logs(run.run_id):
+        event = record.dagster_event
+        if event is not None and event.event_type in (dg.DagsterEventType.STEP_FAILURE, dg.DagsterEventType.RUN_FAILURE):
+            error = getattr(event.event_specific_data, "error", None)
+            lines.append(f"{event.event_type.value} {event.step_key or ''}: {event.message or ''}\n{error.to_string() if error else ''}")
+    return f"run {run.run_id} ({run.job_name}) is {run.status.value}\n" + "\n".join(lines)
+
+
 def sensor_cursor(instance: dg.DagsterInstance, name: str, timeout_s: float = 120.0) -> dict:
     """Sensor `name`'s cursor as the daemon last stored it, once it has one (its first tick done)."""
     deadline = time.monotonic() + timeout_s

@@ -19,7 +19,7 @@ from rehearsal.stack import Stack
 from cell_lane.omics import load_reference_expression
 from cell_lane.plate_layout import GENES_PER_PLATE
 from tests.helpers import SEALED, good_plate
-from tests.rehearsal.conftest import sensor_cursor, wait_for_run
+from tests.rehearsal.conftest import failure_of, sensor_cursor, wait_for_run
 
 pytestmark = pytest.mark.rehearsal
 
@@ -56,7 +56,7 @@ def test_a_drop_becomes_the_next_plate_through_the_daemon(stack: Stack, instance
     upload_drop(stack, LAB, DROP, {"plates/plate.csv": plate.to_csv(index=False).encode()}, assay="viability", instrument="reader-1", project="rehearsal")
 
     ingest = wait_for_run(instance, stack, lambda r: r.job_name == "assay_ingest" and r.tags.get("dagster/partition") == PARTITION, f"the ingest of {PARTITION}")
-    assert ingest.status == dg.DagsterRunStatus.SUCCESS, stack.logs()
+    assert ingest.status == dg.DagsterRunStatus.SUCCESS, f"{failure_of(instance, ingest)}\n{stack.logs()}"
     assert ingest.tags.get("dagster/sensor_name") == "assay_drop_sensor"  # the daemon's sensor started it
     # Announced, not listed: the lab's bucket sent the manifest's event to the queue the sensor reads;
     # the sensor's last listing of the zone is older than the upload.
@@ -70,7 +70,7 @@ def test_a_drop_becomes_the_next_plate_through_the_daemon(stack: Stack, instance
     timings["upload_to_validated_s"] = round(validated[0].timestamp - uploaded_at, 1)
 
     training = wait_for_run(instance, stack, lambda r: r.job_name == "cell_training_round" and r.tags.get("dagster/partition") == LAB, f"{LAB}'s training round")
-    assert training.status == dg.DagsterRunStatus.SUCCESS, stack.logs()
+    assert training.status == dg.DagsterRunStatus.SUCCESS, f"{failure_of(instance, training)}\n{stack.logs()}"
     assert training.tags.get("dagster/sensor_name") == "training_round_sensor"
     proposal = instance.fetch_materializations(
         dg.AssetRecordsFilter(asset_key=dg.AssetKey(["cell", "next_plate_proposal"]), asset_partitions=[LAB]), limit=1

@@ -6,6 +6,8 @@ ledger rows):
   round runs once, no GPU step is booked twice;
 - a run's worker killed (its container, as a lost node ends a run pod): run monitoring notices
   and starts a new worker for the same run, which ends succeeded without redoing what was done;
+  killed while its GPU step runs on Slurm, the step's job is stopped and booked once before the
+  step runs again;
 - PostgreSQL restarted under a run: the run ends clearly and the loop goes on.
 """
 
@@ -24,7 +26,7 @@ from rehearsal.lab import upload_drop
 from rehearsal.services import podman
 from rehearsal.stack import Stack
 from tests.helpers import good_plate
-from tests.rehearsal.conftest import wait_for_run
+from tests.rehearsal.conftest import failure_of, wait_for_run
 
 pytestmark = pytest.mark.rehearsal
 
@@ -68,7 +70,7 @@ def test_a_killed_daemon_and_code_server_lose_nothing(stack: Stack, instance: dg
     timings["faults_killed_under_the_run"] = instance.get_run_by_id(launched.run_id).status == dg.DagsterRunStatus.STARTED  # type: ignore[assignment]
     ingest = wait_for_run(instance, stack, lambda r: r.job_name == "assay_ingest" and r.tags.get("dagster/partition") == PARTITION,
                           f"the ingest of {PARTITION}", down={"daemon", "code-server-cell"})
-    assert ingest.status == dg.DagsterRunStatus.SUCCESS, stack.logs()
+    assert ingest.status == dg.DagsterRunStatus.SUCCESS, f"{failure_of(instance, ingest)}\n{stack.logs()}"
 
     # As processes, a run is a process of its code server (the DefaultRunLauncher): the code
     # server is killed after the run instead, before the round could start from it.
@@ -78,7 +80,7 @@ def test_a_killed_daemon_and_code_server_lose_nothing(stack: Stack, instance: dg
     stack.restart("code-server-cell")
     stack.restart("daemon")
     training = wait_for_run(instance, stack, lambda r: r.job_name == "cell_training_round" and r.tags.get("dagster/partition") == LAB, f"{LAB}'s training round")
-    assert training.status == dg.DagsterRunStatus.SUCCESS, stack.logs()
+    assert training.status == dg.DagsterRunStatus.SUCCESS, f"{failure_of(instance, training)}\n{stack.logs()}"
     timings["faults_upload_to_proposal_s"] = round(time.time() - uploaded_at, 1)
 
     # One ingest and one round: the restarted daemon started neither again.
@@ -97,8 +99,11 @@ def test_a_killed_run_worker_is_resumed_by_run_monitoring(stack: Stack, instance
     """The container of lab-b's next ingest is killed while the run is in it. The daemon's run
     monitoring finds the worker gone (deploy/dagster.yaml: every 120 s) and starts a new one for
     the same run (`max_resume_run_attempts`), which skips the steps already done: the run ends
-    succeeded, the drop is validated once, and the round it leads to runs."""
+    succeeded, the drop is validated once, and the round it leads to runs. That round's worker is
+    killed in turn while its pretraining runs on the Slurm pool, a job that outlives it: the
+    resumed worker stops it before running the step again, and the ledger shows it once."""
     before = {r.run_id for r in instance.get_runs(limit=500)}
+    slurm_jobs_before = set(_slurm_jobs(stack, "")) if stack.slurm else set()
     hit = f"{LAB}/rehearsal-plate-worker-killed"
     _send_plate(stack, hit, "PR005", block=4, seed=15)
     run = _ingest_under_way(instance, stack, hit, {dg.DagsterRunStatus.STARTED})
@@ -106,7 +111,7 @@ def test_a_killed_run_worker_is_resumed_by_run_monitoring(stack: Stack, instance
     podman("kill", run.tags["docker/container_id"])
 
     ended = wait_for_run(instance, stack, lambda r: r.run_id == run.run_id, f"the resumed ingest of {hit}")
-    assert ended.status == dg.DagsterRunStatus.SUCCESS, stack.logs()
+    assert ended.status == dg.DagsterRunStatus.SUCCESS, f"{failure_of(instance, ended)}\n{stack.logs()}"
     timings["worker_killed_to_success_s"] = round(time.time() - killed_at, 1)
     messages = [e.message for e in instance.all_logs(run.run_id, of_type=dg.DagsterEventType.ENGINE_EVENT)]
     assert [m for m in messages if "resum" in m.lower()], messages  # monitoring's own account of what it did
@@ -116,12 +121,42 @@ def test_a_killed_run_worker_is_resumed_by_run_monitoring(stack: Stack, instance
     ).records
     assert len(validated) == 1, [r.run_id for r in validated]
 
-    training = wait_for_run(instance, stack, lambda r: r.run_id not in before and r.job_name == "cell_training_round" and r.tags.get("dagster/partition") == LAB,
-                            f"{LAB}'s round after the resumed ingest")
-    assert training.status == dg.DagsterRunStatus.SUCCESS, stack.logs()
+    is_round = lambda r: r.run_id not in before and r.job_name == "cell_training_round" and r.tags.get("dagster/partition") == LAB  # noqa: E731
+    if stack.slurm:  # the round's worker killed too, while its pretraining's Slurm job is in flight
+        job_id, round_run = _slurm_step_under_way(instance, stack, is_round, "cell.foundation_model", slurm_jobs_before)
+        podman("kill", round_run.tags["docker/container_id"])
+    training = wait_for_run(instance, stack, is_round, f"{LAB}'s round after the resumed ingest")
+    assert training.status == dg.DagsterRunStatus.SUCCESS, f"{failure_of(instance, training)}\n{stack.logs()}"
     booked = read_ledger(Ledger(stack.env["SINEWGRID_LEDGER_URL"]), tenant=LAB)
     booked = booked[booked["backend"] != "model-gateway"]
     assert not booked.duplicated(["run_id", "step", "attempt"]).any(), booked[["run_id", "step", "attempt"]]
+    if stack.slurm:
+        # The resumed worker stopped (or found ended) the job its dead worker left, booked it once as
+        # orphaned, and ran the step as the next attempt: never two copies at once.
+        pretraining = booked[(booked["run_id"] == training.run_id) & (booked["step"] == "cell.foundation_model")]
+        assert list(zip(pretraining["attempt"], pretraining["outcome"])) == [(1, "orphaned"), (2, "succeeded")], pretraining
+        jobs = _slurm_jobs(stack, "cell.foundation_model-a")
+        left, rerun = jobs[job_id], [j for i, j in jobs.items() if int(i) > int(job_id)][0]
+        assert rerun["StartTime"] >= left["EndTime"], (left, rerun)
+
+
+def _slurm_jobs(stack: Stack, name_prefix: str) -> dict[str, dict[str, str]]:
+    """The Slurm pool's jobs whose name starts with `name_prefix`, by id: `scontrol show job`'s fields."""
+    shown = stack.slurm.cluster.client(["scontrol", "show", "job", "--oneliner"], check=False).stdout  # type: ignore[union-attr]
+    jobs = [dict(w.split("=", 1) for w in line.split() if "=" in w) for line in shown.splitlines()]
+    return {j["JobId"]: j for j in jobs if j.get("JobName", "").startswith(name_prefix)}
+
+
+def _slurm_step_under_way(instance: dg.DagsterInstance, stack: Stack, is_run, step: str, seen: set[str]) -> tuple[str, dg.DagsterRun]:
+    """The first Slurm job of `step` not `seen` before, once the run `is_run` picks has submitted it, and that run."""
+    deadline = time.monotonic() + 900
+    while time.monotonic() < deadline:
+        runs = [r for r in instance.get_runs(limit=200) if is_run(r) and r.status == dg.DagsterRunStatus.STARTED]
+        fresh = {i: j for i, j in _slurm_jobs(stack, f"{step}-a").items() if i not in seen and j["JobState"] in ("PENDING", "RUNNING")}
+        if runs and fresh:
+            return min(fresh, key=int), runs[0]
+        time.sleep(0.3)
+    pytest.fail(f"no Slurm job of {step} in flight under a started run\n{stack.logs()}")
 
 
 def test_a_postgresql_restart_under_a_run_ends_it_clearly_and_the_loop_goes_on(stack: Stack, instance: dg.DagsterInstance, timings: dict[str, float]):
@@ -149,10 +184,10 @@ def test_a_postgresql_restart_under_a_run_ends_it_clearly_and_the_loop_goes_on(s
     after = f"{lab}/rehearsal-plate-after-pg"
     _send_plate(stack, after, "PR004", block=3, seed=14)
     ingest = wait_for_run(instance, stack, lambda r: r.job_name == "assay_ingest" and r.tags.get("dagster/partition") == after, f"the ingest of {after}")
-    assert ingest.status == dg.DagsterRunStatus.SUCCESS, stack.logs()
+    assert ingest.status == dg.DagsterRunStatus.SUCCESS, f"{failure_of(instance, ingest)}\n{stack.logs()}"
     training = wait_for_run(instance, stack, lambda r: r.run_id not in before and r.job_name == "cell_training_round" and r.tags.get("dagster/partition") == lab,
                             f"{lab}'s round after the restart")
-    assert training.status == dg.DagsterRunStatus.SUCCESS, stack.logs()
+    assert training.status == dg.DagsterRunStatus.SUCCESS, f"{failure_of(instance, training)}\n{stack.logs()}"
     deadline = time.monotonic() + 600  # every run started since: finished, none stuck
     while stuck := [r.run_id for r in instance.get_runs(limit=500) if r.run_id not in before and r.status not in {dg.DagsterRunStatus.SUCCESS, dg.DagsterRunStatus.FAILURE}]:
         assert time.monotonic() < deadline, f"runs left unfinished: {stuck}\n{stack.logs()}"

@@ -24,7 +24,7 @@ from rehearsal.stack import Stack
 from robotics_lane.standins.robot_cell import RobotCellStandIn
 from robotics_lane.standins.teleop_operator import TeleopOperatorStandIn
 from robotics_lane.sweeps import SWEEPS
-from tests.rehearsal.conftest import sensor_cursor, wait_for_run
+from tests.rehearsal.conftest import failure_of, sensor_cursor, wait_for_run
 
 pytestmark = pytest.mark.rehearsal
 
@@ -105,7 +105,7 @@ def test_teleop_sessions_become_a_policy_evaluated_on_the_robot(stack: Stack, in
     session = sessions[0]
 
     ingest = wait_for_run(instance, stack, lambda r: r.job_name == "teleop_ingest" and r.tags.get("dagster/partition") == session, f"the ingest of {session}")
-    assert ingest.status == dg.DagsterRunStatus.SUCCESS, stack.logs()
+    assert ingest.status == dg.DagsterRunStatus.SUCCESS, f"{failure_of(instance, ingest)}\n{stack.logs()}"
     assert ingest.tags.get("dagster/sensor_name") == "teleop_session_sensor"
     assert sensor_cursor(instance, "teleop_session_sensor")["listed_at"] < uploaded_at  # announced on its queue, not listed
     timings["robotics_upload_to_ingested_s"] = round(time.time() - uploaded_at, 1)
@@ -115,7 +115,7 @@ def test_teleop_sessions_become_a_policy_evaluated_on_the_robot(stack: Stack, in
     trained = _policy_trained_on(instance, stack, f"robotics/teleop@{session}")
     round_ = wait_for_run(instance, stack, lambda r: r.run_id == trained.run_id, "the policy round that trains on the session")
     assert round_.job_name == "policy_round" and round_.tags.get("dagster/sensor_name") == "policy_round_sensor"
-    assert round_.status == dg.DagsterRunStatus.SUCCESS, stack.logs()
+    assert round_.status == dg.DagsterRunStatus.SUCCESS, f"{failure_of(instance, round_)}\n{stack.logs()}"
     requests = instance.fetch_materializations(dg.AssetRecordsFilter(asset_key=dg.AssetKey(["robotics", "real_robot_eval_request"])), limit=20).records
     request = next(r for r in requests if r.run_id == round_.run_id)  # the round asked the robot cell for its trials
     eval_id = request.asset_materialization.metadata["eval_id"].value
@@ -126,7 +126,7 @@ def test_teleop_sessions_become_a_policy_evaluated_on_the_robot(stack: Stack, in
         answered = RobotCellStandIn(site).answer_requests()
     assert eval_id in answered
     evaluation = wait_for_run(instance, stack, lambda r: r.job_name == "robot_eval_ingest" and r.tags.get("dagster/partition") == eval_id, f"the ingest of {eval_id}")
-    assert evaluation.status == dg.DagsterRunStatus.SUCCESS, stack.logs()
+    assert evaluation.status == dg.DagsterRunStatus.SUCCESS, f"{failure_of(instance, evaluation)}\n{stack.logs()}"
     real = instance.fetch_materializations(dg.AssetRecordsFilter(asset_key=dg.AssetKey(["robotics", "real_robot_evaluation"]), asset_partitions=[eval_id]), limit=1).records
     assert real and real[0].asset_materialization.metadata["real_trials"].value > 0
 

@@ -16,7 +16,7 @@ import pytest
 from playwright.sync_api import expect
 
 from rehearsal.stack import Stack
-from tests.rehearsal.conftest import wait_for_run
+from tests.rehearsal.conftest import failure_of, wait_for_run
 from tests.test_ui import _is_red, browser, page, screenshot  # noqa: F401 (fixtures, used by name)
 
 pytestmark = pytest.mark.rehearsal
@@ -67,7 +67,7 @@ def test_the_ledger_report_materialized_from_the_ui(page, stack: Stack, instance
     page.goto("/assets/platform/ledger_summary")
     page.get_by_role("button", name=re.compile(r"\bMaterialize$")).first.click()  # its icon's name, then the label
     run = wait_for_run(instance, stack, lambda r: r.run_id not in before and r.job_name == "__ASSET_JOB", "the ledger report the UI asked for")
-    assert run.status == dg.DagsterRunStatus.SUCCESS, stack.logs()
+    assert run.status == dg.DagsterRunStatus.SUCCESS, f"{failure_of(instance, run)}\n{stack.logs()}"
     assert "dagster/sensor_name" not in run.tags  # a person's run, from the UI, not the daemon's sensors
     page.goto("/assets/platform/ledger_summary")
     with screenshot(page, "rehearsal-ledger"):
