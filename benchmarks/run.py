@@ -72,7 +72,7 @@ def machine_facts() -> dict[str, Any]:
 FIGURES = {
     "1": "validation", "2": "omics", "3a": "rollouts", "3b": "isaaclab", "4": "ingest", "5": "dispatch",
     "6": "planner", "7": "registry", "8": "gang", "9": "sealing", "10": "gateway", "11": "camera", "12": "instance",
-    "13": "images", "14": "drops",
+    "13": "images", "13b": "slurm-images", "14": "drops",
 }
 """Figure number -> name; `--only` takes either (and '3' for both 3a and 3b)."""
 
@@ -86,6 +86,8 @@ def _selected(only: list[str] | None) -> set[str]:
     for item in (part.strip().lower() for value in only for part in value.split(",")):
         if item == "3":
             chosen |= {"3a", "3b"}
+        elif item == "13":
+            chosen |= {"13", "13b"}
         elif item in FIGURES:
             chosen.add(item)
         elif item in names:
@@ -149,7 +151,7 @@ def main(argv: list[str] | None = None) -> int:
     console.print(machine_table(facts))
 
     from benchmarks import (
-        camera_ingest, dispatch, drop_events, episode_ingest, gang, gateway, images, instance, isaaclab_overhead, omics_write, planner,
+        camera_ingest, dispatch, drop_events, episode_ingest, gang, gateway, images, instance, isaaclab_overhead, omics_write, planner, slurm_images,
         registry, rollouts, sealing, validation,
     )
 
@@ -271,6 +273,13 @@ def main(argv: list[str] | None = None) -> int:
         console.print(images.table(images_result, args.repeats))
         figures["image_step_s"] = images_result.to_dict()
         method["images"] = "podman run --rm of the workload image and the bare process alternate, one call per repeat; cold = podman load of its archive, then the step"
+
+    if "13b" in chosen:
+        with console.status("Measuring a Slurm step in the workload image (srun --container) against bare, and with its bundle unpacked first (about two minutes)…"):
+            slurm_images_result = slurm_images.run(repeats=args.repeats)
+        console.print(slurm_images.table(slurm_images_result, args.repeats))
+        figures["slurm_image_step_s"] = slurm_images_result.to_dict()
+        method["slurm_images"] = "Slurm jobs through the Slurm backend, srun --container of the workload image's bundle and the bare batch job alternate, one job per repeat; cold = podman export into a new bundle, then the step"
 
     if "14" in chosen:
         with console.status("Measuring a landing sensor's tick, drops as S3 events vs listing 100,000 (about 17 minutes: moto lists 100,000 objects slowly)…"):

@@ -121,7 +121,7 @@ class ComputeResource(dg.ConfigurableResource):
         home = Storage.at(access.storage_root) if access is not None else storage
         step = StepRun(spec=spec, plan=plan, pool=plan.first, checkpoint_uri=home.checkpoints(lineage), access=access)
         # A resumed run: its earlier worker's job for this step stops before this worker starts one.
-        before = stop_left_behind(context, spec, storage, self.pools())
+        before = stop_left_behind(context, spec, storage, self.pools(), step.checkpoint_uri)
         # Refusals cost nothing but a try per pool; preemptions are bounded by the step's budget.
         for number in range(before + 1, before + spec.max_preemptions + len(plan.ranked) + 2):
             pool = step.pool = chooser.next(context)

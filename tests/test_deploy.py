@@ -26,7 +26,7 @@ from dagster._core.instance.config import dagster_instance_config
 from dagster._core.instance.ref import InstanceRef
 from dagster._core.storage.tags import CODE_LOCATION_TAG
 from dagster_k8s.models import k8s_model_from_dict
-from control_plane.compute.backends.slurm_batch import BATCH_TEMPLATE
+from control_plane.compute.backends.slurm_batch import BATCH_TEMPLATE, SlurmContainer
 from packaging.requirements import Requirement
 from packaging.specifiers import SpecifierSet
 
@@ -291,7 +291,8 @@ def test_cloud_pool_examples_validate_and_place():
 
 def test_pool_runtimes_name_the_images_and_interpreters_deploy_builds():
     """Kubernetes pools run the images deploy/docker builds, tagged with the versions they carry;
-    Slurm pools run an interpreter on the cluster's shared filesystem."""
+    Slurm pools run an interpreter on the cluster's shared filesystem, or the workload image
+    unpacked there as an OCI bundle named for its version."""
     project_version = _pyproject()["project"]["version"]
     isaaclab_version = _isaaclab_mk()["ISAACLAB_VERSION"]
     for path in sorted((DEPLOY / "pools").glob("*.yaml")):
@@ -303,6 +304,9 @@ def test_pool_runtimes_name_the_images_and_interpreters_deploy_builds():
                     assert re.search(rf"/isaaclab:{re.escape(isaaclab_version)}\b", pool.runtimes["isaaclab"]), f"{where}: runtime `isaaclab`"
             elif pool.backend == "slurm":
                 for runtime, interpreter in pool.runtimes.items():
+                    if isinstance(interpreter, dict):  # a container: the image's bundle (control_plane/compute/backends/slurm_batch.py)
+                        assert SlurmContainer(**interpreter).container.endswith(f"/workload-{project_version}"), f"{where}: runtime `{runtime}`"
+                        continue
                     assert isinstance(interpreter, str) and interpreter.startswith("/") and interpreter.endswith("/bin/python"), (
                         f"{where}: runtime `{runtime}` must be an absolute interpreter path on the shared filesystem"
                     )

@@ -15,6 +15,7 @@ import yaml
 
 from control_plane.accounting.ledger import read_ledger
 from control_plane.catalog.pools import load_pools
+from control_plane.compute.backends.base import JobHandle
 from control_plane.compute.backends.engine import Launch
 from control_plane.compute.backends.slurm import SlurmBackend
 from control_plane.compute.inflight import InFlight
@@ -57,7 +58,12 @@ def test_a_resumed_worker_stops_the_job_its_dead_worker_left_and_resumes_the_ste
     launch = Launch(name=folder.name, command=backend.command(pool, spec), env={EXTRAS_ENV: json.dumps(extras), "SINEWGRID_POOL": pool.name},
                     workdir=str(REPO_ROOT), output_path=str(folder / "output.log"))  # fmt: skip
     left = backend.submit(pool, spec, launch)
-    InFlight(storage).add(left, run_id=run_id, step=spec.name, asset="counting", partition=None, attempt=1, gpus=1)
+    inflight = InFlight(storage)
+    inflight.add(left, run_id=run_id, step=spec.name, asset="counting", partition=None, attempt=1, gpus=1, checkpoint_uri=extras["checkpoint_uri"])
+    # A sibling in flight in the same run under the same step name, writing elsewhere (a sweep's
+    # other shard): not this step instance's, so left alone.
+    sibling = JobHandle("slurm", pool.name, "999999", time.time(), dict(left.info))
+    inflight.add(sibling, run_id=run_id, step=spec.name, asset="counting", partition=None, attempt=1, gpus=1, checkpoint_uri=storage.checkpoints("shard-1"))
     _wait(lambda: marker.exists(), "the left-behind job to checkpoint and wait")
 
     # The run resumed with a new worker: the same run id runs the step again.
@@ -70,7 +76,7 @@ def test_a_resumed_worker_stops_the_job_its_dead_worker_left_and_resumes_the_ste
 
     ledger = read_ledger(storage, run_id=run_id)
     assert list(zip(ledger["attempt"], ledger["outcome"])) == [(1, "orphaned"), (2, "succeeded")], ledger[["attempt", "outcome"]]
-    assert not InFlight(storage).records()
+    assert [r["handle"]["job_id"] for r in inflight.records()] == ["999999"]  # the sibling's record, untouched
     # One copy at a time: the left-behind job had ended (SIGTERM: it checkpointed and exited 75)
     # before the new attempt's job started.
     stopped = _job(slurm, left.job_id)

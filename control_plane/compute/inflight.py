@@ -22,6 +22,8 @@ def attempt_owner(context: dg.AssetExecutionContext, spec: StepSpec, inputs: Wor
         "partition": context.partition_key if context.has_partition_key else None,
         "attempt": inputs.attempt,
         "gpus": spec.gpus,
+        # Which instance of the step: a sweep's shards run at once in one run, under one step name.
+        "checkpoint_uri": inputs.checkpoint_uri,
     }
 
 

@@ -8,7 +8,10 @@ the same run (`state/inflight/`, written by every backend at submission and remo
 attempt is collected; a record still there belongs to a worker that is gone), stops each the way
 a preemption does (SIGTERM, so it checkpoints; cancelled after the grace period), books it in the
 ledger as `orphaned` and forgets it. The new attempt resumes from the checkpoint and is numbered
-after every attempt the run already booked, so the ledger never holds one attempt twice.
+after the left-behind one, so the ledger never holds one attempt twice. (A worker that died between
+two attempts of a step left nothing in flight: its successor numbers the step's attempts from 1
+again.) A step instance is its run, its step's name and its checkpoints' place: the shards of a
+sweep, which run at once in one run under one step name, never stop each other.
 
 The in-flight watcher (sensors/inflight_watcher.py) does the same for a job whose run is over.
 """
@@ -22,7 +25,7 @@ from typing import Any
 
 import dagster as dg
 
-from control_plane.accounting.ledger import read_ledger, record_attempt
+from control_plane.accounting.ledger import record_attempt
 from control_plane.accounting.records import AttemptRecord
 from control_plane.catalog.pools import Pool
 from control_plane.catalog.step_spec import StepSpec
@@ -57,14 +60,14 @@ def orphaned_attempt(record: dict[str, Any], handle: JobHandle, pools: dict[str,
     )
 
 
-def stop_left_behind(context: dg.AssetExecutionContext, spec: StepSpec, storage: Storage, pools: dict[str, Pool]) -> int:
-    """Stop, book and forget the jobs of this run's `spec` an earlier worker left in flight; return
-    the number of the run's last attempt of the step (0 if none), after which this worker counts."""
-    partition = context.partition_key if context.has_partition_key else None
+def stop_left_behind(context: dg.AssetExecutionContext, spec: StepSpec, storage: Storage, pools: dict[str, Pool], checkpoint_uri: str) -> int:
+    """Stop, book and forget the jobs an earlier worker of this run left in flight for `spec`
+    writing `checkpoint_uri` (one step instance: a sweep's shards share the step's name); return
+    the number of the last such attempt (0 if none), after which this worker counts."""
     inflight = InFlight(storage)
     left = [
         r for r in inflight.records()
-        if r.get("owner", {}).get("run_id") == context.run_id and r["owner"].get("step") == spec.name and r["owner"].get("partition") == partition
+        if r.get("owner", {}).get("run_id") == context.run_id and r["owner"].get("step") == spec.name and r["owner"].get("checkpoint_uri") == checkpoint_uri
     ]  # fmt: skip
     for record in left:
         handle = JobHandle.from_json(record["handle"])
@@ -77,9 +80,7 @@ def stop_left_behind(context: dg.AssetExecutionContext, spec: StepSpec, storage:
         if (row := orphaned_attempt(record, handle, pools)) is not None:
             record_attempt(storage.ledger(), row)
         inflight.discard(record)
-    booked = read_ledger(storage, run_id=context.run_id)
-    attempts = [int(a) for s, a in booked[["step", "attempt"]].values if s == spec.name] if len(booked) else []
-    return max([*attempts, *(int(r["owner"].get("attempt", 0)) for r in left)], default=0)
+    return max((int(r["owner"].get("attempt", 0)) for r in left), default=0)
 
 
 def _stop(handle: JobHandle) -> str:
