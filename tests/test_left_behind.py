@@ -59,7 +59,7 @@ def test_a_resumed_worker_stops_the_job_its_dead_worker_left_and_resumes_the_ste
                     workdir=str(REPO_ROOT), output_path=str(folder / "output.log"))  # fmt: skip
     left = backend.submit(pool, spec, launch)
     inflight = InFlight(storage)
-    inflight.add(left, run_id=run_id, step=spec.name, asset="counting", partition=None, attempt=1, gpus=1, checkpoint_uri=extras["checkpoint_uri"])
+    inflight.add(left, run_id=run_id, step=spec.name, asset="counting", partition=None, attempt=1, gpus=1, tenant=spec.tenant, checkpoint_uri=extras["checkpoint_uri"])
     # A sibling in flight in the same run under the same step name, writing elsewhere (a sweep's
     # other shard): not this step instance's, so left alone.
     sibling = JobHandle("slurm", pool.name, "999999", time.time(), dict(left.info))
@@ -76,6 +76,7 @@ def test_a_resumed_worker_stops_the_job_its_dead_worker_left_and_resumes_the_ste
 
     ledger = read_ledger(storage, run_id=run_id)
     assert list(zip(ledger["attempt"], ledger["outcome"])) == [(1, "orphaned"), (2, "succeeded")], ledger[["attempt", "outcome"]]
+    assert set(ledger["tenant"]) == {spec.tenant}  # the orphan's time is the step's tenant's, as the attempt's is
     assert [r["handle"]["job_id"] for r in inflight.records()] == ["999999"]  # the sibling's record, untouched
     # One copy at a time: the left-behind job had ended (SIGTERM: it checkpointed and exited 75)
     # before the new attempt's job started.

@@ -22,6 +22,7 @@ def attempt_owner(context: dg.AssetExecutionContext, spec: StepSpec, inputs: Wor
         "partition": context.partition_key if context.has_partition_key else None,
         "attempt": inputs.attempt,
         "gpus": spec.gpus,
+        "tenant": spec.tenant,  # whose time it is, should it have to be booked without its worker
         # Which instance of the step: a sweep's shards run at once in one run, under one step name.
         "checkpoint_uri": inputs.checkpoint_uri,
     }

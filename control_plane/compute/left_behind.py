@@ -32,6 +32,7 @@ from control_plane.catalog.step_spec import StepSpec
 from control_plane.compute.backends import backend_for
 from control_plane.compute.backends.base import STOP_GRACE_SECONDS, JobHandle, JobState
 from control_plane.compute.inflight import InFlight
+from control_plane.tenancy.control import lane_of
 from workload_runtime.storage import Storage
 
 POLL_SECONDS = 1.0
@@ -57,6 +58,7 @@ def orphaned_attempt(record: dict[str, Any], handle: JobHandle, pools: dict[str,
         productive_seconds=0.0,
         outcome="orphaned",
         exit_code=None,
+        **({"tenant": tenant, "lane": lane_of(tenant)} if (tenant := owner.get("tenant")) else {}),
     )
 
 
