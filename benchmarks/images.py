@@ -105,7 +105,8 @@ def run(repeats: int = REPEATS) -> ImagesResult:
 
 
 def table(result: ImagesResult, repeats: int) -> Table:
-    out = Table(
+    return comparison_table(
+        result,
         title="13. A step in the workload image: per attempt against a bare process, and cold (image not on the node) against warm",
         caption=(
             f"Median of {repeats} repeats (cold: {min(repeats, COLD_REPEATS)}), one call each, alternating (time.perf_counter). "
@@ -113,18 +114,23 @@ def table(result: ImagesResult, repeats: int) -> Table:
             "python -m, the same step. Cold = podman load of the image's archive from local disk (the stand-in for a registry "
             "pull, without the transfer), then the step."
         ),
-        title_justify="left",
-        caption_justify="left",
+        rows=(("step in the image (warm)", "bare process"), ("step, image loaded first ({size})", "image on the node")),
     )
+
+
+def comparison_table(result: ImagesResult, *, title: str, caption: str, rows: tuple[tuple[str, str], tuple[str, str]]) -> Table:
+    """The figure's two rows: (in the image, its bare baseline) and (cold, warm); `{size}` in a label is the image's."""
+    out = Table(title=title, caption=caption, title_justify="left", caption_justify="left")
     for column in ("Case", "Seconds", "Baseline", "Baseline s", "Difference s"):
         out.add_column(column, justify="left" if column in ("Case", "Baseline") else "right")
     if result.skipped is not None:
         out.add_row(result.skipped, "", "", "", "")
         return out
     size = f"{result.size_bytes / 1e9:.1f} GB"
-    out.add_row("step in the image (warm)", f"{result.in_image.median:.2f}", "bare process", f"{result.bare.median:.2f}", f"+{result.overhead_s:.2f}")
-    out.add_row(f"step, image loaded first ({size})", f"{result.cold.median:.1f}", "image on the node", f"{result.in_image.median:.2f}",
-                f"+{result.cold.median - result.in_image.median:.1f}")  # fmt: skip
+    (warm, bare), (cold, on_node) = rows
+    out.add_row(warm.format(size=size), f"{result.in_image.median:.2f}", bare, f"{result.bare.median:.2f}", f"{result.overhead_s:+.2f}")
+    out.add_row(cold.format(size=size), f"{result.cold.median:.1f}", on_node, f"{result.in_image.median:.2f}",
+                f"{result.cold.median - result.in_image.median:+.1f}")  # fmt: skip
     return out
 
 

@@ -24,13 +24,12 @@ import shutil
 import sys
 import tempfile
 import time
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from rich.table import Table
 
-from benchmarks import REPEATS, Timing, time_group
+from benchmarks import REPEATS, time_group
+from benchmarks.images import ImagesResult, comparison_table  # the same figures: in the image, bare, cold
 
 REPO = Path(__file__).resolve().parent.parent
 IMAGES_JSON = REPO / "build" / "images" / "images.json"
@@ -41,27 +40,7 @@ POLL_SECONDS = 0.2
 SKIP_HELP = "skipped: build the images first with `make images`"
 
 
-@dataclass
-class SlurmImagesResult:
-    image: str = ""
-    size_bytes: int = 0
-    in_image: Timing | None = None
-    bare: Timing | None = None
-    cold: Timing | None = None
-    skipped: str | None = None
-
-    @property
-    def overhead_s(self) -> float:
-        return self.in_image.median - self.bare.median
-
-    def to_dict(self) -> dict[str, Any]:
-        if self.skipped is not None:
-            return {"skipped": self.skipped}
-        return {"image": self.image, "size_bytes": self.size_bytes, "step_in_image": self.in_image.to_dict(), "step_bare": self.bare.to_dict(),
-                "step_bundle_unpacked_first": self.cold.to_dict(), "overhead_per_attempt_s": self.overhead_s}  # fmt: skip
-
-
-def run(repeats: int = REPEATS) -> SlurmImagesResult:
+def run(repeats: int = REPEATS) -> ImagesResult:
     import yaml
 
     from control_plane.catalog.pools import load_pools
@@ -75,7 +54,7 @@ def run(repeats: int = REPEATS) -> SlurmImagesResult:
     try:
         workload = next(i for i in json.loads(IMAGES_JSON.read_text()) if i["name"] == "workload")
     except (OSError, ValueError, StopIteration):
-        return SlurmImagesResult(skipped=SKIP_HELP)
+        return ImagesResult(skipped=SKIP_HELP)
     podman_env = {**os.environ, "CONTAINERS_CONF": str(CONTAINERS_CONF)}
     folder = Path(tempfile.mkdtemp(prefix="sinewgrid-bench-slurm-images-"))
     work = folder / "work"  # Pipes files, outputs and checkpoints: bound into the container at the same path
@@ -111,11 +90,12 @@ def run(repeats: int = REPEATS) -> SlurmImagesResult:
             (cold,) = time_group([unpack_then_step], repeats=min(repeats, COLD_REPEATS), before_each=lambda: shutil.rmtree(bundle))
     finally:
         shutil.rmtree(folder, ignore_errors=True)
-    return SlurmImagesResult(image=workload["tag"], size_bytes=workload["size_bytes"], in_image=in_image, bare=bare, cold=cold)
+    return ImagesResult(image=workload["tag"], size_bytes=workload["size_bytes"], in_image=in_image, bare=bare, cold=cold)
 
 
-def table(result: SlurmImagesResult, repeats: int) -> Table:
-    out = Table(
+def table(result: ImagesResult, repeats: int) -> Table:
+    return comparison_table(
+        result,
         title="13b. A step on a Slurm pool in the workload image (srun --container): per attempt against bare, and with the bundle unpacked first",
         caption=(
             f"Median of {repeats} repeats (bundle unpacked first: {min(repeats, COLD_REPEATS)}), one job each, alternating (time.perf_counter), "
@@ -123,20 +103,8 @@ def table(result: SlurmImagesResult, repeats: int) -> Table:
             "steps. In image = srun --container of the image's OCI bundle (oci.conf, rootless runc); bare = the batch job runs .venv's "
             "python. Unpacked first = podman export of the image into a new bundle, then the step."
         ),
-        title_justify="left",
-        caption_justify="left",
+        rows=(("Slurm step in the image (bundle on the node)", "bare batch job"), ("Slurm step, image unpacked first ({size})", "bundle on the node")),
     )
-    for column in ("Case", "Seconds", "Baseline", "Baseline s", "Difference s"):
-        out.add_column(column, justify="left" if column in ("Case", "Baseline") else "right")
-    if result.skipped is not None:
-        out.add_row(result.skipped, "", "", "", "")
-        return out
-    size = f"{result.size_bytes / 1e9:.1f} GB"
-    out.add_row("Slurm step in the image (bundle on the node)", f"{result.in_image.median:.2f}", "bare batch job", f"{result.bare.median:.2f}",
-                f"{result.overhead_s:+.2f}")  # fmt: skip
-    out.add_row(f"Slurm step, image unpacked first ({size})", f"{result.cold.median:.1f}", "bundle on the node", f"{result.in_image.median:.2f}",
-                f"+{result.cold.median - result.in_image.median:.1f}")  # fmt: skip
-    return out
 
 
 def main(repeats: int = REPEATS) -> None:

@@ -34,7 +34,7 @@ import subprocess
 import tempfile
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -221,27 +221,37 @@ class SlurmCluster:
         """While the block runs, `scontrol requeue` the first Slurm job in flight under
         `storage_root` once a checkpoint of `lineage` exists (what a spot reclaim does).
         Yields the list the requeued job id is appended to."""
+        checkpoints = Path(storage_root) / "checkpoints" / lineage
+        with self.on_first_job(
+            storage_root, lambda: bool(list(checkpoints.glob("step-*/manifest.json"))), lambda job: self.client(["scontrol", "requeue", job["job_id"]])
+        ) as requeued:
+            yield requeued
+
+    @contextmanager
+    def on_first_job(self, storage_root: Path, ready: Callable[[], bool], act: Callable[[dict], object]) -> Iterator[list[str]]:
+        """While the block runs, once `ready()` holds and a Slurm job is in flight under
+        `storage_root` (the platform's `state/inflight/` records), call `act` with the first one's
+        handle (as JSON). Yields the list the job's id is appended to once acted on."""
         from control_plane.compute.inflight import InFlight
         from workload_runtime.storage import Storage
 
         inflight = InFlight(Storage.at(str(storage_root)))
-        checkpoints = Path(storage_root) / "checkpoints" / lineage
-        requeued: list[str] = []
+        acted_on: list[str] = []
         stop = threading.Event()
 
         def watch() -> None:
             while not stop.is_set():
-                jobs = [r["handle"]["job_id"] for r in inflight.records() if r["handle"]["backend"] == "slurm"]
-                if jobs and list(checkpoints.glob("step-*/manifest.json")):
-                    self.client(["scontrol", "requeue", jobs[0]])
-                    requeued.append(jobs[0])
+                jobs = [r["handle"] for r in inflight.records() if r["handle"]["backend"] == "slurm"]
+                if jobs and ready():
+                    act(jobs[0])
+                    acted_on.append(jobs[0]["job_id"])
                     return
                 stop.wait(0.2)
 
         thread = threading.Thread(target=watch, daemon=True)
         thread.start()
         try:
-            yield requeued
+            yield acted_on
         finally:
             stop.set()
             thread.join(timeout=10)

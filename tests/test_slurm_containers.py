@@ -9,9 +9,6 @@ from __future__ import annotations
 
 import signal
 import sys
-import threading
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 
 import dagster as dg
@@ -24,7 +21,6 @@ from control_plane.compute.backends.base import JobHandle
 from control_plane.compute.backends.engine import Launch
 from control_plane.compute.backends.slurm import SlurmBackend
 from control_plane.compute.backends.slurm_batch import render_batch_script
-from control_plane.compute.inflight import InFlight
 from testbed.counting_step import counting_spec, held, materialize_counting, result_metadata
 from testbed.oci_bundle import Bind, host_bundle
 from testbed.slurm_cluster import SlurmCluster
@@ -75,7 +71,8 @@ def test_sigterm_reaches_the_contained_workload_which_resumes(slurm, home, insta
     job's steps. Slurm reports the step as terminated; the workload's checkpoint says preempted,
     and the next attempt resumes from it with the same result."""
     marker = tmp_path / "marks" / "held"
-    with _signal_when(home, marker) as signalled:
+    # Once it is held after its checkpoint, SIGTERM its job the way the platform does.
+    with slurm.on_first_job(home, marker.exists, lambda job: SlurmBackend().signal(JobHandle.from_json(job), signal.SIGTERM)) as signalled:
         result = materialize_counting(home, contained, counting_spec(config=STEPS, failpoint=held(marker)), instance=instance)
     assert signalled, "the step finished before it was held and signalled"
     metadata = result_metadata(result)
@@ -121,28 +118,3 @@ def test_a_bad_container_runtime_is_refused_by_name(slurm, tmp_path, runtime, pr
     message = refused.value.description
     assert "pool slurm-image: runtime `default` is not a Slurm container" in message and problem in message, message
     assert "deploy/slurm/README.md" in message
-
-
-@contextmanager
-def _signal_when(home: Path, marker: Path) -> Iterator[list[str]]:
-    """Once `marker` exists (the workload is held after its checkpoint), SIGTERM its Slurm job the
-    way the platform does (`SlurmBackend.signal`). Yields the signalled job ids."""
-    inflight, signalled, stop = InFlight(Storage.at(str(home))), [], threading.Event()
-
-    def watch() -> None:
-        while not stop.is_set():
-            records = [r for r in inflight.records() if r["handle"]["backend"] == "slurm"]
-            if records and marker.exists():
-                handle = JobHandle.from_json(records[0]["handle"])
-                SlurmBackend().signal(handle, signal.SIGTERM)
-                signalled.append(handle.job_id)
-                return
-            stop.wait(0.2)
-
-    thread = threading.Thread(target=watch, daemon=True)
-    thread.start()
-    try:
-        yield signalled
-    finally:
-        stop.set()
-        thread.join(timeout=10)
