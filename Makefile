@@ -28,7 +28,7 @@ help:
 	@echo "make ui-tour   take the pictures of docs/ui-tour.md again (the UI test on a fresh demo)"
 	@echo "make bench  print the benchmark figures, each beside its baseline (benchmarks/README.md)"
 	@echo "make images build the orchestration and workload images with podman and check each (deploy/docker)"
-	@echo "make rehearsal   the production shape on this machine (PostgreSQL, S3 with IAM/KMS/SQS, daemon, code servers, a container per run) driven through both lanes (docs/deploy.md)"
+	@echo "make rehearsal   the production shape on this machine (PostgreSQL, S3 with IAM/KMS/SQS, daemon, code servers, a container per run, a Slurm pool in the workload image) driven through both lanes (docs/deploy.md)"
 	@echo "storage root: $(SINEWGRID_HOME)   Dagster instance: $(DAGSTER_HOME)"
 
 venv: $(STAMP)
@@ -92,10 +92,11 @@ images: $(STAMP)
 # The production rehearsal (docs/deploy.md): rehearsal/stack.py brings up PostgreSQL, the S3 API
 # with IAM, KMS and SQS, and, each in a container of the orchestration image, a code server per
 # location, dagster-daemon and dagster-webserver from deploy/dagster.yaml, each run in a container
-# of its own; tests/rehearsal/ drives both lanes through them, with faults, and opens the UI in
-# Chromium. The stack's logs and the timings stay in build/rehearsal/. As root (the images need
-# podman); ~17 minutes once the images are built.
-rehearsal: $(STAMP) postgres-packages ui-packages images
+# of its own, and a Slurm cluster whose steps run in the workload image (the Cell steady pool);
+# tests/rehearsal/ drives both lanes through them, with faults, and opens the UI in Chromium. The
+# stack's logs and the timings stay in build/rehearsal/. As root (the images need podman);
+# ~18 minutes once the images are built.
+rehearsal: $(STAMP) postgres-packages slurm-packages ui-packages images
 	SINEWGRID_REHEARSAL=1 $(PY) -m pytest tests/rehearsal
 
 bench: $(STAMP) slurm-packages

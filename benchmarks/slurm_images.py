@@ -57,6 +57,7 @@ def run(repeats: int = REPEATS) -> ImagesResult:
         return ImagesResult(skipped=SKIP_HELP)
     podman_env = {**os.environ, "CONTAINERS_CONF": str(CONTAINERS_CONF)}
     folder = Path(tempfile.mkdtemp(prefix="sinewgrid-bench-slurm-images-"))
+    folder.chmod(0o755)  # munged runs as its own user and must reach its socket through here
     work = folder / "work"  # Pipes files, outputs and checkpoints: bound into the container at the same path
     work.mkdir()
     try:
