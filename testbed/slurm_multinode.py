@@ -26,7 +26,8 @@ from pathlib import Path
 
 from testbed import leftovers
 from testbed.ports import free_ports
-from testbed.slurm_cluster import SLURM_CONF, SlurmCluster, SlurmClusterError
+from testbed.slurm_cluster import SlurmCluster, SlurmClusterError
+from testbed.slurm_conf import SLURM_CONF
 
 PREFIX = "sinewgrid-slurmmn-"
 NODES = 4
