@@ -44,7 +44,7 @@ class SlurmSettings(BackendSettings):
         default=300,
         ge=0,
         description="SIGTERM the workload this long before `--time` runs out, so it checkpoints and the step "
-        "goes on in a new job (`--signal=B:TERM@N`); 0: no notice.",
+        "goes on in a new job (`--signal=B:TERM@N`; to the job's steps, `--signal=TERM@N`, for a step in a container); 0: no notice.",
     )
     gpu_flag: str = Field(default="gres", pattern="^(gres|gpus)$", description="Ask for GPUs with `--gres=gpu:N` or `--gpus=N`.")
     cpus_per_gpu: int | None = None

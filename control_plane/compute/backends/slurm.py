@@ -2,7 +2,8 @@
 
 A pool says `backend: slurm` and names its partition (and optionally account, qos, time
 limit, GPU flag) under `backend_settings` (see `SlurmSettings`). For every attempt this
-backend renders `deploy/slurm/step.sbatch`, submits it with `sbatch --parsable`, follows
+backend renders `deploy/slurm/step.sbatch` (`slurm_batch.py`: a bare interpreter, or a container
+of the workload image with `srun --container`), submits it with `sbatch --parsable`, follows
 it with `scontrol show job` (and `sacct --completion` once Slurm has forgotten the job),
 signals and cancels it with `scancel`, and reads its output file.
 
