@@ -62,9 +62,10 @@ class SlurmPool:
 
 def service_account() -> tuple[int, int]:
     """The uid and gid runs submit as (the images' user), made known to this machine if it is not."""
-    uid = gid = IMAGE_USER_GID
+    uid = gid = IMAGE_USER_GID  # the runs' user and group: their jobs run as both, whatever passwd says
     try:
-        return uid, pwd.getpwuid(uid).pw_gid
+        pwd.getpwuid(uid)
+        return uid, gid
     except KeyError:
         pass
     try:
