@@ -162,3 +162,19 @@ def test_waiting_work_is_served_by_priority_then_fair_share_then_arrival(tmp_pat
         Request("b-later", "b", 1, PRIORITY["training"], arrived=4),
     ]
     assert [r.id for r in queue.order(waiting)] == ["a-deadline", "b-next", "b-later", "a-next"]
+
+
+def test_the_queues_now_hold_the_jobs_in_flight_by_team(tmp_path):
+    from control_plane.catalog.pools import Pool
+    from control_plane.queues.usage import UNASSIGNED, queues_now
+
+    quotas = _fleet(tmp_path)
+    pool = Pool(name="p", provider="test", region="local", backend="local", purchasing="reserved", accelerator="local", gpus_per_node=8, nodes=1, price_per_gpu_hour=1.0)  # fmt: skip
+
+    def record(job: str, tenant: str | None, gpus: int, where: str = "p") -> dict:
+        return {"handle": {"backend": "slurm", "pool": where, "job_id": job, "submitted_at": 1.0}, "owner": {"gpus": gpus, **({"tenant": tenant} if tenant else {})}}
+
+    queues = queues_now([record("1", "lane-a", 3), record("2", "lane-b", 2), record("3", None, 1), record("4", "lane-a", 2, where="gone")], {"p": pool}, quotas)
+    queue = queues["p"]
+    assert (queue.capacity, queue.used("a"), queue.used("b"), queue.used(UNASSIGNED), queue.free) == (8, 3, 2, 1, 2)
+    assert queue.decide(Request("next", "a", 2)).admitted and not queue.decide(Request("big", "a", 3)).admitted

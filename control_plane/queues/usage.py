@@ -1,0 +1,35 @@
+"""What each pool's queue holds now: the GPU jobs in flight (`state/inflight/`, which every backend
+writes when it submits and clears when it collects), by team, as `PoolQueue`s admission decides on.
+
+A record names its step's tenant; the quotas catalog says whose team that is. A job of no team
+(a tenant no team names) still takes GPUs: it counts under `UNASSIGNED`, which has no quota.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from control_plane.catalog.pools import Pool
+from control_plane.catalog.quotas import Quotas
+from control_plane.queues.admission import PoolQueue, Request
+from control_plane.tenancy.control import lane_of
+
+UNASSIGNED = "(no team)"
+
+
+def queues_now(records: Iterable[Mapping[str, Any]], pools: Mapping[str, Pool], quotas: Quotas) -> dict[str, PoolQueue]:
+    """One queue per pool of the catalog, holding the in-flight jobs of `records` that run there."""
+    queues = {name: PoolQueue(name, pool.gpus_per_node * pool.nodes, quotas) for name, pool in pools.items()}
+    for record in records:
+        handle, owner = record["handle"], record.get("owner", {})
+        queue = queues.get(handle["pool"])
+        if queue is None:  # a pool that left the catalog: nothing to admit against
+            continue
+        tenant = owner.get("tenant") or ""
+        team = quotas.team_of(tenant, lane_of(tenant)) if tenant else None
+        queue.running[f"{handle['backend']}:{handle['job_id']}"] = Request(
+            id=f"{handle['backend']}:{handle['job_id']}", team=team or UNASSIGNED, gpus=int(owner.get("gpus", 1)),
+            priority=quotas.priority(None), arrived=float(handle.get("submitted_at", 0.0)),
+        )  # fmt: skip
+    return queues
