@@ -1,9 +1,10 @@
 """A sensor that starts a training round once new validated data has landed.
 
 It waits while ingest runs are still going, so a batch of drops yields one round, and it
-compares what the instance already holds (the newest accepted upstream materialization
-against the newest training-set materialization), so the UI's daemon and the
-`sinewgrid tick` command never start the same round twice.
+compares what the instance already holds (accepted upstream materializations against the start
+of the run that made the newest training set), so the UI's daemon and the `sinewgrid tick`
+command never start the same round twice, and data accepted while a round ran (which the round
+may have read too late) starts the next one instead of being lost.
 
 With `tenants` (the Cell lane, whose upstream has a partition per tenant's drop), a round is
 one partition of the training set per tenant: it asks for a round of each tenant whose newest
@@ -59,7 +60,7 @@ def make_retraining_sensor(
         if tenant_of is not None:
             return _per_tenant_rounds(instance, upstreams, accepted_status, training_set, list(tenants), tenant_of, watched)
         trained = instance.fetch_materializations(dg.AssetRecordsFilter(asset_key=training_set), limit=1)
-        after = trained.records[0].storage_id if trained.records else None
+        after = _read_from(instance, trained.records[0]) if trained.records else None
         newest_accepted = None
         for record in _accepted_since(instance, upstreams, accepted_status, after):
             if newest_accepted is None or record.storage_id > newest_accepted.storage_id:
@@ -75,12 +76,23 @@ def make_retraining_sensor(
     return _sensor
 
 
-def _accepted_since(instance: dg.DagsterInstance, upstreams: list[dg.AssetKey], accepted_status: str, after: int | None):
-    """Every accepted materialization of the upstreams after storage id `after`, oldest first per asset."""
+def _read_from(instance: dg.DagsterInstance, trained: dg.EventLogRecord) -> float:
+    """Upstream accepted after this time counts as new for the next round: the start of the run
+    that made the last training set. The run reads its upstream after it starts, so what was
+    accepted while it ran may or may not be in it: counted new (at worst one more round), never
+    lost (the run's own materialization comes after such upstream, and counting from it would
+    skip them). A time, not a storage id: on SQLite a run's events are numbered in a file of
+    their own, apart from the asset index."""
+    started = instance.get_records_for_run(run_id=trained.run_id, of_type=dg.DagsterEventType.RUN_START, limit=1).records if trained.run_id else []
+    return started[0].event_log_entry.timestamp if started else trained.timestamp
+
+
+def _accepted_since(instance: dg.DagsterInstance, upstreams: list[dg.AssetKey], accepted_status: str, after: float | None):
+    """Every accepted materialization of the upstreams after time `after`, oldest first per asset."""
     for key in upstreams:
         cursor = None
         while True:
-            page = instance.fetch_materializations(dg.AssetRecordsFilter(asset_key=key, after_storage_id=after), limit=500, cursor=cursor, ascending=True)
+            page = instance.fetch_materializations(dg.AssetRecordsFilter(asset_key=key, after_timestamp=after), limit=500, cursor=cursor, ascending=True)
             for record in page.records:
                 status = record.asset_materialization.metadata.get("status")
                 if status is not None and getattr(status, "value", status) == accepted_status:
@@ -100,10 +112,10 @@ def _per_tenant_rounds(
     watched: str,
 ) -> dg.SensorResult:
     """One round per tenant with accepted upstream newer than the tenant's own last training set."""
-    trained_after: dict[str, int | None] = {}
+    trained_after: dict[str, float | None] = {}
     for tenant in tenants:
         last = instance.fetch_materializations(dg.AssetRecordsFilter(asset_key=training_set, asset_partitions=[tenant]), limit=1)
-        trained_after[tenant] = last.records[0].storage_id if last.records else None
+        trained_after[tenant] = _read_from(instance, last.records[0]) if last.records else None
     known = [s for s in trained_after.values() if s is not None]
     after = min(known) if len(known) == len(trained_after) and known else None
     newest: dict[str, dg.EventLogRecord] = {}
@@ -112,7 +124,7 @@ def _per_tenant_rounds(
             continue
         tenant = tenant_of(record.partition_key)
         since = trained_after.get(tenant)
-        if tenant in trained_after and (since is None or record.storage_id > since):
+        if tenant in trained_after and (since is None or record.timestamp > since):
             if tenant not in newest or record.storage_id > newest[tenant].storage_id:
                 newest[tenant] = record
     if not newest:

@@ -58,3 +58,27 @@ def test_waits_while_ingest_runs_are_in_flight(instance, resources, storage):
     instance.create_run_for_job(job_def=job, status=dg.DagsterRunStatus.STARTED, tags={"dagster/partition": lab_drop("a")})
     result = _evaluate(instance)
     assert result.run_requests == [] and "waiting for 1 ingest run" in result.skip_message
+
+
+def test_upstream_that_lands_while_a_round_runs_starts_the_next_round(instance):
+    """A round reads its upstream once it has started: data accepted while it ran may not be in it,
+    though its own materialization comes later. That data still starts the next round (the
+    production rehearsal lost a teleop session this way, ingested while a policy round trained)."""
+    from sensors.retraining import make_retraining_sensor
+
+    upstream, trained = dg.AssetKey("episodes"), dg.AssetKey("policy")
+
+    def accepted(name: str) -> None:
+        instance.report_runless_asset_event(dg.AssetMaterialization(upstream, partition=name, metadata={"status": "valid"}))
+
+    @dg.asset(key=trained)
+    def policy() -> None:
+        accepted("landed-while-training")  # after this round read its upstream, before it materializes
+
+    sensor = make_retraining_sensor(name="rounds", upstream=upstream, accepted_status="valid", training_set=trained,
+                                    job_name="rounds_job", ingest_job_name="ingest_job", description="test")  # fmt: skip
+    accepted("first")
+    dg.materialize([policy], instance=instance)
+    with dg.build_sensor_context(instance=instance) as context:
+        result = sensor.evaluate_tick(context)
+    assert [r.tags["sinewgrid/trigger"] for r in result.run_requests] == ["episodes:landed-while-training"], result.skip_message
