@@ -178,3 +178,22 @@ def test_the_queues_now_hold_the_jobs_in_flight_by_team(tmp_path):
     queue = queues["p"]
     assert (queue.capacity, queue.used("a"), queue.used("b"), queue.used(UNASSIGNED), queue.free) == (8, 3, 2, 1, 2)
     assert queue.decide(Request("next", "a", 2)).admitted and not queue.decide(Request("big", "a", 3)).admitted
+
+
+def test_sinewgrid_queue_shows_who_holds_each_pools_gpus(home):
+    import time
+
+    from typer.testing import CliRunner
+
+    from control_plane.compute.backends.base import JobHandle
+    from control_plane.compute.inflight import InFlight
+    from sinewgrid.cli import app
+    from workload_runtime.storage import Storage
+
+    InFlight(Storage.at(str(home))).add(JobHandle("local", "cell-steady", "7", time.time(), {}), run_id="r", step="s", gpus=1, tenant="lab-a")
+    shown = CliRunner().invoke(app, ["queue", "--pool", "cell-steady"])
+    assert shown.exit_code == 0, shown.output
+    row = next(line for line in shown.output.splitlines() if "cell-steady" in line)
+    assert [cell.strip() for cell in row.split("│")[1:-1]] == ["cell-steady", "1", "0", "cell", "1", "1", "0"]  # lab-a's job: team cell's
+    unknown = CliRunner().invoke(app, ["queue", "--pool", "nope"])
+    assert unknown.exit_code == 2 and "no pool `nope` in the pool catalog" in unknown.output
