@@ -157,7 +157,7 @@ def _reseal_step(fs, step: str, resealer: Resealer, report: ResealReport) -> boo
     manifest_path, pending_manifest = posixpath.join(step, MANIFEST), _pending(posixpath.join(step, MANIFEST))
     if not fs.exists(pending_manifest):
         for stray in [p for p in fs.find(step) if posixpath.basename(p).startswith(PENDING)]:
-            fs.rm(stray)  # a run stopped before this step's new manifest: its work is redone
+            fs.rm_file(stray)  # a run stopped before this step's new manifest: its work is redone
         stored_manifest = fs.cat_file(manifest_path)
         manifest = _manifest(_uri(fs, manifest_path), stored_manifest, resealer)
         if manifest is None:
@@ -238,6 +238,6 @@ def _remove_old_copies(registry: DataRegistry, keyring: Keyring, versions: Itera
             continue
         stored = fs.cat_file(path)
         if is_sealed(stored) and not is_current(stored, keyring):
-            fs.rm(path)
+            fs.rm_file(path)
             removed += 1
     return removed

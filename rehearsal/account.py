@@ -91,6 +91,9 @@ def _control_plane_policy(queue_arns: list[str]) -> list[dict[str, Any]]:
         {"Effect": "Allow", "Action": ["s3:GetObject", "s3:PutObject", "s3:DeleteObject", "s3:AbortMultipartUpload"],
          "Resource": [f"arn:aws:s3:::{b}/*" for b in buckets]},
         {"Effect": "Allow", "Action": ["s3:ListBucket", "s3:HeadBucket"], "Resource": [f"arn:aws:s3:::{b}" for b in buckets]},
+        # A DeleteObjects call (s3fs's `rm` of several keys: retention, drains) is authorized by moto as
+        # s3:DeleteObject on the bucket's ARN; AWS checks s3:DeleteObject per key, which the grant above gives.
+        {"Effect": "Allow", "Action": ["s3:DeleteObject"], "Resource": [f"arn:aws:s3:::{b}" for b in buckets]},
         # sqs:DeleteMessageBatch: moto's own name for the batch call, which AWS authorizes with sqs:DeleteMessage.
         {"Effect": "Allow", "Action": ["sqs:ReceiveMessage", "sqs:DeleteMessage", "sqs:DeleteMessageBatch", "sqs:GetQueueAttributes"], "Resource": queue_arns},
     ]

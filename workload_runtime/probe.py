@@ -43,7 +43,7 @@ def _check_storage(root: str, pool: str) -> str:
     if read_bytes(uri) != payload:
         raise RuntimeError(f"read back something else than was written at {uri}")
     fs, path = fs_for(uri)
-    fs.rm(path)  # the probe's own object
+    fs.rm_file(path)  # the probe's own object
     return f"{root} round trip {1000 * (time.monotonic() - began):.0f} ms"
 
 

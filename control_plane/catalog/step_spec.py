@@ -74,6 +74,10 @@ class StepSpec(BaseModel):
         default=None,
         description="The recovery policy after an attempt ends (`control_plane/compute/recovery.py`); None: the pool's, else `failover`.",
     )
+    priority_class: str | None = Field(
+        default=None,
+        description="Its priority class in the quotas catalog (`control_plane/catalog/quotas.yaml`: e.g. `deadline`, `training`, `sweep`); None: the catalog's default.",
+    )
     budget_usd: float | None = None
     datasets: list[DatasetRef] = Field(default_factory=list, description="Inputs the step reads; moving them costs egress and time.")
     start: dt.datetime | None = Field(default=None, description="When the step is planned to start (UTC); None: now.")

@@ -69,7 +69,7 @@ class Drains:
         fs, path = fs_for(self._uri(pool))
         if not fs.exists(path):
             return False
-        fs.rm(path)
+        fs.rm_file(path)
         return True
 
     def all(self) -> list[Drain]:
@@ -103,7 +103,7 @@ class Qualifications:
     def forget(self, pool: str) -> None:
         for uri in glob_uris(self.storage.uri("state", "health", "qualified", f"{pool}--*.json")):
             fs, path = fs_for(uri)
-            fs.rm(path)
+            fs.rm_file(path)
 
 
 def run_health_check(pool: Pool, timeout_seconds: float = 60.0) -> str | None:

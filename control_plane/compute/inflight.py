@@ -22,6 +22,9 @@ def attempt_owner(context: dg.AssetExecutionContext, spec: StepSpec, inputs: Wor
         "partition": context.partition_key if context.has_partition_key else None,
         "attempt": inputs.attempt,
         "gpus": spec.gpus,
+        "nodes": spec.nodes,  # a gang holds whole nodes: admission counts them (control_plane/queues)
+        "gang": spec.gang,
+        "priority_class": spec.priority_class,
         "tenant": spec.tenant,  # whose time it is, should it have to be booked without its worker
         # Which instance of the step: a sweep's shards run at once in one run, under one step name.
         "checkpoint_uri": inputs.checkpoint_uri,
@@ -54,7 +57,7 @@ class InFlight:
     def remove(self, handle: JobHandle) -> None:
         fs, path = fs_for(self._uri(handle))
         if fs.exists(path):
-            fs.rm(path)
+            fs.rm_file(path)
 
     def records(self) -> list[dict[str, Any]]:
         """Every in-flight record, each with its own `uri`. A record removed between the listing
@@ -70,4 +73,4 @@ class InFlight:
     def discard(self, record: dict[str, Any]) -> None:
         fs, path = fs_for(record["uri"])
         if fs.exists(path):
-            fs.rm(path)
+            fs.rm_file(path)

@@ -13,9 +13,7 @@ from typing import Any
 from control_plane.catalog.pools import Pool
 from control_plane.catalog.quotas import Quotas
 from control_plane.queues.admission import PoolQueue, Request
-from control_plane.tenancy.control import lane_of
-
-UNASSIGNED = "(no team)"
+from control_plane.queues.requests import UNASSIGNED, team_of
 
 
 def queues_now(records: Iterable[Mapping[str, Any]], pools: Mapping[str, Pool], quotas: Quotas) -> dict[str, PoolQueue]:
@@ -27,9 +25,17 @@ def queues_now(records: Iterable[Mapping[str, Any]], pools: Mapping[str, Pool], 
         if queue is None:  # a pool that left the catalog: nothing to admit against
             continue
         tenant = owner.get("tenant") or ""
-        team = quotas.team_of(tenant, lane_of(tenant)) if tenant else None
+        team = team_of(tenant, quotas) if tenant else UNASSIGNED
+        gpus = int(owner.get("gpus", 1))
+        if owner.get("gang"):  # whole nodes, as placement counts them
+            gpus = max(gpus, int(owner.get("nodes", 1)) * pools[handle["pool"]].gpus_per_node)
         queue.running[f"{handle['backend']}:{handle['job_id']}"] = Request(
-            id=f"{handle['backend']}:{handle['job_id']}", team=team or UNASSIGNED, gpus=int(owner.get("gpus", 1)),
-            priority=quotas.priority(None), arrived=float(handle.get("submitted_at", 0.0)),
+            id=f"{handle['backend']}:{handle['job_id']}", team=team, gpus=gpus,
+            priority=_priority(quotas, owner.get("priority_class")), arrived=float(handle.get("submitted_at", 0.0)),
         )  # fmt: skip
     return queues
+
+
+def _priority(quotas: Quotas, name: str | None) -> int:
+    """A running job's priority: its class's value, the default's for a class the catalog no longer has."""
+    return quotas.priority_classes.get(name or quotas.default_priority, quotas.priority(None))

@@ -1,0 +1,27 @@
+"""A step as admission sees it: its team, the GPUs it holds on a pool, its priority."""
+
+from __future__ import annotations
+
+from control_plane.catalog.pools import Pool
+from control_plane.catalog.quotas import Quotas
+from control_plane.catalog.step_spec import StepSpec
+from control_plane.queues.admission import Request
+from control_plane.tenancy.control import lane_of
+
+UNASSIGNED = "(no team)"  # steps of a tenant no team names: they take GPUs, under no quota
+
+
+def team_of(spec_tenant: str, quotas: Quotas) -> str:
+    """The team a tenant's steps count against (`UNASSIGNED` when no team names it or its lane)."""
+    return quotas.team_of(spec_tenant, lane_of(spec_tenant)) or UNASSIGNED
+
+
+def held_gpus(spec: StepSpec, pool: Pool) -> int:
+    """GPUs the step holds on `pool` while it runs: a gang takes whole nodes (as placement counts
+    them, `control_plane/placement/cost_model.py`), a single process what it asks."""
+    return max(spec.nodes * pool.gpus_per_node, spec.gpus) if spec.gang else spec.gpus
+
+
+def request_for(spec: StepSpec, pool: Pool, quotas: Quotas, *, id: str, arrived: float) -> Request:
+    """The admission request of `spec` on `pool` (its priority class checked against the catalog)."""
+    return Request(id=id, team=team_of(spec.tenant, quotas), gpus=held_gpus(spec, pool), priority=quotas.priority(spec.priority_class), arrived=arrived)
