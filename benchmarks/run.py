@@ -72,7 +72,7 @@ def machine_facts() -> dict[str, Any]:
 FIGURES = {
     "1": "validation", "2": "omics", "3a": "rollouts", "3b": "isaaclab", "4": "ingest", "5": "dispatch",
     "6": "planner", "7": "registry", "8": "gang", "9": "sealing", "10": "gateway", "11": "camera", "12": "instance",
-    "13": "images", "13b": "slurm-images", "14": "drops",
+    "13": "images", "13b": "slurm-images", "14": "drops", "15": "queues",
 }
 """Figure number -> name; `--only` takes either (and '3' for both 3a and 3b)."""
 
@@ -151,8 +151,8 @@ def main(argv: list[str] | None = None) -> int:
     console.print(machine_table(facts))
 
     from benchmarks import (
-        camera_ingest, dispatch, drop_events, episode_ingest, gang, gateway, images, instance, isaaclab_overhead, omics_write, planner, slurm_images,
-        registry, rollouts, sealing, validation,
+        camera_ingest, dispatch, drop_events, episode_ingest, gang, gateway, images, instance, isaaclab_overhead, omics_write, planner, queue_fleet,
+        registry, rollouts, sealing, slurm_images, validation,
     )
 
     figures: dict[str, Any] = {}
@@ -287,6 +287,17 @@ def main(argv: list[str] | None = None) -> int:
         console.print(drop_events.table(drops_result, args.repeats))
         figures["drop_tick_s"] = drops_result.to_dict()
         method["drops"] = "the assay sensor's tick reading 100 events from SQS and list_complete_drops over the zone alternate on moto; 100 new drops written before each tick, untimed"
+
+    if "15" in chosen:
+        with console.status("Simulating a week of a 2,240-GPU fleet's queues, three loads × three policies (about half a minute)…"):
+            queues_result = queue_fleet.run(repeats=args.repeats)
+        for table in queue_fleet.tables(queues_result):
+            console.print(table)
+        figures["fleet_queues"] = queues_result
+        method["queues"] = (
+            "one simulated week per load and policy, the same seeded jobs and spot trace for all; jobs placed by plan_placement and "
+            "admitted by PoolQueue (control_plane/queues); decision time: median of repeats with 600 jobs in flight"
+        )
 
     total_s = time.perf_counter() - started
     created = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")

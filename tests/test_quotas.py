@@ -153,7 +153,9 @@ def test_a_gang_larger_than_the_pool_never_fits_and_says_so(tmp_path):
     assert not decision.admitted and "needs 16 GPUs at once; pool p has 10 in all: it never fits here" == decision.reason
 
 
-def test_waiting_work_is_served_by_priority_then_fair_share_then_arrival(tmp_path):
+def test_waiting_work_is_served_by_fair_share_across_teams_then_priority_then_arrival(tmp_path):
+    from control_plane.queues.admission import order
+
     queue = _queue(_fleet(tmp_path), Request("a-run", "a", 4, arrived=0), Request("b-run", "b", 2, arrived=0))
     waiting = [
         Request("a-next", "a", 1, PRIORITY["training"], arrived=1),
@@ -161,7 +163,8 @@ def test_waiting_work_is_served_by_priority_then_fair_share_then_arrival(tmp_pat
         Request("a-deadline", "a", 1, PRIORITY["deadline"], arrived=3),
         Request("b-later", "b", 1, PRIORITY["training"], arrived=4),
     ]
-    assert [r.id for r in queue.order(waiting)] == ["a-deadline", "b-next", "b-later", "a-next"]
+    # b is further below its fair share, so its work goes first; a's deadline comes before a's training.
+    assert [r.id for r in order(waiting, [queue])] == ["b-next", "b-later", "a-deadline", "a-next"]
 
 
 def test_the_queues_now_hold_the_jobs_in_flight_by_team(tmp_path):

@@ -14,8 +14,9 @@ catalog (control_plane/catalog/quotas.py), the way Kueue's ClusterQueues in a co
 3. A gang is all or nothing: its GPUs are admitted together or it waits.
 
 A request that cannot start waits with a reason a person can read. `order` puts waiting requests
-in the order capacity goes to them: priority first, then the team furthest below its fair share
-(GPUs in use over its nominal quota, divided by its weight), then arrival.
+in the order capacity goes to them, as Kueue's fair sharing does: across teams, the team furthest
+below its fair share first (its GPUs in use over its nominal quota, across the pools, divided by
+its weight); within a team, by priority class, then arrival.
 
 Pure and deterministic: the compute resource asks it for real steps, and the fleet simulation
 (benchmarks) drives the same code.
@@ -50,20 +51,32 @@ class Decision:
 
 @dataclass
 class PoolQueue:
-    """One pool's admitted requests, and the decisions for new ones."""
+    """One pool's admitted requests, and the decisions for new ones. Change what runs only through
+    `add`, `admit` and `release`: they keep the per-team totals every decision reads."""
 
     pool: str
     capacity: int
     quotas: Quotas
     running: dict[str, Request] = field(default_factory=dict)
+    _used: dict[str, int] = field(default_factory=dict, repr=False)
+
+    def __post_init__(self) -> None:
+        for request in self.running.values():
+            self._used[request.team] = self._used.get(request.team, 0) + request.gpus
+
+    def add(self, request: Request) -> None:
+        """Count `request` as running (admitted earlier, or found running on the engine)."""
+        self.release(request.id)
+        self.running[request.id] = request
+        self._used[request.team] = self._used.get(request.team, 0) + request.gpus
 
     # What is in use ---------------------------------------------------------------------------
     def used(self, team: str) -> int:
-        return sum(r.gpus for r in self.running.values() if r.team == team)
+        return self._used.get(team, 0)
 
     @property
     def free(self) -> int:
-        return self.capacity - sum(r.gpus for r in self.running.values())
+        return self.capacity - sum(self._used.values())
 
     def nominal(self, team: str) -> int:
         return self.quotas.quota(self.pool, team).gpus
@@ -123,15 +136,13 @@ class PoolQueue:
         if not decision.admitted:
             raise ValueError(f"{request.id} was not admitted: {decision.reason}")
         for victim in decision.preempt:
-            self.running.pop(victim, None)
-        self.running[request.id] = request
+            self.release(victim)
+        self.add(request)
 
     def release(self, request_id: str) -> None:
-        self.running.pop(request_id, None)
-
-    def order(self, waiting: Iterable[Request]) -> list[Request]:
-        """Waiting requests in the order capacity goes to them."""
-        return sorted(waiting, key=lambda r: (-r.priority, self.share(r.team), r.arrived, r.id))
+        gone = self.running.pop(request_id, None)
+        if gone is not None:
+            self._used[gone.team] -= gone.gpus
 
     # Preemption --------------------------------------------------------------------------------
     def _reclaim(self, request: Request) -> list[str]:
@@ -161,3 +172,52 @@ class PoolQueue:
     def _holders(self) -> str:
         teams = sorted({r.team for r in self.running.values()})
         return ", ".join(f"{t} {self.used(t)}/{self.nominal(t)}" for t in teams) or "nothing running"
+
+
+@dataclass(frozen=True)
+class Placed:
+    """Where a step may start now, by its plan and the pools' queues (`choose`)."""
+
+    pool: str | None  # None: no pool of its plan admits it now; it waits
+    decision: Decision | None
+    refusals: dict[str, str]  # pool -> why it did not take the step (every pool tried before it)
+
+
+def choose(candidates: Iterable[tuple[PoolQueue, Request]]) -> Placed:
+    """The pool a step starts on: the first of its plan (best first) that admits it without
+    preempting anything; else the first that admits it by preempting (a team taking back its
+    quota, or its own lower-priority work); else none, with each pool's reason. Like Kueue's
+    flavor fungibility (`whenCanPreempt: TryNextFlavor`): preempting is the last resort, since
+    the victims lose a checkpoint's write and a restart."""
+    refusals: dict[str, str] = {}
+    preempting: tuple[str, Decision] | None = None
+    for queue, request in candidates:
+        decision = queue.decide(request)
+        if decision.admitted and not decision.preempt:
+            return Placed(queue.pool, decision, refusals)
+        if decision.admitted:
+            preempting = preempting or (queue.pool, decision)
+            refusals[queue.pool] = decision.reason
+        else:
+            refusals[queue.pool] = decision.reason
+    if preempting is not None:
+        return Placed(preempting[0], preempting[1], {k: v for k, v in refusals.items() if k != preempting[0]})
+    return Placed(None, None, refusals)
+
+
+def fleet_share(queues: Iterable[PoolQueue], team: str) -> float:
+    """`team`'s GPUs in use over its nominal quota across `queues`, over its fair-share weight."""
+    used = nominal = 0
+    weight = 1.0
+    for queue in queues:
+        used, nominal = used + queue.used(team), nominal + queue.nominal(team)
+        weight = queue.quotas.teams[team].weight if team in queue.quotas.teams else 1.0
+    return used / max(nominal, 1) / weight
+
+
+def order(waiting: Iterable[Request], queues: Iterable[PoolQueue]) -> list[Request]:
+    """Waiting requests in the order capacity goes to them: the team furthest below its fair share
+    first; within a team, higher priority first; then arrival."""
+    queues, waiting = list(queues), list(waiting)
+    shares = {team: fleet_share(queues, team) for team in {r.team for r in waiting}}
+    return sorted(waiting, key=lambda r: (shares[r.team], -r.priority, r.arrived, r.id))

@@ -19,20 +19,23 @@ from control_plane.queues.requests import UNASSIGNED, team_of
 def queues_now(records: Iterable[Mapping[str, Any]], pools: Mapping[str, Pool], quotas: Quotas) -> dict[str, PoolQueue]:
     """One queue per pool of the catalog, holding the in-flight jobs of `records` that run there."""
     queues = {name: PoolQueue(name, pool.gpus_per_node * pool.nodes, quotas) for name, pool in pools.items()}
+    teams: dict[str, str] = {}  # tenant -> team: the tenants catalog is read once per tenant, not per job
     for record in records:
         handle, owner = record["handle"], record.get("owner", {})
         queue = queues.get(handle["pool"])
         if queue is None:  # a pool that left the catalog: nothing to admit against
             continue
         tenant = owner.get("tenant") or ""
-        team = team_of(tenant, quotas) if tenant else UNASSIGNED
+        if tenant not in teams:
+            teams[tenant] = team_of(tenant, quotas) if tenant else UNASSIGNED
+        team = teams[tenant]
         gpus = int(owner.get("gpus", 1))
         if owner.get("gang"):  # whole nodes, as placement counts them
             gpus = max(gpus, int(owner.get("nodes", 1)) * pools[handle["pool"]].gpus_per_node)
-        queue.running[f"{handle['backend']}:{handle['job_id']}"] = Request(
+        queue.add(Request(
             id=f"{handle['backend']}:{handle['job_id']}", team=team, gpus=gpus,
             priority=_priority(quotas, owner.get("priority_class")), arrived=float(handle.get("submitted_at", 0.0)),
-        )  # fmt: skip
+        ))  # fmt: skip
     return queues
 
 
