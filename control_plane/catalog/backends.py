@@ -16,7 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 
 class BackendSettings(BaseModel):
@@ -81,8 +81,24 @@ class KubernetesSettings(BackendSettings):
     queue: str | None = Field(
         default=None,
         description="A Kueue LocalQueue for gangs (`kueue.x-k8s.io/queue-name` on the JobSet): Kueue admits all of a "
-        "gang's pods or none. Unset: no queue label (the cluster's scheduler places the pods).",
+        "gang's pods or none. Unset: no queue label (the cluster's scheduler places the pods). A pool with `kueue: true` "
+        "names each team's LocalQueue instead.",
     )
+    kueue: bool = Field(
+        default=False,
+        description="The cluster's Kueue enforces the team quotas (docs/queues_kubernetes.md): every pod and JobSet carries "
+        "`kueue.x-k8s.io/queue-name: <its team>` (the LocalQueue `sinewgrid queue kueue` renders in `namespace`) and "
+        "`kueue.x-k8s.io/priority-class: <its class>`, and a step of a tenant no team names is refused here.",
+    )
+
+    @model_validator(mode="after")
+    def _one_way_to_queue(self) -> KubernetesSettings:
+        if self.kueue and self.queue:
+            raise ValueError(
+                f"`queue: {self.queue}` and `kueue: true` both name the LocalQueue: keep `kueue: true` (each team's own "
+                "LocalQueue, its quota enforced by Kueue) or `queue` (one LocalQueue for every gang), not both"
+            )
+        return self
 
 
 @dataclass(frozen=True)

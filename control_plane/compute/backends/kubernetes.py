@@ -22,6 +22,10 @@ How an attempt ends:
   pool counts as having refused the step, which moves on to the next pool;
 - anything else: failed, with the last lines of the pod log.
 
+On a pool with `backend_settings.kueue` the pod (a gang: its JobSet) names its team's Kueue
+LocalQueue and its priority class, and a step of a tenant no team names is refused there before
+anything is created (docs/queues_kubernetes.md).
+
 While the pod exists it is recorded in `state/inflight/`; `status` and `cancel` find it again
 from that record (the watcher sensor uses them for pods an orchestrator left behind).
 
@@ -69,7 +73,9 @@ from control_plane.compute.backends.kubernetes_pod import (
     log_tail,
     pod_spec_for,
 )
+from control_plane.compute.causes import Cause
 from control_plane.compute.inflight import attempt_owner, inflight_of
+from control_plane.queues.kueue import NoTeamOnKueuePool
 from workload_runtime.inputs import WorkloadInputs
 from workload_runtime.messages import parse_messages
 from workload_runtime.storage import write_bytes_atomic
@@ -205,7 +211,10 @@ class KubernetesBackend(Backend):
         if (refused := self.gang_refusal(pool, spec)) is not None:
             return refused
         settings: KubernetesSettings = settings_for(pool)
-        pod = pod_spec_for(pool, spec, storage_root=str(inputs.storage_root), run_id=context.run_id, attempt=inputs.attempt)
+        try:
+            pod = pod_spec_for(pool, spec, storage_root=str(inputs.storage_root), run_id=context.run_id, attempt=inputs.attempt)
+        except NoTeamOnKueuePool as exc:  # nothing created: another pool may take the step
+            return AttemptResult(AttemptOutcome.refused, None, cause=Cause.refused, ended_at=time.time(), log_tail=str(exc))
         if spec.gang:
             try:
                 return self.gangs.run_attempt(context, pool, spec, inputs, pod)

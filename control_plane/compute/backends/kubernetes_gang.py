@@ -15,8 +15,9 @@ $(JOB_COMPLETION_INDEX) --nproc-per-node R` (the command the local backend's nod
   `metadata.name NotIn` the nodes the step no longer uses (`StepSpec.exclude_nodes`);
 - `failurePolicy.maxRestarts: 0`: the platform, not JobSet, decides where the gang runs again;
   `successPolicy: All`;
-- `kueue.x-k8s.io/queue-name` when the pool names a `queue`: Kueue then admits all N pods or
-  none, and the JobSet waits suspended until it does.
+- `kueue.x-k8s.io/queue-name` when the pool names a `queue`, or its team's LocalQueue and
+  `kueue.x-k8s.io/priority-class` when the pool has `kueue: true` (docs/queues_kubernetes.md):
+  Kueue then admits all N pods or none, and the JobSet waits suspended until it does.
 
 Only rank 0 talks to Dagster Pipes: the context travels in every pod's environment, and the
 messages are read from rank 0's pod log (as PipesK8sPodLogsMessageReader reads a single pod's),
@@ -70,6 +71,7 @@ from control_plane.compute.backends.kubernetes_pod import (
 from control_plane.compute.causes import Cause
 from control_plane.compute.inflight import attempt_owner, inflight_of
 from control_plane.compute.monitor import AttemptMonitor
+from control_plane.queues.kueue import PRIORITY_LABEL, QUEUE_LABEL
 from workload_runtime.inputs import WorkloadInputs
 from workload_runtime.messages import Preemption, of_kind, parse_messages
 from workload_runtime.storage import write_bytes_atomic
@@ -79,7 +81,6 @@ GROUP, VERSION, PLURAL = "jobset.x-k8s.io", "v1alpha2", "jobsets"
 REPLICATED_JOB = "nodes"
 JOBSET_LABEL = "jobset.sigs.k8s.io/jobset-name"
 INDEX_LABEL = "batch.kubernetes.io/job-completion-index"
-QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
 HOSTNAME_KEY = "kubernetes.io/hostname"
 # A container killed by a signal reads as 128 + the signal; the OOM killer's SIGKILL is the workload's own doing.
 SIGNAL_EXIT_CODES = {128 + signal.SIGKILL: -signal.SIGKILL, 128 + signal.SIGTERM: -signal.SIGTERM}
@@ -134,6 +135,8 @@ def jobset_for(pod: dict[str, Any], spec: StepSpec, settings: KubernetesSettings
         container["resources"] = {"limits": {settings.gpu_resource: str(-(-spec.gpus // spec.nodes))}}  # per node
     template["spec"]["affinity"] = gang_affinity(name, spec.exclude_nodes)
     labels = dict(template["metadata"]["labels"])
+    for kueue in (QUEUE_LABEL, PRIORITY_LABEL):  # Kueue admits the JobSet whole: its pods carry no queue of their own
+        template["metadata"]["labels"].pop(kueue, None)
     if settings.queue:
         labels[QUEUE_LABEL] = settings.queue
     job = {"completionMode": "Indexed", "parallelism": spec.nodes, "completions": spec.nodes, "backoffLimit": 0, "template": template}

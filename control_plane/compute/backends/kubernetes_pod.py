@@ -18,6 +18,7 @@ from control_plane.catalog.backends import KubernetesSettings, settings_for
 from control_plane.catalog.pools import Pool
 from control_plane.catalog.step_spec import StepSpec
 from control_plane.compute.backends.base import AttemptOutcome, JobState, JobStatus
+from control_plane.queues.kueue import workload_labels
 from control_plane.settings import settings
 
 CONTAINER = "workload"
@@ -51,7 +52,8 @@ def image_for(pool: Pool, spec: StepSpec) -> str:
 def pod_spec_for(pool: Pool, spec: StepSpec, *, storage_root: str, run_id: str, attempt: int) -> dict[str, Any]:
     """The pod for one attempt of `spec` on `pool`, as `{"metadata": ..., "spec": ...}` in the
     API's own (camelCase) field names: the `base_pod_meta` and `base_pod_spec` handed to
-    PipesK8sClient, which adds the pod's name and the Pipes variables."""
+    PipesK8sClient, which adds the pod's name and the Pipes variables. On a pool with `kueue: true`
+    the pod names its team's LocalQueue (raises `NoTeamOnKueuePool` for a tenant of no team)."""
     settings: KubernetesSettings = settings_for(pool)
     labels = {
         **{k: label_value(v) for k, v in settings.labels.items()},
@@ -59,6 +61,7 @@ def pod_spec_for(pool: Pool, spec: StepSpec, *, storage_root: str, run_id: str, 
         f"{LABEL}/step": label_value(spec.name),
         f"{LABEL}/attempt": str(attempt),
         f"{LABEL}/pool": label_value(pool.name),
+        **workload_labels(pool, spec),  # Kueue's queue and priority class, where the pool's Kueue enforces the quotas
     }
     container: dict[str, Any] = {
         "name": CONTAINER,
