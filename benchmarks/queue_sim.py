@@ -161,7 +161,7 @@ class Simulation:
             self._start(job, pool)
             return True
         requests = {p: Request(job.id, job.team, job.held[p], job.priority, job.arrival) for p in job.ranked}
-        placed = choose((self.queues[p], requests[p]) for p in job.ranked)
+        placed = choose((p, self.queues[p].decide(requests[p])) for p in job.ranked)
         if placed.pool is None:
             return False
         for victim in placed.decision.preempt:

@@ -23,6 +23,7 @@ not read this module: what they need travels in their Pipes extras
 | `SINEWGRID_WARM_START` | `warm_start` | on: local pools fork workloads from a warm interpreter |
 | `SINEWGRID_MODELS` | `models` | the packaged model catalog (`control_plane/catalog/models.yaml`): providers, models, prices |
 | `SINEWGRID_BUDGETS` | `budgets` | the packaged budgets (`control_plane/catalog/budgets.yaml`): tokens and GPU hours per project and tenant |
+| `SINEWGRID_QUEUE_POLL_SECONDS` | `queue_poll_seconds` | 5: how often a step waiting in a pool's queue asks admission again |
 | `SINEWGRID_QUOTAS` | `quotas` | the packaged quotas (`control_plane/catalog/quotas.yaml`): each team's GPUs per pool, cohorts, priority classes |
 | `SINEWGRID_ALERT_WEBHOOK` | `alert_webhook` | none: budget warnings show in the UI only |
 | `SINEWGRID_DROP_QUEUES` | `drop_queues` | none: the landing sensors list their zones (`kind=<SQS queue URL>,…`: S3 event notifications, `control_plane/intake/drop_events.py`) |
@@ -68,6 +69,7 @@ class PlatformSettings(BaseSettings):
     keys_dir: str = Field("", description="Where local tenant keys live; default ~/.config/sinewgrid/keys (never under the storage root).")
     models: str = Field("", description="The model catalog (YAML): providers, models, prices; default: the packaged one.")
     budgets: str = Field("", description="The budgets (YAML) over tokens and GPU hours; default: the packaged one.")
+    queue_poll_seconds: float = Field(5.0, gt=0, description="How often a step waiting in a pool's queue asks admission again.")
     quotas: str = Field("", description="The quotas (YAML): each team's GPUs per pool, cohorts, priority classes; default: the packaged one.")
     alert_webhook: str = Field("", description="Where budget warnings are POSTed (JSON); empty: the UI only.")
     drop_queues: str = Field("", description="`kind=<SQS queue URL>,…`: the queues the bucket's events of new drops go to; empty: the sensors list.")

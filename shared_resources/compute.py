@@ -27,6 +27,7 @@ from control_plane.compute.left_behind import stop_left_behind
 from control_plane.compute.recovery import Action, Decision, Ending, Outcome, RecoveryPolicy, policy_named
 from control_plane.compute.step_run import StepFailedError, StepRun, attempt_timeline, disqualified_timeline
 from control_plane.placement.ranking import PlacementPlan, plan_placement
+from control_plane.queues.waiting_step import Admission, quota_preemption
 from workload_runtime.storage import Storage
 from control_plane.tenancy.control import lane_of, tenant_access_of
 
@@ -54,7 +55,9 @@ class PoolChooser:
             return 0
         return max(0, pool.nodes - spec.nodes - len(self.spec_on(spec, pool).exclude_nodes))
 
-    def next(self, context: dg.AssetExecutionContext) -> Pool:
+    def candidates(self, context: dg.AssetExecutionContext) -> list[Pool]:
+        """The pools the next attempt may use, best first: the plan's order less the pools drained
+        or refused, a `retry`'s pool first, pools cooling down last (the soonest ready first)."""
         drained = {p.name: d for p in self.plan.ranked if (d := self.drains.active(p.name)) is not None}
         candidates = [p for p in self.plan.ranked if p.name not in self.excluded and p.name not in drained]
         if not candidates:
@@ -67,16 +70,14 @@ class PoolChooser:
                     "Wait for capacity, fix or undrain a pool, raise the pools' limits, or add a pool to the catalog."
                 )
             )
-        again, self.again = self.again, None
-        if again is not None and any(p.name == again for p in candidates):
-            return next(p for p in candidates if p.name == again)
+        if self.again is not None and any(p.name == self.again for p in candidates):
+            return sorted(candidates, key=lambda p: p.name != self.again)
         waiting = {p.name: self.cooldowns.active(p.name) for p in candidates}
-        for pool in candidates:
-            if waiting[pool.name] is None:
-                return pool
-        pool = min(candidates, key=lambda p: waiting[p.name].until)
-        context.log.info(f"every pool for {self.plan.step} is cooling down; using {pool.name}, whose cool-down ends first")
-        return pool
+        ready = [p for p in candidates if waiting[p.name] is None]
+        cooling = sorted((p for p in candidates if waiting[p.name] is not None), key=lambda p: waiting[p.name].until)
+        if not ready:
+            context.log.info(f"every pool for {self.plan.step} is cooling down; using {cooling[0].name}, whose cool-down ends first")
+        return ready + cooling
 
     def apply(self, decision: Decision, pool: Pool) -> None:
         if decision.drain:
@@ -123,9 +124,13 @@ class ComputeResource(dg.ConfigurableResource):
         # A resumed run: its earlier worker's job for this step stops before this worker starts one.
         before = stop_left_behind(context, spec, storage, self.pools(), step.checkpoint_uri)
         # Refusals cost nothing but a try per pool; preemptions are bounded by the step's budget.
+        gate = Admission(context, spec, storage, self.pools(), step.checkpoint_uri)
         for number in range(before + 1, before + spec.max_preemptions + len(plan.ranked) + 2):
-            pool = step.pool = chooser.next(context)
-            outcome, result = self._attempt(context, step, pool, storage, number, lineage, chooser)
+            pool = step.pool = gate.pool(chooser)
+            try:
+                outcome, result = self._attempt(context, step, pool, storage, number, lineage, chooser)
+            finally:
+                gate.attempt_ended()
             decision = policies[pool.name].decide(outcome)
             chooser.apply(decision, pool)
             if decision.replace_node:
@@ -167,6 +172,8 @@ class ComputeResource(dg.ConfigurableResource):
                 context, spec, step.plan, pool, storage, lineage=lineage, checkpoint_uri=step.checkpoint_uri, attempt=number, tenant=step.access
             )
             result = attempts.launch(context, pool, spec, inputs)
+        if result.outcome is AttemptOutcome.preempted:
+            quota_preemption(context, storage, spec, step.checkpoint_uri, started.timestamp(), result)
         step.timeline.append(attempt_timeline(number, pool, started.timestamp(), result))
         step.attempts.append(attempts.book(context, storage, spec, pool, number, started, result))
         step.logs.append(result.log_uri)

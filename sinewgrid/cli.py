@@ -23,7 +23,7 @@ from sinewgrid.cli_data import data_app, lineage
 from sinewgrid.cli_models import checkpoints_app, runs_app
 from sinewgrid.cli_summary import tag as _tag
 from sinewgrid.cli_tenants import key_revoked_drill, tenants_app
-from sinewgrid.cli_queue import queue
+from sinewgrid.cli_queue import queue_app
 from control_plane.settings import quiet_dagster, settings, storage_root
 from sinewgrid.instance import ensure_instance_home, get_instance
 
@@ -32,7 +32,7 @@ lab_app = typer.Typer(help="The lab stand-in (LabStandIn) used by the demo.", no
 app.add_typer(lab_app, name="lab")
 app.add_typer(data_app, name="data")
 app.add_typer(tenants_app, name="tenants")
-app.command(name="queue")(queue)
+app.add_typer(queue_app, name="queue")
 app.add_typer(checkpoints_app, name="checkpoints", help="Checkpoints by model, run, step and dataset; retention.")
 app.add_typer(runs_app, name="runs", help="Training runs: metrics, loss curves, and comparing two runs.")
 app.command("lineage")(lineage)

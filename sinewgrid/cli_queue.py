@@ -1,6 +1,9 @@
-"""`sinewgrid queue`: who holds each pool's GPUs now, by team, against its quota (docs/queues.md)."""
+"""`sinewgrid queue`: each pool's queue — who holds its GPUs against their quotas, and what waits
+for them and why (docs/queues.md); `sinewgrid queue kueue`: the same quotas as Kueue objects."""
 
 from __future__ import annotations
+
+import datetime as dt
 
 import typer
 from rich.console import Console
@@ -8,39 +11,76 @@ from rich.markup import escape
 from rich.table import Table
 
 console = Console()
+queue_app = typer.Typer(help="Each pool's queue: GPUs by team against quotas, and the steps waiting with their reasons.")
 
 
-def queue(pool: str = typer.Option("", help="One pool only (default: every pool of the catalog).")) -> None:
-    """Each pool's GPUs by team: nominal quota, in use, borrowed, and the pool's free GPUs, from
-    the jobs in flight. Waiting steps are not yet queued by team: this is who holds the GPUs now."""
+def _catalogs():
     from control_plane.catalog.pools import load_pools
     from control_plane.catalog.quotas import QuotaCatalogError, load_quotas
-    from control_plane.compute.inflight import InFlight
-    from control_plane.queues.usage import queues_now
-    from control_plane.settings import storage_root
-    from workload_runtime.storage import Storage
 
-    pools = load_pools()
+    from control_plane.settings import settings
+
     try:
         quotas = load_quotas()
     except QuotaCatalogError as exc:
         console.print(f"[red]{escape(str(exc))}[/]")
         raise typer.Exit(2) from None
+    return load_pools(settings().pools or None), quotas  # the catalog the compute resource uses
+
+
+@queue_app.callback(invoke_without_command=True)
+def queue(ctx: typer.Context, pool: str = typer.Option("", help="One pool only (default: every pool of the catalog).")) -> None:
+    """Each pool's GPUs by team (nominal quota, in use, borrowed) from the jobs in flight, and the
+    steps waiting for it: team, GPUs, priority class, how long, why, and an expected start."""
+    if ctx.invoked_subcommand is not None:
+        return
+    from control_plane.queues.view import queue_view
+    from control_plane.settings import storage_root
+    from workload_runtime.storage import Storage
+
+    pools, quotas = _catalogs()
     for problem in quotas.problems_with({p.name: p.gpus_per_node * p.nodes for p in pools.values()}):
         console.print(f"[yellow]{escape(problem)}[/]")
     if pool and pool not in pools:
         console.print(f"[red]no pool `{escape(pool)}` in the pool catalog (its pools: {escape(', '.join(sorted(pools)))})[/]")
         raise typer.Exit(2)
-    queues = queues_now(InFlight(Storage.at(storage_root())).records(), pools, quotas)
-    table = Table(title=f"GPUs by team (quotas: {escape(quotas.file)})", caption="borrowed: in use past the team's nominal quota, lent by its cohort")
+    views = [v for v in queue_view(Storage.at(storage_root()), pools, quotas) if not pool or v.pool == pool]
+    table = Table(title=f"GPUs by team (quotas: {escape(quotas.file)})", caption="borrowed: in use past the team's nominal quota, lent by its cohort; "
+                  "a pool the quotas file does not name is not queued")  # fmt: skip
     for column in ("pool", "GPUs", "free", "team", "nominal", "in use", "borrowed"):
         table.add_column(column, justify="left" if column in ("pool", "team") else "right")
-    for name in [pool] if pool else sorted(queues):
-        q = queues[name]
-        teams = sorted({*quotas.quotas.get(name, {}), *(r.team for r in q.running.values())})
-        for i, team in enumerate(teams or ["—"]):
+    for view in views:
+        for i, row in enumerate(view.teams or [None]):
             first = i == 0
-            nominal, used = (q.nominal(team), q.used(team)) if teams else (0, 0)
-            table.add_row(escape(name) if first else "", str(q.capacity) if first else "", str(q.free) if first else "", escape(team),
-                          str(nominal), str(used), str(max(0, used - nominal)))  # fmt: skip
+            label = escape(view.pool) + ("" if view.queued else " (not queued)")
+            cells = [escape(row.team), str(row.nominal), str(row.used), str(row.borrowed)] if row else ["—", "", "", ""]
+            table.add_row(label if first else "", str(view.gpus) if first else "", str(view.free) if first else "", *cells)
     console.print(table)
+    waiting = [(v.pool, w) for v in views for w in v.waiting]
+    if not waiting:
+        console.print("Nothing waits for admission.")
+        return
+    now = dt.datetime.now(dt.UTC)
+    table = Table(title="Waiting, in the order the GPUs go to them", caption="expected start: if the running jobs end when their steps expect; an estimate")
+    for column in ("pool", "step", "team", "GPUs", "class", "waiting", "why", "expected start"):
+        table.add_column(column, justify="right" if column in ("GPUs", "waiting") else "left")
+    for name, w in waiting:
+        start = "now" if w.expected_start is not None and w.expected_start <= now.timestamp() + 1 else (
+            dt.datetime.fromtimestamp(w.expected_start, dt.UTC).strftime("%H:%M UTC") if w.expected_start else "not before other work ends")
+        table.add_row(escape(name), escape(w.step), escape(w.team), str(w.gpus), escape(w.priority), f"{w.waited_seconds / 60:.0f} min", escape(w.reason), start)
+    console.print(table)
+
+
+@queue_app.command("kueue")
+def kueue() -> None:
+    """The quotas as Kueue objects for the Kubernetes pools (ResourceFlavors, ClusterQueues,
+    LocalQueues, WorkloadPriorityClasses): `sinewgrid queue kueue | kubectl apply -f -`
+    (docs/queues_kubernetes.md)."""
+    from control_plane.queues.kueue import KueueObjectsError, kueue_manifests
+
+    pools, quotas = _catalogs()
+    try:
+        typer.echo(kueue_manifests(quotas, pools), nl=False)
+    except KueueObjectsError as exc:
+        console.print(f"[red]{escape(str(exc))}[/]")
+        raise typer.Exit(2) from None

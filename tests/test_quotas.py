@@ -9,7 +9,7 @@ import pytest
 import yaml
 
 from control_plane.catalog.pools import load_pools
-from control_plane.catalog.quotas import QuotaCatalogError, Quotas, load_quotas
+from control_plane.catalog.quotas import DEFAULT_QUOTAS as QUOTAS_FILE, QuotaCatalogError, Quotas, load_quotas
 from control_plane.queues.admission import PoolQueue, Request
 
 PRIORITY = {"deadline": 1000, "training": 500, "sweep": 100}
@@ -183,7 +183,7 @@ def test_the_queues_now_hold_the_jobs_in_flight_by_team(tmp_path):
     assert queue.decide(Request("next", "a", 2)).admitted and not queue.decide(Request("big", "a", 3)).admitted
 
 
-def test_sinewgrid_queue_shows_who_holds_each_pools_gpus(home):
+def test_sinewgrid_queue_shows_who_holds_each_pools_gpus_and_what_waits(home, tmp_path, monkeypatch):
     import time
 
     from typer.testing import CliRunner
@@ -193,10 +193,23 @@ def test_sinewgrid_queue_shows_who_holds_each_pools_gpus(home):
     from sinewgrid.cli import app
     from workload_runtime.storage import Storage
 
-    InFlight(Storage.at(str(home))).add(JobHandle("local", "cell-steady", "7", time.time(), {}), run_id="r", step="s", gpus=1, tenant="lab-a")
-    shown = CliRunner().invoke(app, ["queue", "--pool", "cell-steady"])
+    from control_plane.queues.admission import Request
+    from control_plane.queues.gate import Waiting, WaitingRecords
+
+    quotas = tmp_path / "quotas.yaml"
+    quotas.write_text(QUOTAS_FILE.read_text().replace("quotas: {}", "quotas: {cell-steady: {cell: {gpus: 1}}}"))
+    monkeypatch.setenv("SINEWGRID_QUOTAS", str(quotas))
+    storage = Storage.at(str(home))
+    InFlight(storage).add(JobHandle("local", "cell-steady", "7", time.time(), {}), run_id="r", step="s", gpus=1, tenant="lab-a", expected_end=time.time() + 3600)
+    WaitingRecords(storage).put(Waiting(Request("w", "robotics", 1, 100, time.time()), "robotics.sim_rollouts", "r2", {"cell-steady": 1},
+                                        {"cell-steady": "team robotics would borrow 1 GPUs on pool cell-steady; waits"}, time.time() - 120))  # fmt: skip
+    shown = CliRunner(env={"COLUMNS": "250"}).invoke(app, ["queue", "--pool", "cell-steady"])
     assert shown.exit_code == 0, shown.output
     row = next(line for line in shown.output.splitlines() if "cell-steady" in line)
     assert [cell.strip() for cell in row.split("│")[1:-1]] == ["cell-steady", "1", "0", "cell", "1", "1", "0"]  # lab-a's job: team cell's
+    waiting = next(line for line in shown.output.splitlines() if "robotics.sim_rollouts" in line)
+    cells = [cell.strip() for cell in waiting.split("│")[1:-1]]
+    assert cells[:6] == ["cell-steady", "robotics.sim_rollouts", "robotics", "1", "sweep", "2 min"] and "would borrow" in cells[6], cells
+    assert cells[7].endswith("UTC")  # when lab-a's job is expected to end
     unknown = CliRunner().invoke(app, ["queue", "--pool", "nope"])
     assert unknown.exit_code == 2 and "no pool `nope` in the pool catalog" in unknown.output

@@ -12,6 +12,7 @@ class Cause(StrEnum):
     reclaimed = "reclaimed"  # the engine took the capacity back (requeue, a stopped Ray job)
     straggler = "straggler"  # the attempt monitor stopped it: its steps slowed down
     unhealthy_node = "unhealthy-node"  # the attempt monitor stopped it, or qualification failed: a sick node
+    quota = "quota"  # admission took the GPUs back (a team reclaiming its lent quota, or its own higher priority): checkpointed on notice
     refused = "refused"  # the pool had no capacity for it; nothing ran
     failed = "failed"  # the workload itself failed
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import time
 from typing import Any
 
 import dagster as dg
@@ -25,6 +26,7 @@ def attempt_owner(context: dg.AssetExecutionContext, spec: StepSpec, inputs: Wor
         "nodes": spec.nodes,  # a gang holds whole nodes: admission counts them (control_plane/queues)
         "gang": spec.gang,
         "priority_class": spec.priority_class,
+        "expected_end": time.time() + spec.expected_hours * 3600,  # the queue's estimate of when its GPUs free up
         "tenant": spec.tenant,  # whose time it is, should it have to be booked without its worker
         # Which instance of the step: a sweep's shards run at once in one run, under one step name.
         "checkpoint_uri": inputs.checkpoint_uri,

@@ -14,8 +14,9 @@ catalog (control_plane/catalog/quotas.py), the way Kueue's ClusterQueues in a co
 3. A gang is all or nothing: its GPUs are admitted together or it waits.
 
 A request that cannot start waits with a reason a person can read. `order` puts waiting requests
-in the order capacity goes to them, as Kueue's fair sharing does: across teams, the team furthest
-below its fair share first (its GPUs in use over its nominal quota, across the pools, divided by
+in the order capacity goes to them, as Kueue's fair sharing does: on a pool, work within its
+team's nominal quota before work that would borrow; across teams, the team furthest below its
+fair share first (its GPUs in use over its nominal quota, across the pools, divided by
 its weight); within a team, by priority class, then arrival.
 
 Pure and deterministic: the compute resource asks it for real steps, and the fleet simulation
@@ -183,25 +184,24 @@ class Placed:
     refusals: dict[str, str]  # pool -> why it did not take the step (every pool tried before it)
 
 
-def choose(candidates: Iterable[tuple[PoolQueue, Request]]) -> Placed:
-    """The pool a step starts on: the first of its plan (best first) that admits it without
-    preempting anything; else the first that admits it by preempting (a team taking back its
-    quota, or its own lower-priority work); else none, with each pool's reason. Like Kueue's
-    flavor fungibility (`whenCanPreempt: TryNextFlavor`): preempting is the last resort, since
-    the victims lose a checkpoint's write and a restart."""
+def choose(decisions: Iterable[tuple[str, Decision]]) -> Placed:
+    """The pool a step starts on, from admission's decision on each pool of its plan (best first;
+    a generator, so pools past the first that admits are never asked): the first that admits it
+    without preempting anything; else the first that admits it by preempting (a team taking back
+    its quota, or its own lower-priority work); else none, with each pool's reason. Like Kueue's
+    flavor fungibility (`whenCanPreempt: TryNextFlavor`): preempting is the last resort, since the
+    victims lose a checkpoint's write and a restart."""
     refusals: dict[str, str] = {}
     preempting: tuple[str, Decision] | None = None
-    for queue, request in candidates:
-        decision = queue.decide(request)
+    for pool, decision in decisions:
         if decision.admitted and not decision.preempt:
-            return Placed(queue.pool, decision, refusals)
-        if decision.admitted:
-            preempting = preempting or (queue.pool, decision)
-            refusals[queue.pool] = decision.reason
+            return Placed(pool, decision, refusals)
+        if decision.admitted and preempting is None:
+            preempting = (pool, decision)
         else:
-            refusals[queue.pool] = decision.reason
+            refusals[pool] = decision.reason
     if preempting is not None:
-        return Placed(preempting[0], preempting[1], {k: v for k, v in refusals.items() if k != preempting[0]})
+        return Placed(preempting[0], preempting[1], refusals)
     return Placed(None, None, refusals)
 
 
@@ -215,9 +215,14 @@ def fleet_share(queues: Iterable[PoolQueue], team: str) -> float:
     return used / max(nominal, 1) / weight
 
 
-def order(waiting: Iterable[Request], queues: Iterable[PoolQueue]) -> list[Request]:
-    """Waiting requests in the order capacity goes to them: the team furthest below its fair share
-    first; within a team, higher priority first; then arrival."""
+def order(waiting: Iterable[Request], queues: Iterable[PoolQueue], on: PoolQueue | None = None) -> list[Request]:
+    """Waiting requests in the order capacity goes to them: on pool `on`, requests within their
+    team's nominal quota there before those that would borrow (as Kueue does); then the team
+    furthest below its fair share; within a team, higher priority first; then arrival."""
     queues, waiting = list(queues), list(waiting)
     shares = {team: fleet_share(queues, team) for team in {r.team for r in waiting}}
-    return sorted(waiting, key=lambda r: (shares[r.team], -r.priority, r.arrived, r.id))
+
+    def borrows(r: Request) -> bool:
+        return on is not None and on.used(r.team) + r.gpus > on.nominal(r.team)
+
+    return sorted(waiting, key=lambda r: (borrows(r), shares[r.team], -r.priority, r.arrived, r.id))

@@ -59,6 +59,7 @@ def sweep_spec(sweep: SweepConfig, seeds: list[int], output_uri: str, scene: Sce
         runtime=sweep.runtime,
         gpus=1,
         capacity=Capacity.burst,
+        priority_class="sweep",  # on a queued pool, yields to training and deadlines (docs/queues.md)
         checkpoints=True,  # every finished episode is committed: spot is safe
         checkpoint_seconds=0.5,
         expected_hours=0.05,
