@@ -49,9 +49,25 @@ def queued(tmp_path: Path, home: Path, monkeypatch) -> tuple[Path, Storage]:
 
 
 def test_an_owner_takes_its_quota_back_and_the_borrower_resumes_from_its_checkpoint(queued, home, tmp_path):
-    _, storage = queued
+    _reclaimed(POOLS["pools"]["gpu"], queued[1], home, tmp_path)
+
+
+def test_on_slurm_an_owner_takes_its_node_back_and_the_borrower_resumes(slurm, queued, home, tmp_path):
+    pool = {**POOLS["pools"]["gpu"], "backend": "slurm", "backend_settings": {"partition": "gpu", "env": slurm.env, "time_limit": "00:10:00"}}
+    _reclaimed(pool, queued[1], home, tmp_path)
+
+
+def test_on_ray_an_owner_takes_its_quota_back_and_the_borrower_resumes(ray, queued, home, tmp_path):
+    pool = {**POOLS["pools"]["gpu"], "backend": "ray", "backend_settings": {"address": ray.address, "resources": {"pool_ray": 1}, "gpu_resource": None}}
+    _reclaimed(pool, queued[1], home, tmp_path)
+
+
+def _reclaimed(pool: dict, storage: Storage, home: Path, tmp_path: Path) -> None:
+    """The owners' step arrives while the borrowers hold all of its pool: the borrower is
+    preempted (notice, checkpoint, exit 75, cause `quota`), waits while the owner runs, and
+    resumes from its checkpoint after it: never both at once."""
     catalog = tmp_path / "one-pool.yaml"
-    catalog.write_text(yaml.safe_dump({"pools": {"gpu": POOLS["pools"]["gpu"]}}))
+    catalog.write_text(yaml.safe_dump({"pools": {"gpu": pool}}))
     marker = tmp_path / "borrower-at-step-5"
     # The borrower holds after its checkpoint at step 5 (once), so the owner arrives while it runs.
     borrower = counting_spec("test.borrower", tenant="borrower", gpus=2, config={"steps": 20}, failpoint=held(marker))
