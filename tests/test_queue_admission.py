@@ -98,6 +98,8 @@ def _reclaimed(pool: dict, storage: Storage, home: Path, tmp_path: Path) -> None
     said = "\n".join(e.user_message for e in instances["borrower"].all_logs(results["borrower"].run_id))
     assert "preempted by admission for test.owner" in said and "waits in the queue" in said and "borrow" in said, said
     assert WaitingRecords(storage).all() == []  # nothing left waiting
+    tags = instances["borrower"].get_run_by_id(results["borrower"].run_id).tags
+    assert tags["sinewgrid/queue"].startswith("admitted on gpu after"), tags  # the Runs page shows it waited
 
 
 def test_waiting_work_goes_in_queue_order_and_a_pool_without_quotas_is_not_queued(queued, home):

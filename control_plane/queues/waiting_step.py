@@ -3,7 +3,8 @@
 `Admission.pool` is what the compute resource asks before each attempt: the pool the placement
 plan and admission agree on (`gate.py`). While no pool admits the step, it waits: its record in
 `state/queues/waiting/` says why on each pool (`sinewgrid queue`, the `gpu_queues` asset), the
-run's log says so once per change of reasons, and it asks again every
+run's log says so once per change of reasons, the run is tagged `sinewgrid/queue` (the Runs page
+filters on it: `sinewgrid/queue` starting `waiting`), and it asks again every
 `SINEWGRID_QUEUE_POLL_SECONDS`. Pools the quotas file does not name are not queued: a plan with
 no queued pool starts at once, as before queues existed.
 """
@@ -24,6 +25,9 @@ from control_plane.compute.step_run import StepFailedError
 from control_plane.queues.gate import Gate, Waiting, WaitingRecords, instance_key, take_preempted_marker, waiting_id
 from control_plane.queues.requests import request_for
 from workload_runtime.storage import Storage
+
+
+QUEUE_TAG = "sinewgrid/queue"
 
 
 class Admission:
@@ -52,8 +56,13 @@ class Admission:
                 placed = self.gate.place(self.spec, candidates, request_id=self.request_id, run_id=self.context.run_id, arrived=self.arrived, key=self.key)
                 if placed.pool is not None:
                     self.context.log.info(f"admitted {self.spec.name} on {placed.pool}: {placed.decision.reason}" + _passed(placed.refusals))
+                    if said is not None:
+                        self._tag(f"admitted on {placed.pool} after {time.time() - waited_from:.0f}s in the queue")
                     return next(p for p in candidates if p.name == placed.pool)
                 words = "; ".join(f"{pool}: {why}" for pool, why in placed.refusals.items())
+                if said is None:
+                    waited_from = time.time()
+                    self._tag(f"waiting for {', '.join(placed.refusals)}")
                 if words != said:
                     self.context.log.info(f"{self.spec.name} waits in the queue ({words}); asks again every {self.poll_seconds:g}s")
                     said = words
@@ -63,6 +72,13 @@ class Admission:
                 time.sleep(self.poll_seconds)
         finally:
             records.remove(self.request_id)
+
+    def _tag(self, value: str) -> None:
+        """The run's `sinewgrid/queue` tag: the Runs page filters on it to show what waits."""
+        try:
+            self.context.instance.add_run_tags(self.context.run_id, {QUEUE_TAG: value[:200]})
+        except Exception as exc:  # noqa: BLE001 - the tag is a view; the wait goes on without it
+            self.context.log.debug(f"could not tag the run {QUEUE_TAG}={value!r}: {exc!r}")
 
     def attempt_ended(self) -> None:
         """The attempt's job is no longer in flight: its claim on the pool goes too."""
