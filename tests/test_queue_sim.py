@@ -9,6 +9,7 @@ import pytest
 
 from benchmarks.queue_sim import Interruption, Job, Simulation
 from control_plane.catalog.quotas import Quotas
+from control_plane.queues.admission import Request
 
 QUOTAS = Quotas.model_validate({
     "teams": {"a": {"members": ["a"]}, "b": {"members": ["b"]}},
@@ -23,7 +24,18 @@ def _job(id: str, team: str, arrival: float, hours: float, gpus: int = 8, pools=
 
 
 class Watched(Simulation):
-    """Checks after every start that no pool holds more GPUs than it has."""
+    """Checks after every start that no pool holds more GPUs than it has, and after every pass
+    that no waiting job could have started (no GPU left idle that waiting work could use)."""
+
+    def _pass(self):
+        super()._pass()
+        if self.policy == "fifo":
+            return
+        for group in self._groups.values():
+            for job in list(group)[:1]:
+                for pool in job.ranked:
+                    decision = self.queues[pool].decide(Request(job.id, job.team, job.held[pool], job.priority, job.arrival))
+                    assert not decision.admitted, f"{job.id} waits while {pool} admits it at {self.now}: {decision.reason}"
 
     def _start(self, job, pool):
         super()._start(job, pool)
