@@ -33,6 +33,7 @@ from typing import Any
 import yaml
 
 from control_plane.catalog.pools import DEFAULT_CATALOG
+from control_plane.catalog.quotas import DEFAULT_QUOTAS
 from rehearsal.services import IMAGE_USER_GID, StackError, podman_env
 from testbed.oci_bundle import Bind, image_bundle
 from testbed.slurm_cluster import SlurmCluster
@@ -58,6 +59,12 @@ class SlurmPool:
             runtimes={"default": {"container": str(self.bundle)}},
         )
         return catalog
+
+    def quotas(self) -> dict[str, Any]:
+        """The packaged quotas with POOL queued: the Cell lane's, lent to Robotics when idle."""
+        quotas = yaml.safe_load(DEFAULT_QUOTAS.read_text())
+        quotas["quotas"] = {POOL: {"cell": {"gpus": 1}}}
+        return quotas
 
 
 def service_account() -> tuple[int, int]:

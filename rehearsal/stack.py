@@ -167,6 +167,10 @@ def production_stack(folder: Path | None = None, image: str = "", run_image: str
             slurm = engines.enter_context(slurm_pool(folder, run_image or image, binds=[folder / "node-cache"]))
             (folder / "pools.yaml").write_text(yaml.safe_dump(slurm.catalog(), sort_keys=False))
             own["SINEWGRID_POOLS"] = str(folder / "pools.yaml")
+            # The Slurm pool is queued (docs/queues.md): the Cell lane's steps are admitted to it
+            # through claims and records in the S3 root, as in production.
+            (folder / "quotas.yaml").write_text(yaml.safe_dump(slurm.quotas(), sort_keys=False))
+            own["SINEWGRID_QUOTAS"] = str(folder / "quotas.yaml")
         run_launcher = docker_run_launcher(folder, own) if image else DEFAULT_RUN_LAUNCHER
         (home / "dagster.yaml").write_text(yaml.safe_dump(runnable_here(yaml.safe_load(PRODUCTION_YAML.read_text()), postgres.port, run_launcher), sort_keys=False))
         stack = Stack(folder=folder, env={}, aws=aws, postgres=postgres, account=account, image=image, run_image=run_image or image, slurm=slurm)

@@ -92,6 +92,9 @@ def test_a_drop_becomes_the_next_plate_through_the_daemon(stack: Stack, instance
         ).records
         ran_in = model.asset_materialization.metadata["workload_image"].value
         assert ran_in.startswith(f"workload@sha256:{stack.run_image.rsplit(':', 1)[1]}"), ran_in
+        # The Slurm pool is queued (its quotas in the stack's file): admission let the pretraining in.
+        said = [e.user_message for e in instance.all_logs(training.run_id)]
+        assert any(m.startswith("admitted cell.foundation_model on cell-steady: within team cell's quota") for m in said), said[-20:]
 
     # The lab's copy is sealed with its key in its own bucket; the other lab ran nothing.
     admin = stack.aws.client("s3", stack.aws.admin)
