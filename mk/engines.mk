@@ -2,22 +2,25 @@
 # single-node cluster from the Debian packages below (testbed/slurm_cluster.py); nothing
 # is configured system-wide. Usable on its own: `make -f mk/engines.mk slurm-packages`.
 # runc: the OCI runtime the cluster's `oci.conf` names, for steps that run in a container
-# (`srun --container`, tests/test_slurm_containers.py).
+# (`srun --container`, tests/test_slurm_containers.py). slurmdbd and mariadb-server: the cluster's
+# accounting (accounts, QOS, fair share; docs/queues_slurm.md), a throwaway database in its folder.
 
-SLURM_PACKAGES ?= slurmctld slurmd slurm-client munge runc
+SLURM_PACKAGES ?= slurmctld slurmd slurm-client munge runc slurmdbd mariadb-server
 
 .PHONY: slurm-packages
 
 # Installs Slurm 22.05 (Debian) only where a command is missing: a no-op on a machine that has them.
 slurm-packages:
 	@if command -v sbatch >/dev/null 2>&1 && command -v slurmctld >/dev/null 2>&1 \
-	    && command -v slurmd >/dev/null 2>&1 && command -v munged >/dev/null 2>&1 && command -v runc >/dev/null 2>&1; then \
+	    && command -v slurmd >/dev/null 2>&1 && command -v munged >/dev/null 2>&1 && command -v runc >/dev/null 2>&1 \
+	    && command -v slurmdbd >/dev/null 2>&1 && command -v mariadb-install-db >/dev/null 2>&1 \
+	    && { command -v mariadbd >/dev/null 2>&1 || [ -x /usr/sbin/mariadbd ]; }; then \
 	  exit 0; fi; \
 	if [ "$$(id -u)" != 0 ] || ! command -v apt-get >/dev/null 2>&1; then \
-	  echo "The Slurm tests need $(SLURM_PACKAGES) (sbatch, slurmctld, slurmd, munged, runc), and installing" >&2; \
+	  echo "The Slurm tests need $(SLURM_PACKAGES) (sbatch, slurmctld, slurmd, munged, runc, slurmdbd, mariadbd), and installing" >&2; \
 	  echo "them needs root and apt-get. As root: apt-get install -y $(SLURM_PACKAGES)" >&2; \
 	  exit 1; fi; \
-	echo "Installing $(SLURM_PACKAGES) (Debian, about 10 s)"; \
+	echo "Installing $(SLURM_PACKAGES) (Debian, about 20 s)"; \
 	apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $(SLURM_PACKAGES) >/dev/null
 
 # The ledger's PostgreSQL tests (tests/test_ledger.py) start their own throwaway server in a

@@ -19,8 +19,17 @@ and `job_pids` to signal a job's workload process directly.
 Steps may run in OCI containers (`srun --container=BUNDLE`): the cluster's `oci.conf` runs them
 with runc, rootless, as the job's user (testbed/oci_bundle.py makes bundles).
 
-Needs root and the Debian packages `slurmctld slurmd slurm-client munge runc`
-(`make slurm-packages`). Run by hand: `python -m testbed.slurm_cluster` starts one,
+It keeps accounts, as a site's cluster does (testbed/slurm_accounting.py): its own MariaDB and
+`slurmdbd`, started before the controller; associations are enforced and the priority is
+multifactor, fair share and QOS weighted. Every job needs an association: the start registers
+the cluster, the default account `sinewgrid` and the users that submit (root; `users`, and
+`add_users` later). Team accounts and QOS are the control plane's to add
+(control_plane/compute/backends/slurm_accounts.py, docs/queues_slurm.md); `sshare`, `sacctmgr`
+and `sacct` work against it with `env`. Accounting adds about 3 s to the start (4 s in all
+here) and 1.5 s to the stop (slurmctld hands its last records to slurmdbd).
+
+Needs root and the Debian packages `slurmctld slurmd slurm-client munge runc slurmdbd
+mariadb-server` (`make slurm-packages`). Run by hand: `python -m testbed.slurm_cluster` starts one,
 prints its SLURM_CONF and stops it on Enter.
 """
 
@@ -41,7 +50,8 @@ from pathlib import Path
 from control_plane.settings import child_env
 from testbed import leftovers
 from testbed.ports import free_ports
-from testbed.slurm_conf import OCI_CONF, SLURM_CONF
+from testbed.slurm_accounting import DEFAULT_ACCOUNT, AccountingStartError, ClusterAccounting, missing_commands, submitters
+from testbed.slurm_conf import NO_ACCOUNTING, OCI_CONF, SLURM_CONF
 
 PREFIX = "sinewgrid-slurm-"
 START_ATTEMPTS = 3  # new ports each time another process took one between choosing and binding
@@ -51,6 +61,7 @@ PARTITIONS = ("gpu", "spot")
 # The daemons a cluster needs (`make slurm-packages` installs them).
 DAEMONS = ("munged", "slurmctld", "slurmd")
 RUNTIME = "runc"  # the OCI runtime oci.conf names
+CLUSTER_NAME = "sinewgrid-test"  # slurm.conf's ClusterName, as slurmdbd registers it
 
 
 class SlurmClusterError(RuntimeError):
@@ -61,13 +72,17 @@ class SlurmCluster:
     """One throwaway Slurm cluster: `start()`, use `env` for the client commands, `stop()`."""
 
     partitions: tuple[str, ...] = PARTITIONS
+    accounting: bool = True  # slurmdbd and its database (testbed/slurm_accounting.py)
 
-    def __init__(self, root: Path | None = None):
+    def __init__(self, root: Path | None = None, users: tuple[str, ...] | None = None):
+        """`users`: the Unix users registered under the default account at the start (default:
+        root, and the images' user where the machine knows it: `slurm_accounting.submitters`)."""
         self.root = Path(root) if root else Path(tempfile.mkdtemp(prefix=PREFIX))
         self.conf = self.root / "etc" / "slurm.conf"
         self.munge_socket = self.root / "munge" / "munge.socket"
         self.host = socket.gethostname().split(".")[0]
         self.processes: dict[str, subprocess.Popen] = {}
+        self.accounts = ClusterAccounting(self.root, self.host, self.munge_socket, submitters() if users is None else users)
 
     @property
     def env(self) -> dict[str, str]:
@@ -77,11 +92,12 @@ class SlurmCluster:
     # Life cycle ---------------------------------------------------------------------
     def start(self, timeout: float = 60.0) -> SlurmCluster:
         missing = [d for d in (*DAEMONS, "sbatch", RUNTIME) if shutil.which(d) is None]
+        missing += missing_commands() if self.accounting else []
         if missing:
             raise SlurmClusterError(
                 f"cannot start the throwaway Slurm cluster: {', '.join(missing)} not found. "
-                "Install the packages (as root): `make slurm-packages` "
-                "(apt-get install slurmctld slurmd slurm-client munge runc)."
+                "Install the packages (as root): `make -f mk/engines.mk slurm-packages` "
+                "(apt-get install slurmctld slurmd slurm-client munge runc slurmdbd mariadb-server)."
             )
         if os.geteuid() != 0:
             raise SlurmClusterError("the throwaway Slurm cluster runs its daemons as root (SlurmUser=root); run the drills or tests as root.")
@@ -105,6 +121,12 @@ class SlurmCluster:
         self._write_config()
         leftovers.claim(self.root)
         self._start_munged()
+        if self.accounting:  # before the controller, so that it finds the associations at once
+            try:
+                self.accounts.start(self._spawn, self._wait, timeout)
+            except AccountingStartError as error:
+                raise SlurmClusterError(f"throwaway Slurm cluster in {self.root}: {error}") from None
+            self.accounts.register(self.client, CLUSTER_NAME)
         self._spawn("slurmctld", ["slurmctld", "-D", "-f", str(self.conf)])
         self._wait(lambda: self._client_ok(["scontrol", "ping"], "UP"), timeout, "slurmctld answering `scontrol ping`")
         self._spawn("slurmd", ["slurmd", "-D", "-N", NODE, "-f", str(self.conf)])
@@ -209,6 +231,15 @@ class SlurmCluster:
                 self.client(["scancel", f"--partition={partition}"], check=False)
         return left
 
+    def add_users(self, *users: str) -> None:
+        """Register more Unix users under the default account (their jobs need an association)."""
+        if not self.accounting:
+            raise SlurmClusterError("this cluster keeps no accounts (`accounting = False`): any user may submit already")
+        self.client(["sacctmgr", "-i", "add", "user", ",".join(users), f"DefaultAccount={DEFAULT_ACCOUNT}"], check=False)  # "Nothing new added" for known ones
+        shown = self.client(["sacctmgr", "-n", "-P", "show", "user", "format=User", "where", f"name={','.join(users)}"]).stdout.split()
+        if missing := sorted(set(users) - set(shown)):
+            raise SlurmClusterError(f"`sacctmgr add user` did not register {', '.join(missing)}:\n{self.logs()}")
+
     def set_partition_state(self, partition: str, state: str) -> None:
         """`UP`, `DOWN` (jobs queue, none start) or `INACTIVE` (submissions are rejected)."""
         self.client(["scontrol", "update", f"PartitionName={partition}", f"State={state}"])
@@ -262,7 +293,8 @@ class SlurmCluster:
     def logs(self) -> str:
         """The daemons' logs, for a drill or test that needs to say why the cluster misbehaved."""
         parts = []
-        for path in (self.munge_socket.parent / "munged.log", self.root / "log" / "slurmctld.log", self.root / "log" / "slurmd.log"):
+        logs = [self.munge_socket.parent / "munged.log", *(self.accounts.logs() if self.accounting else []), self.root / "log" / "slurmctld.log", self.root / "log" / "slurmd.log"]
+        for path in logs:
             text = path.read_text(errors="replace") if path.exists() else "(no log)"
             parts.append(f"--- {path} (last 40 lines) ---\n" + "\n".join(text.splitlines()[-40:]))
         return "\n".join(parts)
@@ -279,9 +311,11 @@ class SlurmCluster:
             if not device.exists():
                 os.mknod(device, 0o666 | 0o020000, os.makedev(1, 3))  # a character device, like /dev/null
             devices.append(str(device))
-        ctld_port, slurmd_port = free_ports(2)  # chosen together: never the same port twice
+        ctld_port, slurmd_port, db_port, dbd_port = free_ports(4)  # chosen together: never the same port twice
+        accounting = self.accounts.write_config(db_port, dbd_port) if self.accounting else NO_ACCOUNTING
         self.conf.write_text(
             SLURM_CONF.format(
+                accounting=accounting,
                 host=self.host,
                 ctld_port=ctld_port,
                 slurmd_port=slurmd_port,

@@ -13,7 +13,9 @@ storage root, one Pipes folder). Processes in a namespace see only its `eth0` an
 gloo is told to use `eth0` (`GLOO_SOCKET_IFNAME`, in `env`, which `sbatch` passes on).
 
 One partition, `gang`, holds every node (one CPU each, no GPUs). Everything else (munge, the
-controller, start, stop, leftovers of a killed run) is `SlurmCluster`'s. Needs root and `ip`
+controller, start, stop, leftovers of a killed run) is `SlurmCluster`'s, but its accounting: no
+slurmdbd here (gangs need no accounts; the single-node cluster tests those), so no associations
+are enforced and the priority is Slurm's basic one. Needs root and `ip`
 (iproute2). Run by hand: `python -m testbed.slurm_multinode`.
 """
 
@@ -27,7 +29,7 @@ from pathlib import Path
 from testbed import leftovers
 from testbed.ports import free_ports
 from testbed.slurm_cluster import SlurmCluster, SlurmClusterError
-from testbed.slurm_conf import SLURM_CONF
+from testbed.slurm_conf import NO_ACCOUNTING, SLURM_CONF
 
 PREFIX = "sinewgrid-slurmmn-"
 NODES = 4
@@ -62,6 +64,7 @@ class MultiNodeSlurmCluster(SlurmCluster):
     """`nodes` Slurm nodes named sgn0… in network namespaces of their own, one partition."""
 
     partitions = (PARTITION,)
+    accounting = False
 
     def __init__(self, nodes: int = NODES):
         sweep_namespaces()
@@ -138,7 +141,7 @@ class MultiNodeSlurmCluster(SlurmCluster):
         self.root.chmod(0o755)
         ctld_port, slurmd_port = free_ports(2)
         conf = SLURM_CONF.format(
-            host=self.host, ctld_port=ctld_port, slurmd_port=slurmd_port, munge_socket=self.munge_socket, root=self.root,
+            accounting=NO_ACCOUNTING, host=self.host, ctld_port=ctld_port, slurmd_port=slurmd_port, munge_socket=self.munge_socket, root=self.root,
             node="unused", cpus=1, gpus=0,
         )  # fmt: skip
         keep = []

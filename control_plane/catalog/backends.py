@@ -14,7 +14,7 @@ pool and field), not when a step is submitted. Each backend reads its own model 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
@@ -37,8 +37,16 @@ class LocalSettings(BackendSettings):
 
 class SlurmSettings(BackendSettings):
     partition: str = Field(description="The Slurm partition this pool is.")
-    account: str | None = None
-    qos: str | None = None
+    account: str | None = Field(default=None, description="`--account` for every job (with `accounts: static`); unset: the user's default account.")
+    qos: str | None = Field(default=None, description="`--qos` for every job (with `accounts: static`); unset: the association's default QOS.")
+    accounts: Literal["static", "teams"] = Field(
+        default="static",
+        description="Whose account a job runs under. `static`: the pool's `account` and `qos` (or none) for every job. "
+        "`teams`: the quotas catalog's, per step: `--account=<the step's team>` and `--qos=<its priority class, else the "
+        "default class>`, so that Slurm's multifactor fair share and QOS priority enforce the team quotas on the cluster "
+        "(the accounts and QOS are made with control_plane/compute/backends/slurm_accounts.py; docs/queues_slurm.md). "
+        "A step of a tenant no team names is refused there, not submitted.",
+    )
     time_limit: str = Field(default="24:00:00", description="`--time` for every job (Slurm's [D-]HH:MM:SS).")
     time_limit_notice_seconds: int = Field(
         default=300,
@@ -51,6 +59,15 @@ class SlurmSettings(BackendSettings):
     extra_args: list[str] = Field(default_factory=list, description="More `sbatch` arguments, as given.")
     # Environment for the commands `sbatch`/`squeue`/`scontrol`/`sacct`/`scancel` (e.g. SLURM_CONF).
     env: dict[str, str] = Field(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _one_source_of_accounts(self) -> SlurmSettings:
+        if self.accounts == "teams" and (self.account or self.qos):
+            raise ValueError(
+                "`accounts: teams` takes each job's account and QOS from the quotas catalog (its team, its priority "
+                "class): leave `account` and `qos` unset, or use `accounts: static` to give them here"
+            )
+        return self
 
 
 class RaySettings(BackendSettings):

@@ -1,7 +1,8 @@
 """The Slurm backend: each attempt of a step is one batch job on the pool's partition.
 
 A pool says `backend: slurm` and names its partition (and optionally account, qos, time
-limit, GPU flag) under `backend_settings` (see `SlurmSettings`). For every attempt this
+limit, GPU flag) under `backend_settings` (see `SlurmSettings`); with `accounts: teams` each
+job runs under its step's team account and priority-class QOS instead (`slurm_accounts.py`). For every attempt this
 backend renders `deploy/slurm/step.sbatch` (`slurm_batch.py`: a bare interpreter, or a container
 of the workload image with `srun --container`), submits it with `sbatch --parsable`, follows
 it with `scontrol show job` (and `sacct --completion` once Slurm has forgotten the job),
@@ -43,6 +44,7 @@ import dagster as dg
 from control_plane.catalog.backends import SlurmSettings, settings_for
 from control_plane.compute.backends.base import JobHandle, JobState, JobStatus, Refusal
 from control_plane.compute.backends.engine import EngineBackend, Launch
+from control_plane.compute.backends.slurm_accounts import SlurmAccountsError
 from control_plane.compute.backends.slurm_batch import container_of, lost_node, render_batch_script
 from control_plane.compute.backends.slurm_nodes import job_nodes_problem, partition_problem
 from control_plane.catalog.pools import Pool
@@ -134,7 +136,10 @@ class SlurmBackend(EngineBackend):
         env = workload_env(platform_credentials=launch.platform_credentials, extra=settings.env)
         script = Path(launch.output_path).with_name("step.sbatch")
         script.parent.mkdir(parents=True, exist_ok=True)
-        script.write_text(render_batch_script(pool, spec, launch, settings, job_env=env))
+        try:
+            script.write_text(render_batch_script(pool, spec, launch, settings, job_env=env))
+        except SlurmAccountsError as exc:  # `accounts: teams`: a step of no team, or a class Slurm cannot take
+            raise dg.Failure(description=str(exc)) from None
         container = container_of(pool, spec)
         info: dict[str, Any] = {
             "settings": settings.model_dump(),

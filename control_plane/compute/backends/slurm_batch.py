@@ -12,6 +12,10 @@ catalog), in one of two ways:
   put it). The container takes its PATH, HOME and library paths from the image, never from the
   host (`workload_runtime.allowed_env.LAUNCHER_OWN`); everything else the job holds is passed on.
 
+Whose job it is: the pool's `account` and `qos`, or, on a pool with `accounts: teams`, the step's
+team (`--account`) and priority class (`--qos`) from the quotas catalog, so Slurm's fair share
+and QOS priority order the teams' jobs (`slurm_accounts.py`, docs/queues_slurm.md).
+
 Signals differ between the two. A bare step is the batch script's own process (`exec`): SIGTERM
 goes to the batch step (`--signal=B:TERM@N`, `scancel --full`). A container's step is run by
 `srun`, which on SIGTERM kills its step outright; so SIGTERM goes to the job's steps instead
@@ -35,6 +39,7 @@ from control_plane.catalog.pools import Pool
 from control_plane.catalog.step_spec import StepSpec
 from control_plane.compute.backends.base import RENDEZVOUS_PORTS
 from control_plane.compute.backends.engine import Launch
+from control_plane.compute.backends.slurm_accounts import account_and_qos
 from control_plane.settings import REPO_ROOT
 from workload_runtime.allowed_env import for_container
 
@@ -87,10 +92,12 @@ def sbatch_options(
     """The `#SBATCH` options for one attempt of `spec` on `pool`, in the order they are written."""
     settings = settings or settings_for(pool)
     options = [f"--job-name={launch.name}", f"--partition={settings.partition}"]
-    if settings.account:
-        options.append(f"--account={settings.account}")
-    if settings.qos:
-        options.append(f"--qos={settings.qos}")
+    # `accounts: teams`: the step's team and priority class (raises SlurmAccountsError for a tenant of no team).
+    account, qos = account_and_qos(spec, pool) if settings.accounts == "teams" else (settings.account, settings.qos)
+    if account:
+        options.append(f"--account={account}")
+    if qos:
+        options.append(f"--qos={qos}")
     options += [f"--time={settings.time_limit}", f"--nodes={spec.nodes}"]
     if spec.gang:
         options.append(f"--ntasks-per-node={spec.ranks_per_node or 1}")
