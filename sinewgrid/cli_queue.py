@@ -84,3 +84,16 @@ def kueue() -> None:
     except KueueObjectsError as exc:
         console.print(f"[red]{escape(str(exc))}[/]")
         raise typer.Exit(2) from None
+
+
+@queue_app.command("slurm")
+def slurm(
+    pools: list[str] = typer.Argument(..., help="The Slurm pools of the pool catalog that one cluster serves."),
+    user: list[str] = typer.Option([], help="A Unix user that submits the jobs (default: this one); repeat for more."),
+    apply: bool = typer.Option(False, "--apply", help="Make what differs on the cluster, then print `sshare`."),
+) -> None:
+    """The quotas as Slurm accounts (Fairshare from each team's weight) and QOS (one per priority
+    class): print the `sacctmgr` commands, or make them with --apply (docs/queues_slurm.md)."""
+    from control_plane.compute.backends.slurm_accounts import main
+
+    main([*pools, *(a for u in user for a in ("--user", u)), *(["--apply"] if apply else [])])
