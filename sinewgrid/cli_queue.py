@@ -34,6 +34,8 @@ def queue(ctx: typer.Context, pool: str = typer.Option("", help="One pool only (
     steps waiting for it: team, GPUs, priority class, how long, why, and an expected start."""
     if ctx.invoked_subcommand is not None:
         return
+    global console
+    console = Console()  # as wide as the terminal is now (COLUMNS)
     from control_plane.queues.view import queue_view
     from control_plane.settings import storage_root
     from workload_runtime.storage import Storage
@@ -63,7 +65,7 @@ def queue(ctx: typer.Context, pool: str = typer.Option("", help="One pool only (
     now = dt.datetime.now(dt.UTC)
     table = Table(title="Waiting, in the order the GPUs go to them", caption="expected start: if the running jobs end when their steps expect; an estimate")
     for column in ("pool", "step", "team", "GPUs", "class", "waiting", "why", "expected start"):
-        table.add_column(column, justify="right" if column in ("GPUs", "waiting") else "left")
+        table.add_column(column, justify="right" if column in ("GPUs", "waiting") else "left", no_wrap=column != "why")
     for name, w in waiting:
         start = "now" if w.expected_start is not None and w.expected_start <= now.timestamp() + 1 else (
             dt.datetime.fromtimestamp(w.expected_start, dt.UTC).strftime("%H:%M UTC") if w.expected_start else "not before other work ends")

@@ -18,6 +18,7 @@ from control_plane.catalog.pools import load_pools
 from control_plane.catalog.quotas import load_quotas
 from control_plane.compute.backends.base import JobHandle
 from control_plane.compute.inflight import InFlight
+from control_plane.compute.step_run import StepFailedError
 from control_plane.queues.gate import Gate, Waiting, WaitingRecords
 from control_plane.queues.admission import Request
 from testbed.counting_step import counting_spec, held, materialize_counting, result_metadata
@@ -126,7 +127,7 @@ def test_waiting_work_goes_in_queue_order_and_a_pool_without_quotas_is_not_queue
 def test_a_bad_priority_class_is_refused_by_name_before_anything_runs(queued, home):
     catalog, storage = queued
     spec = counting_spec("test.bad", tenant="owner", priority_class="urgent", accelerators=["local"])
-    with pytest.raises(Exception, match="no priority class `urgent`"):
+    with pytest.raises(StepFailedError, match="was not started: .*no priority class `urgent`"):
         materialize_counting(home, catalog, spec)
     assert read_ledger(storage).empty
 

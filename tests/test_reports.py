@@ -144,9 +144,10 @@ def test_the_platform_location_loads():
 
     assert set(defs.resolve_all_asset_keys()) == {
         dg.AssetKey(["platform", name])
-        for name in ("ledger_summary", "budgets", "capacity_plan", "failure_drill", "preemption_trace", "dataset_catalog", "training_runs", "checkpoint_retention")
+        for name in ("ledger_summary", "budgets", "capacity_plan", "failure_drill", "preemption_trace", "dataset_catalog", "training_runs", "checkpoint_retention", "gpu_queues")
     }
     assert defs.resolve_job_def("ledger_report_job") is not None
+    assert defs.resolve_schedule_def("gpu_queues_every_15_minutes").default_status == dg.DefaultScheduleStatus.STOPPED
     assert defs.resolve_sensor_def("budget_alerts").minimum_interval_seconds == 60
     assert defs.resolve_schedule_def("daily_ledger_report").cron_schedule == "0 6 * * *"
 

@@ -46,21 +46,24 @@ class Admission:
 
     def pool(self, chooser) -> Pool:  # noqa: ANN001 - shared_resources.compute.PoolChooser
         """The pool the next attempt runs on: placement's order, as admission allows; waits while none does."""
-        records, said = WaitingRecords(self.storage), None
+        records, said, waited_from = WaitingRecords(self.storage), None, None
         try:
             while True:
                 candidates = chooser.candidates(self.context)
                 chooser.again = None
                 if not any(p.name in self.quotas.quotas for p in candidates):
                     return candidates[0]  # no queued pool in its plan: as before queues
-                placed = self.gate.place(self.spec, candidates, request_id=self.request_id, run_id=self.context.run_id, arrived=self.arrived, key=self.key)
+                try:
+                    placed = self.gate.place(self.spec, candidates, request_id=self.request_id, run_id=self.context.run_id, arrived=self.arrived, key=self.key)
+                except QuotaCatalogError as exc:  # e.g. a priority class the file does not define
+                    raise StepFailedError(description=f"{self.spec.name} was not started: {exc}", allow_retries=False) from None
                 if placed.pool is not None:
                     self.context.log.info(f"admitted {self.spec.name} on {placed.pool}: {placed.decision.reason}" + _passed(placed.refusals))
-                    if said is not None:
+                    if waited_from is not None:
                         self._tag(f"admitted on {placed.pool} after {time.time() - waited_from:.0f}s in the queue")
                     return next(p for p in candidates if p.name == placed.pool)
                 words = "; ".join(f"{pool}: {why}" for pool, why in placed.refusals.items())
-                if said is None:
+                if waited_from is None:
                     waited_from = time.time()
                     self._tag(f"waiting for {', '.join(placed.refusals)}")
                 if words != said:
