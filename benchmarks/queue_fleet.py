@@ -8,7 +8,9 @@ deadline-bound real-robot evaluations; plus a spot-interruption trace. The same 
 same trace run under three policies (benchmarks/queue_sim.py), each job placed by the product's
 planner and admitted by the product's admission:
 
-- **queues**: Sinewgrid's quotas, cohort lending and reclaim, priority classes, fair-share order;
+- **queues**: Sinewgrid's quotas, cohort lending and reclaim, priority classes, fair-share order,
+  and work moved onto committed capacity that comes free (`moves.py`, with more than
+  `SINEWGRID_QUEUE_MOVE_MIN_HOURS`'s default of its run left);
 - **strict**: the same quotas without a cohort (no lending, no borrowing);
 - **fifo**: one queue in arrival order, no quotas or priorities, nothing overtakes the oldest.
 
@@ -38,12 +40,15 @@ from control_plane.catalog.pools import Pool, Purchasing
 from control_plane.catalog.quotas import Quotas
 from control_plane.catalog.step_spec import StepSpec
 from control_plane.placement.ranking import plan_placement
+from control_plane.queues.moves import COMMITTED
 from control_plane.queues.requests import held_gpus
+from control_plane.settings import PlatformSettings
 
 WEEK = 168.0
 SEED = 33
 T0 = dt.datetime(2026, 12, 7, tzinfo=dt.UTC)  # a Monday, 00:00
-RESERVED = (Purchasing.reserved, Purchasing.block)
+RESERVED = tuple(COMMITTED)
+MOVE_MIN_HOURS = PlatformSettings.model_fields["queue_move_min_hours"].default  # SINEWGRID_QUEUE_MOVE_MIN_HOURS's default
 NOTICE_HOURS = {"aws": 2 / 60, "gcp": 0.5 / 60, "azure": 0.5 / 60, "anyscale": 2 / 60}
 
 # name: (provider, region, backend, purchasing, accelerator, gpus per node, nodes, $/GPU-hour, interruptions per node-hour)
@@ -287,13 +292,15 @@ def run(repeats: int = 1) -> dict[str, Any]:
     pools, q = fleet(), quotas()
     ranked = plans(pools)
     weights = {t: w for t, (_, w) in TEAMS.items()}
+    committed = {n for n, p in pools.items() if p.purchasing in RESERVED and n in q.quotas}
     results = []
     for load, scale in LOADS.items():  # the same jobs and trace, each job's hours scaled
         rng = np.random.default_rng(SEED)
         jobs, trace = workload(rng, ranked, scale), interruptions(rng, pools)
         for policy in POLICIES:
             started = time.perf_counter()
-            sim = Simulation(policy, {n: p.gpus_per_node * p.nodes for n, p in pools.items()}, q, [_fresh(j) for j in jobs], trace, WEEK).run()
+            moves = MOVE_MIN_HOURS if policy == "queues" else None  # the product's default: moves on
+            sim = Simulation(policy, {n: p.gpus_per_node * p.nodes for n, p in pools.items()}, q, [_fresh(j) for j in jobs], trace, WEEK, committed, moves).run()
             results.append(measure(sim, pools, weights, time.perf_counter() - started, load))
     return {
         "fleet": {"pools": len(pools), "gpus": sum(p.gpus_per_node * p.nodes for p in pools.values()),

@@ -10,7 +10,10 @@ Time is in hours. Capacity is counted in GPUs: a gang holds whole nodes (`held_g
 jobs pack onto nodes is not modelled. Policies:
 
 - `queues`: Sinewgrid's admission with the quotas catalog as given: nominal quotas, cohorts
-  that lend and reclaim, priority classes, fair-share order of the waiting work.
+  that lend and reclaim, priority classes, fair-share order of the waiting work; with
+  `move_min_hours`, work on costlier pools moves onto `committed` pools that come free (the
+  product's `moves.better_pool`; the simulation knows each job's true hours left, where the
+  product goes by the step's `expected_hours`).
 - `strict`: the same admission with every cohort removed: each team only within its nominal
   quota (nobody lends, nobody borrows).
 - `fifo`: one queue in arrival order, no quotas or priorities: the oldest waiting job starts
@@ -27,6 +30,7 @@ from dataclasses import dataclass, field
 
 from control_plane.catalog.quotas import Quotas
 from control_plane.queues.admission import PoolQueue, Request, choose, order
+from control_plane.queues.moves import better_pool
 
 POLICIES = ("queues", "strict", "fifo")
 RESTART_HOURS = 5 / 60  # relaunching a preempted job and loading its checkpoint: held, not productive
@@ -82,10 +86,14 @@ class Interruption:
 class Simulation:
     """One policy over one fleet, one workload and one interruption trace, up to `horizon` hours."""
 
-    def __init__(self, policy: str, capacity: Mapping[str, int], quotas: Quotas, jobs: Iterable[Job], trace: Iterable[Interruption], horizon: float):
+    def __init__(
+        self, policy: str, capacity: Mapping[str, int], quotas: Quotas, jobs: Iterable[Job], trace: Iterable[Interruption], horizon: float,
+        committed: Iterable[str] = (), move_min_hours: float | None = None,
+    ):
         if policy not in POLICIES:
             raise ValueError(f"no policy {policy!r}; the policies: {', '.join(POLICIES)}")
         self.policy, self.horizon = policy, horizon
+        self.committed, self.move_min_hours = set(committed), move_min_hours
         rules = quotas.model_copy(update={"cohorts": {}}) if policy == "strict" else quotas
         self.queues = {name: PoolQueue(name, gpus, rules) for name, gpus in capacity.items()}
         self.capacity = dict(capacity)
@@ -206,7 +214,32 @@ class Simulation:
                 if started:
                     break  # shares changed: order again
             if not started:
+                if self.move_min_hours is not None:
+                    self._move_back()
                 return
+
+    def _move_back(self) -> None:
+        """What waits has started: committed GPUs still idle take work running on costlier pools
+        of its plan (the product's rule, `moves.better_pool`), the longest left first."""
+        if not any(self.queues[p].free > 0 for p in self.committed):
+            return
+        for job in sorted(self._running_on_all(), key=lambda j: (j.hours - j.done, j.id), reverse=True):
+            left = job.hours - job.done - max(0.0, self.now - job.started - job.restart)
+            if left < self.move_min_hours or job.pool in self.committed:
+                continue
+            requests = {p: Request(job.id, job.team, job.held[p], job.priority, job.arrival) for p in job.ranked}
+            target = better_pool(job.ranked, job.pool, self.committed, lambda p: self.queues[p].decide(requests[p]))
+            if target is None:
+                continue
+            self._stop(job, cause="moved", notice=True)
+            for group in self._groups.values():
+                if job in group:
+                    group.remove(job)
+            self.queues[target].admit(requests[target], self.queues[target].decide(requests[target]))
+            self._start(job, target)
+
+    def _running_on_all(self) -> list[Job]:
+        return [job for pool in self._running_on.values() for job in pool.values()]
 
     def _start(self, job: Job, pool: str) -> None:
         job.pool, job.started = pool, self.now

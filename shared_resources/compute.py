@@ -9,6 +9,7 @@ Dagster Pipes on the pool's backend, book in the ledger), and asks the pool's re
 from __future__ import annotations
 
 import datetime as dt
+import itertools
 import time
 
 import dagster as dg
@@ -27,7 +28,7 @@ from control_plane.compute.left_behind import stop_left_behind
 from control_plane.compute.recovery import Action, Decision, Ending, Outcome, RecoveryPolicy, policy_named
 from control_plane.compute.step_run import StepFailedError, StepRun, attempt_timeline, disqualified_timeline
 from control_plane.placement.ranking import PlacementPlan, plan_placement
-from control_plane.queues.waiting_step import Admission, quota_preemption
+from control_plane.queues.waiting_step import Admission, Mover, quota_preemption
 from workload_runtime.storage import Storage
 from control_plane.tenancy.control import lane_of, tenant_access_of
 
@@ -123,12 +124,15 @@ class ComputeResource(dg.ConfigurableResource):
         step = StepRun(spec=spec, plan=plan, pool=plan.first, checkpoint_uri=home.checkpoints(lineage), access=access)
         # A resumed run: its earlier worker's job for this step stops before this worker starts one.
         before = stop_left_behind(context, spec, storage, self.pools(), step.checkpoint_uri)
-        # Refusals cost nothing but a try per pool; preemptions are bounded by the step's budget.
+        # Refusals cost nothing but a try per pool (a pool that refused is not tried again);
+        # preemptions are bounded by the step's `max_preemptions` (recovery gives up past it),
+        # except those admission makes, which the queues bound.
         gate = Admission(context, spec, storage, self.pools(), step.checkpoint_uri)
-        for number in range(before + 1, before + spec.max_preemptions + len(plan.ranked) + 2):
+        for number in itertools.count(before + 1):
             pool = step.pool = gate.pool(chooser)
             try:
-                outcome, result = self._attempt(context, step, pool, storage, number, lineage, chooser)
+                with Mover(gate, plan.ranked, pool):  # onto committed capacity of the plan, should some come free
+                    outcome, result = self._attempt(context, step, pool, storage, number, lineage, chooser)
             finally:
                 gate.attempt_ended()
             decision = policies[pool.name].decide(outcome)

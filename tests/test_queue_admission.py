@@ -103,6 +103,33 @@ def _reclaimed(pool: dict, storage: Storage, home: Path, tmp_path: Path) -> None
     assert tags["sinewgrid/queue"].startswith("admitted on gpu after"), tags  # the Runs page shows it waited
 
 
+def test_a_step_on_on_demand_moves_to_committed_capacity_that_came_free(queued, home, monkeypatch):
+    """The reserved pool is full (the owners' step), so the other team's step starts on the
+    on-demand pool; when the owners' step ends, it moves: notice, checkpoint, resume on `gpu`."""
+    catalog, storage = queued
+    monkeypatch.setenv("SINEWGRID_QUEUE_MOVE_MIN_HOURS", "0.001")  # the steps here last seconds
+    owner = counting_spec("test.owner", tenant="owner", gpus=2, config={"steps": 20, "step_seconds": 0.1})
+    mover = counting_spec("test.mover", tenant="other", gpus=2, expected_hours=1.0, config={"steps": 200, "step_seconds": 0.05})
+    instances = {"owner": dg.DagsterInstance.ephemeral(), "mover": dg.DagsterInstance.ephemeral()}
+    results: dict[str, object] = {}
+
+    def run(name, spec):
+        results[name] = materialize_counting(home, catalog, spec, lineage=name, instance=instances[name])
+
+    first = threading.Thread(target=run, args=("owner", owner))
+    first.start()
+    _wait(lambda: any(r["owner"].get("step") == "test.owner" for r in InFlight(storage).records()), "the owners' step to hold the reserved pool")
+    run("mover", mover)
+    first.join(timeout=120)
+
+    ledger = read_ledger(storage)
+    moved = ledger[ledger["step"] == "test.mover"]
+    assert list(zip(moved["pool"], moved["outcome"], moved["cause"])) == [("elsewhere", "preempted", "moved"), ("gpu", "succeeded", "")], moved[["pool", "outcome", "cause"]]
+    assert result_metadata(results["mover"])["resumed_from"] > 0
+    said = "\n".join(e.user_message for e in instances["mover"].all_logs(results["mover"].run_id))
+    assert "moving test.mover to gpu: committed pool gpu of its plan came free, before elsewhere (on_demand)" in said, said
+
+
 def test_waiting_work_goes_in_queue_order_and_a_pool_without_quotas_is_not_queued(queued, home):
     catalog, storage = queued
     pools, quotas = load_pools(catalog), load_quotas()

@@ -79,3 +79,16 @@ def test_figure_15s_fleet_and_quotas_are_valid_catalogs():
     assert sum(p.gpus_per_node * p.nodes for p in pools.values()) == 2240 and len(pools) == 12
     ranked = plans(pools)
     assert ranked["pretraining"][0] and all(pools[p].accelerator == "h100-80gb" for p in ranked["pretraining"][0])
+
+
+def test_work_on_a_costlier_pool_moves_to_committed_capacity_that_came_free():
+    holder = _job("holder", "a", 0.0, 1.0, gpus=8, pools=("p",))
+    later = _job("later", "b", 0.5, 4.0, gpus=8, pools=("p", "q"))  # p is full: it starts on q
+    sim = Watched("queues", {"p": 8, "q": 8}, QUOTAS, [holder, later], [], horizon=20, committed={"p"}, move_min_hours=1.0).run()
+    moved = sim.jobs["later"]
+    assert moved.first_start == pytest.approx(0.5) and moved.preemptions == 1 and moved.finished is not None
+    assert sim.ledger.held[("b", "q")] == pytest.approx(8 * (0.5 + 0.01))  # ran on q until p came free at 1.0, then its checkpoint
+    assert sim.ledger.lost["moved"] == pytest.approx(8 * 0.01)
+    stays = Watched("queues", {"p": 8, "q": 8}, QUOTAS, [_job("h", "a", 0.0, 1.0), _job("short", "b", 0.5, 1.2, pools=("p", "q"))], [], horizon=20,
+                    committed={"p"}, move_min_hours=1.0).run()  # fmt: skip
+    assert stays.jobs["short"].preemptions == 0  # 0.7 h left when p came free: not worth a checkpoint and a restart

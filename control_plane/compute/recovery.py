@@ -16,7 +16,7 @@ small classes chosen by name.
 | failed qualification | drain, move (a gang's node with a spare: drain that node only, retry here) | same |
 | preempted: straggler or unhealthy node | drain, move | same |
 | preempted: notice, lost node, reclaimed | cool down, move (the next free pool, this one if all cool) | retry here, no cool-down |
-| preempted: quota (admission gave its GPUs to another step, control_plane/queues) | move, no cool-down: the first pool admission allows | same |
+| preempted: quota or moved (admission gave its GPUs to another step, or moved it to committed capacity of its plan; control_plane/queues) | move, no cool-down: the first pool admission allows; not counted against `max_preemptions` | same |
 | a gang's node lost, slow or sick, and the pool has a spare | drain that node only, retry here without it | same |
 | more preemptions than `max_preemptions` | give up | give up |
 
@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any, ClassVar
 
-from control_plane.compute.causes import Cause
+from control_plane.compute.causes import ADMISSION_CAUSES, Cause
 
 
 class Action(StrEnum):
@@ -98,7 +98,7 @@ class RecoveryPolicy:
     def after_preemption(self, outcome: Outcome) -> Decision:
         if outcome.node and outcome.spare_nodes > 0 and outcome.cause in REPLACEABLE:
             decision = Decision(Action.retry, replace_node=outcome.node)
-        elif outcome.cause == Cause.quota:
+        elif outcome.cause in ADMISSION_CAUSES:
             decision = Decision(Action.move)  # the pool is fine: admission says where it resumes, no cool-down
         elif Cause(outcome.cause).pool_at_fault:
             detail = next((f["detail"] for f in outcome.flags if f["cause"] == outcome.cause), outcome.problem)

@@ -11,7 +11,7 @@ from control_plane.accounting.records import AttemptRecord, ledger_markdown
 from control_plane.catalog.pools import Pool
 from control_plane.catalog.step_spec import StepSpec
 from control_plane.compute.backends.base import AttemptOutcome, AttemptResult
-from control_plane.compute.causes import Cause
+from control_plane.compute.causes import ADMISSION_CAUSES, Cause
 from control_plane.placement.ranking import PlacementPlan
 from workload_runtime.messages import CheckpointSaved, Progress, Resumed, Telemetry, of_kind
 from workload_runtime.tenant_access import TenantAccess
@@ -40,7 +40,9 @@ class StepRun:
 
     @property
     def preemptions(self) -> int:
-        return sum(1 for a in self.attempts if a.outcome == AttemptOutcome.preempted)
+        """Preemptions that count against `max_preemptions`: not those admission made (a team
+        taking its quota back, a move to committed capacity), which the queues bound themselves."""
+        return sum(1 for a in self.attempts if a.outcome == AttemptOutcome.preempted and a.cause not in ADMISSION_CAUSES)
 
     @property
     def wall_seconds(self) -> float:

@@ -38,6 +38,7 @@ from control_plane.catalog.quotas import Quotas
 from control_plane.catalog.step_spec import StepSpec
 from control_plane.compute.inflight import InFlight
 from control_plane.queues.admission import Decision, Placed, PoolQueue, Request, choose, order
+from control_plane.queues.moves import COMMITTED, better_pool
 from control_plane.queues.requests import request_for
 from control_plane.queues.usage import queues_now
 from workload_runtime.storage import Storage, fs_for, glob_uris, read_json, write_json_atomic
@@ -173,6 +174,24 @@ class Gate:
             return Placed(None, None, {**placed.refusals, pool: f"another step was admitted to it at the same moment; asks again ({recheck.reason})"})
         return placed
 
+    def better(self, spec: StepSpec, plan: list[Pool], current: Pool, *, request_id: str, arrived: float) -> str | None:
+        """A committed pool of `plan` before `current` that would take the running step now
+        without preempting, with no waiting step ahead of it there (`moves.py`); None if none."""
+        queues = self._queues(InFlight(self.storage).records(), request_id)
+        waiting = [w for w in WaitingRecords(self.storage).all() if w.request.id != request_id]
+        committed = {p.name for p in plan if p.purchasing in COMMITTED and p.name in self.quotas.quotas}
+        requests = {p.name: request_for(spec, p, self.quotas, id=request_id, arrived=arrived) for p in plan}
+        return better_pool([p.name for p in plan], current.name, committed, lambda name: self._turn(queues, waiting, name, requests[name]))
+
+    def stop_own(self, key: str, *, cause: str, by: str, reason: str) -> bool:
+        """Give the step instance `key`'s own job in flight its notice (cause `cause`); False when it has none."""
+        for record in InFlight(self.storage).records():
+            owner = record.get("owner", {})
+            if instance_key(owner.get("run_id", ""), owner.get("step", ""), owner.get("checkpoint_uri", "")) == key:
+                _notice(self.storage, record, cause=cause, by=by, reason=reason)
+                return True
+        return False
+
     def release(self, request_id: str) -> None:
         """The step's job is in flight, or its attempt ended: its claim holds nothing more."""
         Claims(self.storage).remove(request_id)
@@ -213,20 +232,24 @@ class Gate:
 
     def _stop(self, decision: Decision, records: list[dict[str, Any]], spec: StepSpec) -> None:
         """Give each victim its notice (once) and leave the marker its worker books the cause from."""
-        from control_plane.compute.backends import backend_for
-        from control_plane.compute.backends.base import JobHandle
-
         by_id = {f"{r['handle']['backend']}:{r['handle']['job_id']}": r for r in records}
         for victim in decision.preempt:
-            record = by_id.get(victim)
-            if record is None or victim in self.signalled:
-                continue
-            owner = record.get("owner", {})
-            key = instance_key(owner.get("run_id", ""), owner.get("step", ""), owner.get("checkpoint_uri", ""))
-            write_json_atomic(preempted_marker(self.storage, key), {"cause": "quota", "by": spec.name, "reason": decision.reason, "at": time.time()})
-            handle = JobHandle.from_json(record["handle"])
-            backend_for(handle.backend).signal(handle, signal.SIGTERM)
-            self.signalled.add(victim)
+            if victim in by_id and victim not in self.signalled:
+                _notice(self.storage, by_id[victim], cause="quota", by=spec.name, reason=decision.reason)
+                self.signalled.add(victim)
+
+
+def _notice(storage: Storage, record: dict[str, Any], *, cause: str, by: str, reason: str) -> None:
+    """SIGTERM to an in-flight job (it checkpoints and exits 75), with the marker its own worker
+    reads to book the attempt to `cause`."""
+    from control_plane.compute.backends import backend_for
+    from control_plane.compute.backends.base import JobHandle
+
+    owner = record.get("owner", {})
+    key = instance_key(owner.get("run_id", ""), owner.get("step", ""), owner.get("checkpoint_uri", ""))
+    write_json_atomic(preempted_marker(storage, key), {"cause": cause, "by": by, "reason": reason, "at": time.time()})
+    handle = JobHandle.from_json(record["handle"])
+    backend_for(handle.backend).signal(handle, signal.SIGTERM)
 
 
 def _request_json(r: Request) -> dict[str, Any]:

@@ -5,12 +5,14 @@ plan and admission agree on (`gate.py`). While no pool admits the step, it waits
 `state/queues/waiting/` says why on each pool (`sinewgrid queue`, the `gpu_queues` asset), the
 run's log says so once per change of reasons, the run is tagged `sinewgrid/queue` (the Runs page
 filters on it: `sinewgrid/queue` starting `waiting`), and it asks again every
-`SINEWGRID_QUEUE_POLL_SECONDS`. Pools the quotas file does not name are not queued: a plan with
+`SINEWGRID_QUEUE_POLL_SECONDS`. While an attempt runs on on-demand or spot capacity, `Mover`
+moves it onto committed capacity of its plan that came free (`moves.py`). Pools the quotas file does not name are not queued: a plan with
 no queued pool starts at once, as before queues existed.
 """
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Mapping
 
@@ -23,6 +25,7 @@ from control_plane.compute.backends.base import AttemptResult
 from control_plane.compute.causes import Cause
 from control_plane.compute.step_run import StepFailedError
 from control_plane.queues.gate import Gate, Waiting, WaitingRecords, instance_key, take_preempted_marker, waiting_id
+from control_plane.queues.moves import COMMITTED
 from control_plane.queues.requests import request_for
 from workload_runtime.storage import Storage
 
@@ -89,12 +92,68 @@ class Admission:
 
 
 def quota_preemption(context: dg.AssetExecutionContext, storage: Storage, spec: StepSpec, checkpoint_uri: str, started: float, result: AttemptResult) -> None:
-    """An attempt stopped by admission (another step took the GPUs back) is booked to cause `quota`."""
+    """An attempt stopped by admission is booked to its cause: `quota` (another step took the
+    GPUs back) or `moved` (committed capacity of its plan came free)."""
     marker = take_preempted_marker(storage, instance_key(context.run_id, spec.name, checkpoint_uri))
     if marker is None or float(marker.get("at", 0.0)) < started:
         return
-    result.cause = Cause.quota
-    context.log.warning(f"{spec.name} was preempted by admission for {marker.get('by', 'another step')} ({marker.get('reason', '')}); it resumes from its checkpoint where the queues admit it")
+    result.cause = Cause(marker.get("cause", Cause.quota))
+    if result.cause is Cause.moved:
+        context.log.warning(f"{spec.name} checkpointed to move: {marker.get('reason', '')}")
+    else:
+        context.log.warning(f"{spec.name} was preempted by admission for {marker.get('by', 'another step')} ({marker.get('reason', '')}); it resumes from its checkpoint where the queues admit it")
+
+
+class Mover:
+    """While an attempt runs on an on-demand or spot pool, looks every `6 ×
+    SINEWGRID_QUEUE_POLL_SECONDS` for committed capacity of the step's plan that came free
+    (`moves.py`), and moves the step there (notice, checkpoint, resume: cause `moved`) while
+    more than `SINEWGRID_QUEUE_MOVE_MIN_HOURS` of its expected run is left."""
+
+    def __init__(self, admission: Admission, plan: list[Pool], pool: Pool):
+        from control_plane.settings import settings
+
+        self.admission, self.plan, self.pool = admission, plan, pool
+        self.min_seconds = settings().queue_move_min_hours * 3600
+        self.every = 6 * admission.poll_seconds
+        self.started = time.time()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def _worth_watching(self) -> bool:
+        spec, quotas = self.admission.spec, self.admission.quotas
+        names = [p.name for p in self.plan]
+        ahead = self.plan[: names.index(self.pool.name)] if self.pool.name in names else []
+        return (self.min_seconds > 0 and spec.checkpoints and self.pool.purchasing not in COMMITTED
+                and any(p.purchasing in COMMITTED and p.name in quotas.quotas for p in ahead))  # fmt: skip
+
+    def __enter__(self) -> Mover:
+        if self._worth_watching():
+            self._thread = threading.Thread(target=self._watch, name=f"mover-{self.admission.spec.name}", daemon=True)
+            self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=60)
+
+    def _watch(self) -> None:
+        a = self.admission
+        while not self._stop.wait(self.every):
+            left = a.spec.expected_hours * 3600 - (time.time() - self.started)
+            if left < self.min_seconds:
+                return
+            try:
+                target = a.gate.better(a.spec, self.plan, self.pool, request_id=a.request_id, arrived=a.arrived)
+                if target is None:
+                    continue
+                reason = f"committed pool {target} of its plan came free, before {self.pool.name} ({self.pool.purchasing.value}); about {left / 3600:.1f} h of it left"
+                if a.gate.stop_own(a.key, cause=Cause.moved.value, by=a.spec.name, reason=reason):
+                    a.context.log.info(f"moving {a.spec.name} to {target}: {reason}")
+                return
+            except Exception as exc:  # noqa: BLE001 - a move is an optimisation: the step runs on where it is
+                a.context.log.debug(f"{a.spec.name}: could not look for committed capacity to move to ({exc!r})")
 
 
 def _quotas(spec: StepSpec) -> Quotas:
