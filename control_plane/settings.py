@@ -24,6 +24,7 @@ not read this module: what they need travels in their Pipes extras
 | `SINEWGRID_MODELS` | `models` | the packaged model catalog (`control_plane/catalog/models.yaml`): providers, models, prices |
 | `SINEWGRID_BUDGETS` | `budgets` | the packaged budgets (`control_plane/catalog/budgets.yaml`): tokens and GPU hours per project and tenant |
 | `SINEWGRID_QUEUE_POLL_SECONDS` | `queue_poll_seconds` | 5: how often a step waiting in a pool's queue asks admission again |
+| `SINEWGRID_QUEUE_MOVE_MIN_HOURS` | `queue_move_min_hours` | 1: a step moves onto committed capacity of its plan that came free while more than this much of its expected run is left (0: never) |
 | `SINEWGRID_QUOTAS` | `quotas` | the packaged quotas (`control_plane/catalog/quotas.yaml`): each team's GPUs per pool, cohorts, priority classes |
 | `SINEWGRID_ALERT_WEBHOOK` | `alert_webhook` | none: budget warnings show in the UI only |
 | `SINEWGRID_DROP_QUEUES` | `drop_queues` | none: the landing sensors list their zones (`kind=<SQS queue URL>,…`: S3 event notifications, `control_plane/intake/drop_events.py`) |
@@ -70,6 +71,9 @@ class PlatformSettings(BaseSettings):
     models: str = Field("", description="The model catalog (YAML): providers, models, prices; default: the packaged one.")
     budgets: str = Field("", description="The budgets (YAML) over tokens and GPU hours; default: the packaged one.")
     queue_poll_seconds: float = Field(5.0, gt=0, description="How often a step waiting in a pool's queue asks admission again.")
+    queue_move_min_hours: float = Field(
+        1.0, ge=0, description="A step on on-demand or spot capacity moves to committed capacity of its plan that came free while more than this many hours of its expected run are left; 0: never moves."
+    )
     quotas: str = Field("", description="The quotas (YAML): each team's GPUs per pool, cohorts, priority classes; default: the packaged one.")
     alert_webhook: str = Field("", description="Where budget warnings are POSTed (JSON); empty: the UI only.")
     drop_queues: str = Field("", description="`kind=<SQS queue URL>,…`: the queues the bucket's events of new drops go to; empty: the sensors list.")
