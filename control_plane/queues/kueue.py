@@ -30,8 +30,7 @@ from control_plane.catalog.backends import KubernetesSettings, settings_for
 from control_plane.catalog.pools import Pool
 from control_plane.catalog.quotas import Quota, Quotas, load_quotas
 from control_plane.catalog.step_spec import StepSpec
-from control_plane.queues.requests import UNASSIGNED, team_of
-from control_plane.tenancy.control import lane_of
+from control_plane.queues.requests import NoTeam, team_and_class
 
 API_VERSION = "kueue.x-k8s.io/v1beta1"
 QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
@@ -207,14 +206,12 @@ def workload_labels(pool: Pool, spec: StepSpec, quotas: Quotas | None = None) ->
     if not settings.kueue:
         return {}
     quotas = quotas or load_quotas()
-    team = team_of(spec.tenant, quotas)
-    if team == UNASSIGNED:
+    try:
+        team, name = team_and_class(spec, quotas)  # a class the catalog lacks: said here, not as a workload Kueue never admits
+    except NoTeam as exc:
         raise NoTeamOnKueuePool(
-            f"pool {pool.name} enforces team quotas with Kueue (`backend_settings.kueue: true`), and tenant `{spec.tenant}` "
-            f"(lane `{lane_of(spec.tenant)}`) of {spec.name} is in no team of {quotas.file or 'the quotas catalog'}: it has no "
+            f"pool {pool.name} enforces team quotas with Kueue (`backend_settings.kueue: true`), and {exc}, so {spec.name} has no "
             f"LocalQueue there. Add `{spec.tenant}` or its lane to a team's `members`, or run it on a pool without `kueue`."
-        )
-    name = spec.priority_class or quotas.default_priority
-    quotas.priority(name)  # a class the catalog lacks: say so here, not as a workload Kueue never admits
+        ) from None
     return {QUEUE_LABEL: team, PRIORITY_LABEL: name}
 

@@ -16,6 +16,22 @@ def team_of(spec_tenant: str, quotas: Quotas) -> str:
     return quotas.team_of(spec_tenant, lane_of(spec_tenant)) or UNASSIGNED
 
 
+class NoTeam(ValueError):
+    """A step whose tenant, and its lane, no team of the quotas file names."""
+
+
+def team_and_class(spec: StepSpec, quotas: Quotas) -> tuple[str, str]:
+    """The team `spec` counts against and its priority class (the default when it names none),
+    for an engine that must name both (a Slurm account and QOS, a Kueue LocalQueue and class).
+    Raises `NoTeam` for a tenant no team names, `QuotaCatalogError` for a class the file lacks."""
+    team = team_of(spec.tenant, quotas)
+    if team == UNASSIGNED:
+        raise NoTeam(f"no team of {quotas.file or 'the quotas catalog'} names tenant `{spec.tenant}` or its lane `{lane_of(spec.tenant)}`")
+    wanted = spec.priority_class or quotas.default_priority
+    quotas.priority(wanted)  # a class the catalog lacks: named, with the classes it has
+    return team, wanted
+
+
 def held_gpus(spec: StepSpec, pool: Pool) -> int:
     """GPUs the step holds on `pool` while it runs: a gang takes whole nodes (as placement counts
     them, `control_plane/placement/cost_model.py`), a single process what it asks."""

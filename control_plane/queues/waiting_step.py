@@ -72,9 +72,9 @@ class Admission:
                 if words != said:
                     self.context.log.info(f"{self.spec.name} waits in the queue ({words}); asks again every {self.poll_seconds:g}s")
                     said = words
-                request = request_for(self.spec, candidates[0], self.quotas, id=self.request_id, arrived=self.arrived)
-                held = {p.name: request_for(self.spec, p, self.quotas, id=self.request_id, arrived=self.arrived).gpus for p in candidates}
-                records.put(Waiting(request, self.spec.name, self.context.run_id, held, placed.refusals, self.arrived))
+                requests = [request_for(self.spec, p, self.quotas, id=self.request_id, arrived=self.arrived) for p in candidates]
+                held = {p.name: r.gpus for p, r in zip(candidates, requests, strict=True)}
+                records.put(Waiting(requests[0], self.spec.name, self.context.run_id, held, placed.refusals, self.arrived))
                 time.sleep(self.poll_seconds)
         finally:
             records.remove(self.request_id)

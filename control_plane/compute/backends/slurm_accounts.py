@@ -30,9 +30,8 @@ from dataclasses import dataclass
 from control_plane.catalog.pools import Pool
 from control_plane.catalog.quotas import QuotaCatalogError, Quotas, load_quotas
 from control_plane.catalog.step_spec import StepSpec
-from control_plane.queues.requests import UNASSIGNED, team_of
+from control_plane.queues.requests import NoTeam, team_and_class
 from control_plane.settings import child_env
-from control_plane.tenancy.control import lane_of
 
 SHARES_PER_WEIGHT = 100
 # What Slurm takes as an account or QOS name and gives back unchanged: sacctmgr folds upper case
@@ -130,15 +129,13 @@ def account_and_qos(spec: StepSpec, pool: Pool, quotas: Quotas | None = None) ->
     where = f"pool {pool.name} runs each job under its team's Slurm account (`accounts: teams`)"
     try:
         quotas = quotas or load_quotas()
-        team = team_of(spec.tenant, quotas)
-        if team == UNASSIGNED:
+        try:
+            team, wanted = team_and_class(spec, quotas)
+        except NoTeam as exc:
             raise SlurmAccountsError(
-                f"{where}, and no team of {quotas.file} names tenant `{spec.tenant}` or its lane `{lane_of(spec.tenant)}`: "
-                f"step {spec.name} is not submitted. Add `{spec.tenant}` to a team's `members` in {quotas.file} (then apply "
-                "the accounts: docs/queues_slurm.md), or run the step on a pool without `accounts: teams`."
-            )
-        wanted = spec.priority_class or quotas.default_priority
-        quotas.priority(wanted)  # a class the catalog lacks: named, with the classes it has
+                f"{where}, and {exc}: step {spec.name} is not submitted. Add `{spec.tenant}` to a team's `members` in "
+                f"{quotas.file} (then apply the accounts: docs/queues_slurm.md), or run the step on a pool without `accounts: teams`."
+            ) from None
         fix = f"rename it under `priority_classes:` and in step {spec.name}"
         return slurm_name(team, "team", quotas.file, "rename it under `teams:`"), slurm_name(wanted, "priority class", quotas.file, fix)
     except (SlurmAccountsError, QuotaCatalogError) as error:
