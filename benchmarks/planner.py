@@ -30,7 +30,8 @@ from control_plane.placement.cost_model import PlanContext, assess
 from control_plane.placement.exact import solver_output_to_stderr
 from control_plane.placement.greedy import SLOT_HOURS, assign, plan_cost
 from control_plane.placement.planner import InfeasiblePlanError, plan_job
-from control_plane.catalog.pools import Catalog, EgressRates, EgressTable, Pool, Purchasing
+from control_plane.catalog.egress import EgressRates, EgressTable
+from control_plane.catalog.pools import Catalog, Pool, Purchasing
 from control_plane.catalog.step_spec import DatasetRef, StepSpec
 
 T0 = dt.datetime(2026, 12, 7, tzinfo=dt.UTC)

@@ -43,7 +43,7 @@ def test_a_tightly_coupled_gang_is_refused_where_its_nodes_span_two_domains():
     assert plan.ranked == []
     verdict = plan.verdict("islands")
     assert verdict.refused_by == ["interconnect"]
-    assert verdict.reasons == ["tightly coupled: needs 8 nodes in one interconnect domain, the pool's domains hold 4 (32 GPUs)"]
+    assert verdict.reasons == ["tightly coupled: needs 8 nodes × 8 = 64 GPUs in one interconnect domain; the pool's interconnect domains hold 4 nodes × 8 = 32. With `span_domains: true` it would be split over 2 interconnect domains, the slower links costed"]
 
 
 def test_a_tightly_coupled_gang_lands_where_one_domain_holds_all_its_nodes():
@@ -55,7 +55,7 @@ def test_a_tightly_coupled_gang_lands_where_one_domain_holds_all_its_nodes():
     plan = plan_placement(_pretrain(), catalog)
     assert [p.name for p in plan.ranked] == ["islands-of-8", "fabric-in-gpus"]
     assert plan.verdict("fabric-too-small").reasons == [
-        "tightly coupled: needs 8 nodes in one interconnect domain, the pool's domains hold 4 (32 GPUs)"
+        "tightly coupled: needs 8 nodes × 8 = 64 GPUs in one interconnect domain; the pool's interconnect domains hold 4 nodes × 8 = 32. With `span_domains: true` it would be split over 2 interconnect domains, the slower links costed"
     ]
 
 
@@ -64,7 +64,7 @@ def test_a_loosely_coupled_gang_may_span_domains_and_a_pool_without_a_fabric_ref
     assert [p.name for p in plan_placement(_pretrain(tightly_coupled=False), catalog).ranked] == ["ethernet", "islands"]
     plan = plan_placement(_pretrain(), catalog)
     assert plan.ranked == []
-    assert plan.verdict("ethernet").reasons == ["tightly coupled across 64 GPUs, but the pool's fast-interconnect domain holds none"]
+    assert plan.verdict("ethernet").reasons == ["tightly coupled across 64 GPUs, but the pool declares no fast domain (`nodes_per_domain` or `topology` in the catalog)"]
 
 
 # --- standby spares ------------------------------------------------------------------------

@@ -92,7 +92,7 @@ def test_robotics_steps_find_their_pools():
     assert [p.name for p in sweep.ranked] == ["robot-sim-spot"]
     training = plan_placement(_spec(tenant="robotics", tightly_coupled=True), pools)
     assert [p.name for p in training.ranked] == ["robot-train"]
-    assert any("fast-interconnect domain" in r for v in training.verdicts for r in v.reasons)
+    assert any("declares no fast domain" in r for v in training.verdicts for r in v.reasons)
     evaluation = plan_placement(_spec(tenant="robotics", capacity=Capacity.evaluation, runtime="isaaclab"), pools)
     assert [p.name for p in evaluation.ranked] == ["robot-eval"]
     no_runtime = plan_placement(_spec(tenant="cell", capacity=Capacity.burst, runtime="isaaclab"), pools)

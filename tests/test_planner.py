@@ -12,7 +12,8 @@ from typer.testing import CliRunner
 from control_plane.placement.cost_model import young_daly_interval_hours
 from control_plane.placement.ranking import checkpoint_interval_seconds, plan_placement, spot_rework_fraction
 from control_plane.placement.planner import InfeasiblePlanError, plan_job
-from control_plane.catalog.pools import Catalog, EgressRates, EgressTable, Pool, TenantLimits
+from control_plane.catalog.egress import EgressRates, EgressTable
+from control_plane.catalog.pools import Catalog, Pool, TenantLimits
 from control_plane.catalog.step_spec import DatasetRef, StepSpec
 
 T0 = dt.datetime(2026, 12, 7, tzinfo=dt.UTC)
@@ -117,7 +118,7 @@ def test_tightly_coupled_step_only_where_it_fits_one_domain():
         _catalog(_pool("ib", nodes=2, interconnect_domain_gpus=16), _pool("eth", nodes=4, price_per_gpu_hour=1.0)),
     )
     assert [p.name for p in plan.ranked] == ["ib"]
-    assert "fast-interconnect domain holds none" in plan.verdict("eth").reasons[0]
+    assert "declares no fast domain" in plan.verdict("eth").reasons[0]
 
 
 def test_deadline_counts_transfer_and_rework():

@@ -16,8 +16,10 @@ from typing import Annotated
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from control_plane.catalog.accelerators import check_accelerator
+from control_plane.catalog.accelerators import ACCELERATORS, check_accelerator
 from control_plane.catalog.backends import BACKENDS, backend_kind
+from control_plane.catalog.egress import EgressTable
+from control_plane.catalog.topology import Topology, domain_problems
 from control_plane.catalog.yaml_files import read_yaml_mapping, validation_problems
 
 DEFAULT_CATALOG = Path(__file__).with_name("pools.yaml")
@@ -106,6 +108,8 @@ class Pool(BaseModel):
     # Neither: the pool has no fast interconnect, and tightly coupled steps go elsewhere.
     interconnect_domain_gpus: Annotated[int, Field(ge=1)] | None = None  # GPUs in one fast domain
     nodes_per_domain: Annotated[int, Field(ge=1)] | None = None  # nodes in one fast domain
+    # What a domain is (NVLink rack, TPU slice, UltraServer, switch) and its links: docs/accelerators.md.
+    topology: Topology | None = None
     # Nodes held on standby to replace a gang's failed node (HyperPod's spare instances, a
     # reservation's standby nodes). Never offered to a step for fitting; a gang pays for them
     # while it runs (docs/placement.md, "Gangs: domains and spares").
@@ -191,6 +195,12 @@ class Pool(BaseModel):
                 f"`nodes_per_domain` ({self.nodes_per_domain}) is more than the pool's `nodes` ({self.nodes}). "
                 "Lower it; if the whole pool is one domain, it equals `nodes`."
             )
+        problems = domain_problems(
+            accelerator_family=self.family, topology=self.topology, gpus_per_node=self.gpus_per_node, nodes=self.nodes,
+            nodes_per_domain=self.nodes_per_domain, interconnect_domain_gpus=self.interconnect_domain_gpus,
+        )
+        if problems:
+            raise ValueError("; ".join(problems))
         if (
             self.nodes_per_domain is not None
             and self.interconnect_domain_gpus is not None
@@ -204,12 +214,19 @@ class Pool(BaseModel):
         return self
 
     @property
+    def family(self) -> str:
+        """What the accelerator's code must be written for: nvidia, amd, tpu, trainium, cpu, local."""
+        return ACCELERATORS[self.accelerator].family
+
+    @property
     def domain_nodes(self) -> int | None:
         """Nodes inside one fast interconnect domain; None: the pool has no fast interconnect."""
         if self.nodes_per_domain is not None:
             return self.nodes_per_domain
         if self.interconnect_domain_gpus is not None:
             return self.interconnect_domain_gpus // self.gpus_per_node if self.gpus_per_node else self.nodes
+        if self.topology is not None and self.topology.slice_chips and self.gpus_per_node:
+            return max(self.topology.slice_chips // self.gpus_per_node, 1)
         return None
 
     @property
@@ -217,7 +234,19 @@ class Pool(BaseModel):
         """GPUs inside one fast interconnect domain; None: the pool has no fast interconnect."""
         if self.interconnect_domain_gpus is not None:
             return self.interconnect_domain_gpus
-        return self.nodes_per_domain * self.gpus_per_node if self.nodes_per_domain is not None else None
+        return self.domain_nodes * self.gpus_per_node if self.domain_nodes is not None else None
+
+    @property
+    def domain_noun(self) -> str:
+        """What one of its fast domains is called: `NVLink domain`, `TPU slice`, `switch`, …."""
+        return self.topology.domain.noun if self.topology is not None else "interconnect domain"
+
+    @property
+    def link_gb_per_s(self) -> tuple[float, float]:
+        """GB/s per accelerator inside one domain and between domains."""
+        topology = self.topology or Topology()
+        inside = topology.link_gb_per_s or ACCELERATORS[self.accelerator].link_gb_per_s or topology.cross_domain_gb_per_s
+        return inside, topology.cross_domain_gb_per_s
 
     @property
     def offered_nodes(self) -> int:
@@ -242,37 +271,6 @@ class PriceProvenance(BaseModel):
     source: str = ""
     as_of: dt.date | None = None
     illustrative: bool = False
-
-
-class EgressRates(BaseModel):
-    """Dollars per GB to move data out of one provider's region, and how fast it moves."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    same_region: Annotated[float, Field(ge=0)] = 0.0
-    cross_region: Annotated[float, Field(ge=0)] = 0.02  # same provider, another region
-    cross_provider: Annotated[float, Field(ge=0)] = 0.09  # out to the internet / another cloud
-    gbps: Annotated[float, Field(gt=0)] = 10.0  # sustained transfer rate, gigabits per second
-
-
-class EgressTable(BaseModel):
-    """Egress prices by source provider (the one that bills for data leaving it)."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    source: str = ""
-    as_of: dt.date | None = None
-    default: EgressRates = Field(default_factory=EgressRates)
-    providers: dict[str, EgressRates] = Field(default_factory=dict)
-
-    def rates(self, provider: str) -> EgressRates:
-        return self.providers.get(provider, self.default)
-
-    def price_per_gb(self, src_provider: str, src_region: str, dst_provider: str, dst_region: str) -> float:
-        rates = self.rates(src_provider)
-        if src_provider != dst_provider:
-            return rates.cross_provider
-        return rates.same_region if src_region == dst_region else rates.cross_region
 
 
 class TenantLimits(BaseModel):

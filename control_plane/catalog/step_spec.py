@@ -9,6 +9,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from control_plane.catalog.accelerators import check_accelerator
 from control_plane.catalog.pools import Capacity, TenantLimits
+from control_plane.catalog.support import AcceleratorNeeds
 from workload_runtime.inputs import DEFAULT_CHECKPOINT_EVERY_STEPS, DEFAULT_TELEMETRY_SECONDS, Failpoint
 
 # What a training step imports on its pool, and so what qualifying a pool for it imports there.
@@ -26,8 +27,10 @@ class DatasetRef(BaseModel):
     region: str
 
 
-class StepSpec(BaseModel):
-    """The needs of one GPU step. Placement turns it into a ranked list of pools."""
+class StepSpec(AcceleratorNeeds):
+    """The needs of one GPU step. Placement turns it into a ranked list of pools.
+
+    What its code runs on and how its gang may be split over fast domains: `AcceleratorNeeds`."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 

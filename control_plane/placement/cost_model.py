@@ -19,11 +19,13 @@ import numpy as np
 from control_plane.catalog.pools import Catalog, EgressTable, Pool, Purchasing, TenantLimits
 from control_plane.catalog.step_spec import StepSpec
 from control_plane.catalog.tenants import Tenant, load_tenants
+from control_plane.placement.accelerator_fit import code_fit, split_gangs, whole_domain_gpus
+from control_plane.placement.links import Split
 
 # The rules, in the order their refusals are listed. Each key names a constraint a person can
 # relax; `plan_job` reports an infeasible step by the constraints no pool meets.
 RULES = (
-    "tenant", "tenant_limits", "capacity", "accelerator", "nodes", "gpus", "gpus_per_node",
+    "tenant", "tenant_limits", "capacity", "accelerator", "family", "porting", "nodes", "gpus", "gpus_per_node",
     "interconnect", "runtime", "spot_checkpoint", "spot_rework", "window", "deadline", "budget",
 )
 
@@ -152,6 +154,11 @@ class Assessment:
     egress_price: np.ndarray  # [L, P] $/GB
     committed: np.ndarray  # [P]: GPU-hours of each commitment this assessment counts as left (0: none)
     delta_hours: np.ndarray  # [S]: time to write one checkpoint
+    # Hours of run per hour of the step's `expected_hours`: 1 / its throughput on the pool's accelerator,
+    # times the slowdown of a gang split across fast domains (broadcast [S or 1, P or 1]).
+    pace: np.ndarray = field(default_factory=lambda: np.ones((1, 1)))
+    throughput: np.ndarray = field(default_factory=lambda: np.ones((1, 1)))
+    splits: dict[tuple[int, int], Split] = field(default_factory=dict)  # (step, pool) -> how its gang is split
 
     @cached_property
     def mtbi_hours(self) -> np.ndarray:
@@ -253,6 +260,8 @@ def assess(steps: list[StepSpec], pools: list[Pool], context: PlanContext) -> As
     refused["accelerator"] = _mask_by_key(
         [tuple(s.accelerators or ()) for s in steps], pools, lambda a, p: bool(a) and p.accelerator not in a
     )
+    # What the step's code runs on (its `runs_on`), whether it needs porting there, and how fast it runs.
+    refused["family"], refused["porting"], throughput = code_fit(steps, pools)
     # A gang (docs/gangs.md) takes whole nodes: it holds, and pays for, every GPU of each node it runs on.
     gang = _row(steps, lambda s: s.gang, bool)
     gangs = np.flatnonzero(gang[:, 0])
@@ -264,16 +273,32 @@ def assess(steps: list[StepSpec], pools: list[Pool], context: PlanContext) -> As
         whole = nodes[gangs] * gpn
         held[gangs] = np.maximum(whole, gpus[gangs])
         wants[gangs] = np.maximum(whole, raw_gpus[gangs])
+    # A TPU slice is provisioned and billed whole: every step there holds whole slices.
+    whole_cols, slices = whole_domain_gpus(steps, pools)
+    if whole_cols.size:
+        held, wants = np.array(held), np.array(wants)
+        held[:, whole_cols] = slices
+        wants[:, whole_cols] = slices
     # Standby spares are never offered for fitting; they wait to replace a gang's failed node.
     refused["nodes"] = np.broadcast_to(nodes > _col(pools, lambda p: p.offered_nodes), (S, P))
     refused["gpus"] = wants > total_gpus
     del wants
     refused["gpus_per_node"] = ~refused["gpus"] & (np.ceil(raw_gpus / nodes) > gpn)
     # Tightly coupled: every node inside one fast interconnect domain (none declared: no domain).
+    # A gang that may span domains (`span_domains`) is split over as few as hold it, on a pool that has
+    # domains; its step time grows by the all-reduce model's slowdown (`links.py`).
     coupled = _row(steps, lambda s: s.tightly_coupled, bool)
-    refused["interconnect"] = coupled & (
+    beyond = coupled & (
         (_col(pools, lambda p: p.domain_gpus or 0) < gpus) | (_col(pools, lambda p: p.domain_nodes or 0) < nodes)
     )
+    may_split = _row(steps, lambda s: s.span_domains, bool) & _col(pools, lambda p: p.domain_nodes is not None, bool)
+    refused["interconnect"] = beyond & ~may_split
+    splits = split_gangs(steps, pools, beyond & may_split, throughput)
+    pace = 1.0 / throughput
+    if splits:
+        pace = np.array(np.broadcast_to(pace, (S, P)))
+        for (i, j), split in splits.items():
+            pace[i, j] *= split.slowdown
     refused["runtime"] = _mask_by_key([s.runtime for s in steps], pools, lambda r, p: r not in p.runtimes)
     # A step that cannot checkpoint loses its whole run to an interruption: never on spot, nor on any
     # pool that declares interruptions.
@@ -310,7 +335,7 @@ def assess(steps: list[StepSpec], pools: list[Pool], context: PlanContext) -> As
     # The step holds its GPUs from its start: while its data moves in, then for the run and its
     # rework. All of it is billed. A gang keeps the pool's spares standing by as long as it holds its
     # nodes; they draw on a commitment like its working nodes. A single process does not pay for them.
-    held_hours = hours * (1.0 + rework)
+    held_hours = hours * pace * (1.0 + rework)
     held_hours += transfer
     end = held_hours + start[:, None]
     spares = _col(pools, lambda p: p.spare_nodes * p.gpus_per_node)
@@ -344,6 +369,7 @@ def assess(steps: list[StepSpec], pools: list[Pool], context: PlanContext) -> As
         egress_usd=egress_usd, moved_gb=moved_gb, transfer_hours=transfer,
         start_hours=start, end_hours=end, deadline_hours=deadline, locations=locations,
         gb_by_location=gb, egress_price=egress_price, committed=committed[0], delta_hours=delta_h[:, 0],
+        pace=pace, throughput=throughput, splits=splits,
     )
 
 

@@ -14,6 +14,7 @@ from typing import Annotated
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from control_plane.catalog.accelerators import check_accelerator
+from control_plane.catalog.support import AcceleratorNeeds
 from control_plane.catalog.pools import Capacity, Catalog, TenantLimits
 from control_plane.catalog.step_spec import DatasetRef, StepSpec
 from control_plane.catalog.yaml_files import read_yaml_mapping, validation_problems
@@ -45,8 +46,8 @@ class Repeat(BaseModel):
     every_hours: Annotated[float, Field(gt=0)]
 
 
-class JobStep(BaseModel):
-    """One step of the job: what it needs and when; never where."""
+class JobStep(AcceleratorNeeds):
+    """One step of the job: what it needs and when; never where (what its code runs on: `AcceleratorNeeds`)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 

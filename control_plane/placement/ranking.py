@@ -20,6 +20,7 @@ from control_plane.placement.cost_model import (
 )
 from control_plane.catalog.pools import Catalog, Pool, PoolCapacity, Purchasing
 from control_plane.catalog.step_spec import StepSpec
+from control_plane.placement.shape_words import family_refusal, interconnect_refusal, pace_reasons, porting_refusal
 
 
 @dataclass(frozen=True)
@@ -136,6 +137,8 @@ def refusal_reasons(a: Assessment, i: int, j: int) -> list[str]:
             else f"offers {pool.capacity.value} capacity, step needs {step.capacity.value}"
         ),
         "accelerator": lambda: f"accelerator {pool.accelerator} not in {step.accelerators}",
+        "family": lambda: family_refusal(step, pool),
+        "porting": lambda: porting_refusal(a, i, j),
         "nodes": lambda: _nodes_refusal(step, pool),
         "gpus": lambda: (
             f"a gang takes whole nodes: {step.nodes} × {pool.gpus_per_node} = {a.held_gpus[i, j]:.0f} GPUs, pool has {pool.total_gpus}"
@@ -143,7 +146,7 @@ def refusal_reasons(a: Assessment, i: int, j: int) -> list[str]:
             else f"needs {step.gpus} GPUs, pool has {pool.total_gpus}"
         ),
         "gpus_per_node": lambda: f"needs {math.ceil(step.gpus / step.nodes)} GPUs per node, pool has {pool.gpus_per_node}",
-        "interconnect": lambda: _interconnect_refusal(step, pool),
+        "interconnect": lambda: interconnect_refusal(step, pool),
         "runtime": lambda: f"has no `{step.runtime}` runtime (has: {', '.join(sorted(pool.runtimes))})",
         "spot_checkpoint": lambda: (
             "spot refused: step does not checkpoint (checkpoints: false)"
@@ -214,17 +217,6 @@ def _nodes_refusal(step: StepSpec, pool: Pool) -> str:
     )
 
 
-def _interconnect_refusal(step: StepSpec, pool: Pool) -> str:
-    if pool.domain_nodes is None:
-        return f"tightly coupled across {step.gpus} GPUs, but the pool's fast-interconnect domain holds none"
-    if step.nodes > pool.domain_nodes:
-        return (
-            f"tightly coupled: needs {step.nodes} nodes in one interconnect domain, the pool's domains hold "
-            f"{pool.domain_nodes} ({pool.domain_gpus} GPUs)"
-        )
-    return f"tightly coupled across {step.gpus} GPUs, but the pool's fast-interconnect domain holds {pool.domain_gpus}"
-
-
 def cost_reasons(a: Assessment, i: int, j: int) -> list[str]:
     """How the expected cost of step i on pool j is made up."""
     step, pool = a.steps[i], a.pools[j]
@@ -234,6 +226,7 @@ def cost_reasons(a: Assessment, i: int, j: int) -> list[str]:
             f"a gang takes whole nodes: holds and pays for {step.nodes} × {pool.gpus_per_node} = {a.held_gpus[i, j]:.0f} GPUs "
             f"(uses {step.gpus})"
         )
+    why += pace_reasons(a, i, j)
     if a.spare_gpu_hours[i, j]:
         why.append(
             f"+{pool.spare_nodes} standby spare node(s) held while the gang runs: {a.spare_gpu_hours[i, j]:,.1f} GPU-h, "
