@@ -38,22 +38,47 @@ T0 = dt.datetime(2026, 12, 7, tzinfo=dt.UTC)
 REGIONS = [("aws", "us-east-1"), ("aws", "us-west-2"), ("gcp", "us-central1"), ("azure", "eastus")]
 
 
+# Every third pool is not 8-GPU H100 nodes: GB200 NVL72 racks (4 of 18 nodes), AMD MI300X, TPU v5p
+# slices (2x2x2: 8 chips on 2 hosts, held whole), or Trainium2 UltraServers (4 nodes of 16 chips).
+SHAPES: list[dict[str, Any]] = [
+    {"accelerator": "gb200", "gpus_per_node": 4, "nodes_per_domain": 18, "topology": {"domain": "nvlink"}},
+    {"accelerator": "mi300x", "gpus_per_node": 8},
+    {"accelerator": "tpu-v5p", "gpus_per_node": 4, "topology": {"domain": "tpu_slice", "slice": "2x2x2", "cross_domain_gb_per_s": 25}},
+    {"accelerator": "trn2", "gpus_per_node": 16, "nodes_per_domain": 4, "topology": {"domain": "ultraserver"}},
+]
+# What the generated steps' code runs on: CUDA only (half of them), CUDA or ROCm, JAX on TPU or
+# CUDA, and CUDA with a Trainium port not yet done.
+RUNS_ON: list[dict[str, Any] | None] = [
+    None, None, {"nvidia": 1.0, "amd": 0.85}, {"nvidia": 1.0, "tpu": 1.3},
+    {"nvidia": 1.0, "trainium": {"throughput": 1.1, "needs_porting": True, "porting_usd": 2000}},
+]
+
+
+def _shape(k: int, rng: np.random.Generator) -> tuple[dict[str, Any], int]:
+    """Pool k's accelerator and shape, and its nodes."""
+    if k % 3 != 2:
+        nodes = int(rng.choice([2, 4, 8]))
+        return {"accelerator": "h100-80gb", "gpus_per_node": 8, "interconnect_domain_gpus": 8 * nodes if rng.random() < 0.5 else None}, nodes
+    shape = SHAPES[(k // 3) % len(SHAPES)]
+    nodes = {"gb200": 72, "trn2": 8}.get(shape["accelerator"], int(rng.choice([2, 4, 8])))
+    return shape, nodes
+
+
 def make_catalog(n_pools: int, rng: np.random.Generator, horizon_hours: float, quota_scale: float = 1.0) -> Catalog:
     pools = {}
     modes = [Purchasing.on_demand, Purchasing.spot, Purchasing.reserved, Purchasing.block]
     for k in range(n_pools):
         provider, region = REGIONS[k % len(REGIONS)]
         mode = modes[(k // len(REGIONS)) % len(modes)]
-        nodes = int(rng.choice([2, 4, 8]))
+        shape, nodes = _shape(k, rng)
         base = float(rng.uniform(2.0, 4.0))
         fields: dict[str, Any] = dict(
-            name=f"p{k:03d}-{mode.value}", provider=provider, region=region, backend="local", purchasing=mode,
-            accelerator="h100-80gb", gpus_per_node=8, nodes=nodes,
-            interconnect_domain_gpus=8 * nodes if rng.random() < 0.5 else None,
+            name=f"p{k:03d}-{mode.value}", provider=provider, region=region, backend="local", purchasing=mode, nodes=nodes,
             price_per_gpu_hour=round(base * {"spot": 0.35, "on_demand": 1.0, "reserved": 0.8, "block": 0.7}[mode.value], 2),
+            **shape,
         )
         if quota_scale < 1.0:
-            fields["quota_gpus"] = max(8, int(8 * nodes * quota_scale))
+            fields["quota_gpus"] = max(8, int(fields["gpus_per_node"] * nodes * quota_scale))
         if mode is Purchasing.spot:
             fields["interruption_rate_per_hour"] = float(rng.uniform(0.02, 0.2))
         if mode is Purchasing.reserved:
@@ -72,10 +97,14 @@ def make_steps(n_steps: int, rng: np.random.Generator, horizon_hours: float) -> 
     steps = []
     for i in range(n_steps):
         provider, region = REGIONS[int(rng.integers(len(REGIONS)))]
-        gpus = int(rng.choice([1, 2, 4, 8, 16, 32]))
+        gpus = int(rng.choice([1, 2, 4, 8, 16, 32, 96], p=[0.16] * 6 + [0.04]))
+        coupled = bool(gpus >= 16 and rng.random() < 0.5)
+        # A big coupled gang may be split across fast domains, the slower links costed.
+        span = {"span_domains": True, "allreduce_gb": float(rng.uniform(2, 140)), "compute_seconds_per_step": float(rng.uniform(0.5, 4))} if coupled and gpus >= 96 else {}
         steps.append(StepSpec(
-            name=f"s{i:05d}", entry_point="x", tenant="t", gpus=gpus, nodes=max(1, gpus // 8),
-            tightly_coupled=bool(gpus >= 16 and rng.random() < 0.5), checkpoints=bool(rng.random() < 0.7),
+            name=f"s{i:05d}", entry_point="x", tenant="t", gpus=gpus, nodes=gpus // 4 if gpus >= 96 else max(1, gpus // 8),
+            runs_on=RUNS_ON[i % len(RUNS_ON)], **span,
+            tightly_coupled=coupled, checkpoints=bool(rng.random() < 0.7),
             checkpoint_seconds=float(rng.uniform(10, 600)), expected_hours=float(rng.uniform(1, 12)),
             start=T0 + dt.timedelta(hours=float(rng.uniform(0, horizon_hours))),
             datasets=[DatasetRef(name="d", size_gb=float(rng.uniform(10, 3000)), provider=provider, region=region)],
@@ -246,6 +275,7 @@ def _job_yaml(steps: list[StepSpec]) -> dict[str, Any]:
         datasets[f"d-{s.name}"] = {"size_gb": d.size_gb, "provider": d.provider, "region": d.region}
         job_steps[s.name] = {
             "gpus": s.gpus, "nodes": s.nodes, "tightly_coupled": s.tightly_coupled, "checkpoints": s.checkpoints,
+            **s.model_dump(mode="json", include={"runs_on", "span_domains", "allreduce_gb", "compute_seconds_per_step"}, exclude_defaults=True),
             "checkpoint_seconds": s.checkpoint_seconds, "expected_hours": s.expected_hours,
             "start_hours": (s.start - T0).total_seconds() / 3600, "datasets": [f"d-{s.name}"],
         }

@@ -13,7 +13,7 @@ from typing import Annotated
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from control_plane.catalog.accelerators import check_accelerator
+from control_plane.catalog.accelerators import check_accelerator, family_of
 from control_plane.catalog.support import AcceleratorNeeds
 from control_plane.catalog.pools import Capacity, Catalog, TenantLimits
 from control_plane.catalog.step_spec import DatasetRef, StepSpec
@@ -156,6 +156,12 @@ def check_against_catalog(job: JobFile, catalog: Catalog, path: str | Path) -> N
             problems.append(
                 f"{path}: step `{name}`, field `accelerators`: no pool sells {', '.join(step.accelerators)} "
                 f"(the catalog sells: {', '.join(sorted(sold))})."
+            )
+        if not any(step.support_on(a) is not None for a in sold):
+            problems.append(
+                f"{path}: step `{name}`, field `runs_on`: its code runs on {', '.join(step.families())}, and no pool sells "
+                f"one (the catalog sells: {', '.join(sorted(f'{a} ({family_of(a)})' for a in sold))}). Add the family the "
+                "pools sell to `runs_on` once the code runs there, or add a pool."
             )
     if problems:
         raise JobFileError("impossible request:\n  " + "\n  ".join(problems))
