@@ -18,7 +18,7 @@ from control_plane.accounting.budgets import BudgetExceeded, enforce
 from control_plane.accounting.records import ledger_markdown
 from control_plane.catalog.pools import Pool, load_pools
 from control_plane.catalog.step_spec import StepSpec
-from control_plane.compute import attempts
+from control_plane.compute import attempts, pace
 from control_plane.compute.backends import backend_for
 from control_plane.compute.backends.base import AttemptOutcome, AttemptResult
 from control_plane.compute.causes import Cause
@@ -115,7 +115,7 @@ class ComputeResource(dg.ConfigurableResource):
         storage = Storage.at(self.storage_root)
         _within_budget(storage, spec)
         access = tenant_access_of(self.storage_root, spec.tenant)
-        plan = self.plan(spec)
+        plan = self.plan(pace.measured(storage, spec))  # throughputs its own runs measured, where they compare
         policies = _policies(spec, plan)
         chooser = PoolChooser(plan, storage)
         context.log.info(f"placement for {spec.name}: {plan.first.name} ({plan.first.purchasing.value})\n{plan.evidence_markdown()}")
@@ -179,6 +179,7 @@ class ComputeResource(dg.ConfigurableResource):
         if result.outcome is AttemptOutcome.preempted:
             quota_preemption(context, storage, spec, step.checkpoint_uri, started.timestamp(), result)
         step.timeline.append(attempt_timeline(number, pool, started.timestamp(), result))
+        pace.record(storage, spec, pool, step.timeline[-1]["step_seconds"])
         step.attempts.append(attempts.book(context, storage, spec, pool, number, started, result))
         step.logs.append(result.log_uri)
         for flag in result.flags:

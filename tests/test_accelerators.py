@@ -229,3 +229,31 @@ def test_a_job_file_declares_runs_on_and_one_no_pool_can_run_is_refused_before_p
     }}))
     with pytest.raises(JobFileError, match="step `neuron`, field `runs_on`: its code runs on trainium, and no pool sells one"):
         plan_job_file(job, [catalog])
+
+
+# --- throughput measured by the step's own runs ---------------------------------------------------
+
+
+def test_throughput_measured_on_two_accelerators_replaces_the_declared_one_and_the_plan_says_so(tmp_path: Path):
+    from control_plane.compute import pace
+    from workload_runtime.storage import Storage
+
+    storage = Storage.at(str(tmp_path))
+    catalog = _mixed()
+    step = _step(runs_on={"nvidia": 1.0, "amd": 0.9})
+    pace.record(storage, step, catalog.pools["mi300x"], 3.0)
+    assert pace.measured(storage, step) == step  # one accelerator alone compares with nothing
+    for seconds in (2.0, 2.2, 1.8):
+        pace.record(storage, step, catalog.pools["h100"], seconds)
+    pace.record(storage, step, catalog.pools["h100"], None)  # an attempt that reported no pace adds nothing
+    mine = pace.measured(storage, step)
+    # The anchor (h100: three runs, median 2.0 s) keeps its declared 1.0; AMD ran 3.0 s: ×0.667, not the declared 0.9.
+    assert mine.support_on("h100-80gb").throughput == 1.0
+    assert mine.support_on("mi300x").throughput == pytest.approx(2.0 / 3.0, abs=1e-4)
+    assert mine.support_on("mi300x").source.startswith("measured: 3 s/step on mi300x (1 run(s)) against 2 s/step on h100-80gb")
+    plan = _plan(mine, catalog)
+    assert [p.name for p in plan.ranked][:2] == ["mi300x", "h100"]  # $2.5 / 0.667 = $3.75 per unit, still below $4
+    assert any("measured: 3 s/step" in r for r in plan.verdict("mi300x").reasons)
+    # Measurements never open a family its code does not run on.
+    pace.record(storage, step, catalog.pools["trn2"], 0.5)
+    assert pace.measured(storage, step).support_on("trn2") is None

@@ -63,10 +63,12 @@ def pace_reasons(a: Assessment, i: int, j: int) -> list[str]:
     step, pool = a.steps[i], a.pools[j]
     why = []
     theta = float(a.throughput[min(i, a.throughput.shape[0] - 1), min(j, a.throughput.shape[1] - 1)])
-    if theta != 1.0:
+    support = step.support_on(pool.accelerator)
+    if theta != 1.0 or (support is not None and support.source != "declared"):
+        source = f"; {support.source}" if support is not None and support.source != "declared" else ""
         why.append(
             f"runs at ×{theta:g} its reference throughput on {pool.accelerator}: {step.expected_hours / theta:,.2f} h "
-            f"of run for {step.expected_hours:,.2f} h of work (cost per unit of work, not per hour)"
+            f"of run for {step.expected_hours:,.2f} h of work (cost per unit of work, not per hour{source})"
         )
     split = a.splits.get((i, j))
     if split is not None:
