@@ -257,3 +257,14 @@ def test_throughput_measured_on_two_accelerators_replaces_the_declared_one_and_t
     # Measurements never open a family its code does not run on.
     pace.record(storage, step, catalog.pools["trn2"], 0.5)
     assert pace.measured(storage, step).support_on("trn2") is None
+
+
+def test_the_docs_examples_are_what_the_plan_says():
+    docs = " ".join((Path(__file__).parents[1] / "docs" / "accelerators.md").read_text().split())
+    porting = _plan(_step(runs_on={"nvidia": 1.0, "tpu": {"throughput": 1.3, "needs_porting": True, "porting_usd": 20000}}), _mixed())
+    faster = _plan(_step(runs_on={"nvidia": 1.0, "tpu": 1.3}), _mixed())
+    split = _plan(_gang(span_domains=True, allreduce_gb=140.0, compute_seconds_per_step=2.0), _nvl72())
+    said = [porting.verdict("tpu-v5e").reasons[0], faster.verdict("tpu-v5e").reasons[1].split(" (cost per")[0],
+            split.verdict("gb200-nvl72").reasons[1], _plan(_gang(), _nvl72()).verdict("gb200-nvl72").reasons[0]]
+    for sentence in said:
+        assert sentence in docs, sentence
