@@ -21,6 +21,7 @@ from rich.table import Table
 from sinewgrid.cli_costs import plan, report
 from sinewgrid.cli_data import data_app, lineage
 from sinewgrid.cli_models import checkpoints_app, runs_app
+from sinewgrid.cli_pools import pools_list
 from sinewgrid.cli_summary import tag as _tag
 from sinewgrid.cli_tenants import key_revoked_drill, tenants_app
 from sinewgrid.cli_queue import queue_app
@@ -225,8 +226,9 @@ def drill(
         raise typer.Exit(1)
 
 
-pools_app = typer.Typer(help="Pool health: drained pools and how to put them back.", no_args_is_help=True)
+pools_app = typer.Typer(help="The catalog's pools by accelerator and shape; drained pools and how to put them back.", no_args_is_help=True)
 app.add_typer(pools_app, name="pools")
+pools_app.command("list")(pools_list)
 
 
 @pools_app.command("drained")

@@ -268,3 +268,20 @@ def test_the_docs_examples_are_what_the_plan_says():
             split.verdict("gb200-nvl72").reasons[1], _plan(_gang(), _nvl72()).verdict("gb200-nvl72").reasons[0]]
     for sentence in said:
         assert sentence in docs, sentence
+
+
+def test_pools_list_shows_each_pools_accelerator_family_and_fast_domain(tmp_path: Path):
+    from typer.testing import CliRunner
+
+    from sinewgrid.cli import app
+
+    catalog = tmp_path / "pools.yaml"
+    catalog.write_text(yaml.safe_dump({"pools": {
+        name: {**p.model_dump(mode="json", exclude={"name"}, exclude_defaults=True), "backend": "local"} for name, p in _mixed().pools.items()
+    }}))
+    result = CliRunner().invoke(app, ["pools", "list", "--pools", str(catalog)], env={"COLUMNS": "200"})
+    assert result.exit_code == 0, result.output
+    text = " ".join(result.output.split())
+    assert "tpu-v5e (tpu)" in text and "TPU slice 2x4: 1 × 8, whole" in text
+    assert "trn2 (trainium)" in text and "UltraServer: 4 × 16" in text and "1280 / 50" in text
+    assert "mi300x (amd)" in text
