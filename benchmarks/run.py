@@ -73,6 +73,7 @@ FIGURES = {
     "1": "validation", "2": "omics", "3a": "rollouts", "3b": "isaaclab", "4": "ingest", "5": "dispatch",
     "6": "planner", "7": "registry", "8": "gang", "9": "sealing", "10": "gateway", "11": "camera", "12": "instance",
     "13": "images", "13b": "slurm-images", "14": "drops", "15": "queues",
+    "16": "topology",
 }
 """Figure number -> name; `--only` takes either (and '3' for both 3a and 3b)."""
 
@@ -152,7 +153,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from benchmarks import (
         camera_ingest, dispatch, drop_events, episode_ingest, gang, gateway, images, instance, isaaclab_overhead, omics_write, planner, queue_fleet,
-        registry, rollouts, sealing, slurm_images, validation,
+        registry, rollouts, sealing, slurm_images, topology_fleet, validation,
     )
 
     figures: dict[str, Any] = {}
@@ -297,6 +298,18 @@ def main(argv: list[str] | None = None) -> int:
         method["queues"] = (
             "one simulated week per load and policy, the same seeded jobs and spot trace for all; jobs placed by plan_placement and "
             "admitted by PoolQueue (control_plane/queues); decision time: median of repeats with 600 jobs in flight"
+        )
+
+    if "16" in chosen:
+        with console.status("Simulating gangs on eight NVLink racks, topology-aware against blind (ten seeded weeks, a few seconds)…"):
+            topology_result = topology_fleet.run()
+        for table in topology_fleet.tables(topology_result):
+            console.print(table)
+        figures["fleet_topology"] = topology_result
+        method["topology"] = (
+            "seeded weeks of gangs on 8 GB200 NVL72 racks, the same gangs under each placement policy (benchmarks/topology_sim.py), "
+            "each gang planned by plan_placement; step times by the all-reduce model (placement/links.py); no timing repeats: "
+            "the figures are simulated, the wall time of each simulation is one run"
         )
 
     total_s = time.perf_counter() - started
