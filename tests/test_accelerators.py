@@ -285,3 +285,25 @@ def test_pools_list_shows_each_pools_accelerator_family_and_fast_domain(tmp_path
     assert "tpu-v5e (tpu)" in text and "TPU slice 2x4: 1 × 8, whole" in text
     assert "trn2 (trainium)" in text and "UltraServer: 4 × 16" in text and "1280 / 50" in text
     assert "mi300x (amd)" in text
+
+
+def test_the_cost_models_split_gangs_agree_with_the_all_reduce_model_one_by_one():
+    rng = np.random.default_rng(11)
+    pools = [_pool(f"rack{k}", "gb200", 6.0, gpus_per_node=4, nodes=72, nodes_per_domain=d, topology={"domain": "nvlink", "cross_domain_gb_per_s": x})
+             for k, (d, x) in enumerate([(18, 50.0), (8, 25.0), (9, 100.0)])]
+    steps = [_step(name=f"g{k}", gpus=4 * n, nodes=n, ranks_per_node=4, tightly_coupled=True, span_domains=True,
+                   allreduce_gb=float(rng.uniform(1, 200)), compute_seconds_per_step=float(rng.uniform(0.2, 5)), runs_on={"nvidia": float(t)})
+             for k, (n, t) in enumerate(zip(rng.integers(10, 60, 12), rng.uniform(0.5, 2.0, 12)))]
+    a = assess(steps, pools, PlanContext(epoch=T0))
+    assert len(a.splits) > 20
+    for (i, j) in [tuple(p) for p in a.splits.pairs]:
+        step, pool = steps[i], pools[j]
+        domains = math.ceil(step.nodes / pool.domain_nodes)
+        groups = [(step.nodes // domains + (1 if k < step.nodes % domains else 0)) * 4 for k in range(domains)]
+        theta = step.runs_on["nvidia"].throughput
+        expected = split_cost(devices=step.gpus, per_domain=pool.domain_gpus, gb=step.allreduce_gb, compute_seconds=step.compute_seconds_per_step / theta,
+                              inside_gb_per_s=1800.0, cross_gb_per_s=pool.topology.cross_domain_gb_per_s, groups=groups)
+        got = a.splits[(i, j)]
+        assert got.domains == expected.domains
+        assert got.slowdown == pytest.approx(expected.slowdown, rel=1e-9)
+        assert a.gpu_hours[i, j] == pytest.approx(step.nodes * 4 * step.expected_hours / theta * expected.slowdown)

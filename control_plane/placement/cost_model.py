@@ -19,8 +19,7 @@ import numpy as np
 from control_plane.catalog.pools import Catalog, EgressTable, Pool, Purchasing, TenantLimits
 from control_plane.catalog.step_spec import StepSpec
 from control_plane.catalog.tenants import Tenant, load_tenants
-from control_plane.placement.accelerator_fit import code_fit, split_gangs, whole_domain_gpus
-from control_plane.placement.links import Split
+from control_plane.placement.accelerator_fit import Splits, code_fit, split_gangs, whole_domain_gpus
 
 # The rules, in the order their refusals are listed. Each key names a constraint a person can
 # relax; `plan_job` reports an infeasible step by the constraints no pool meets.
@@ -158,7 +157,7 @@ class Assessment:
     # times the slowdown of a gang split across fast domains (broadcast [S or 1, P or 1]).
     pace: np.ndarray = field(default_factory=lambda: np.ones((1, 1)))
     throughput: np.ndarray = field(default_factory=lambda: np.ones((1, 1)))
-    splits: dict[tuple[int, int], Split] = field(default_factory=dict)  # (step, pool) -> how its gang is split
+    splits: Splits | None = None  # the gangs split across fast domains, by (step, pool)
 
     @cached_property
     def mtbi_hours(self) -> np.ndarray:
@@ -297,8 +296,7 @@ def assess(steps: list[StepSpec], pools: list[Pool], context: PlanContext) -> As
     pace = 1.0 / throughput
     if splits:
         pace = np.array(np.broadcast_to(pace, (S, P)))
-        for (i, j), split in splits.items():
-            pace[i, j] *= split.slowdown
+        pace[splits.pairs[:, 0], splits.pairs[:, 1]] *= splits.slowdown
     refused["runtime"] = _mask_by_key([s.runtime for s in steps], pools, lambda r, p: r not in p.runtimes)
     # A step that cannot checkpoint loses its whole run to an interruption: never on spot, nor on any
     # pool that declares interruptions.

@@ -70,7 +70,7 @@ def pace_reasons(a: Assessment, i: int, j: int) -> list[str]:
             f"runs at ×{theta:g} its reference throughput on {pool.accelerator}: {step.expected_hours / theta:,.2f} h "
             f"of run for {step.expected_hours:,.2f} h of work (cost per unit of work, not per hour{source})"
         )
-    split = a.splits.get((i, j))
+    split = a.splits.get((i, j)) if a.splits is not None else None
     if split is not None:
         inside, cross = pool.link_gb_per_s
         noun = _plural(pool.domain_noun, split.domains)
