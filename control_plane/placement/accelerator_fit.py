@@ -7,7 +7,6 @@ Worked out once per distinct (what the step runs on, the pool's accelerator), so
 
 from __future__ import annotations
 
-import math
 
 import numpy as np
 
