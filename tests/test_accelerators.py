@@ -307,3 +307,14 @@ def test_the_cost_models_split_gangs_agree_with_the_all_reduce_model_one_by_one(
         assert got.domains == expected.domains
         assert got.slowdown == pytest.approx(expected.slowdown, rel=1e-9)
         assert a.gpu_hours[i, j] == pytest.approx(step.nodes * 4 * step.expected_hours / theta * expected.slowdown)
+
+
+def test_admission_counts_what_placement_counts_whole_tpu_slices_and_whole_nodes():
+    from control_plane.queues.requests import held_gpus
+
+    catalog = _mixed()
+    steps = [_step(gpus=4, runs_on={"tpu": 1.0}), _step(gpus=12, nodes=2, runs_on={"tpu": 1.0}), _step(gpus=16, nodes=2, ranks_per_node=8)]
+    for pool in catalog.pools.values():
+        a = assess(steps, [pool], PlanContext(epoch=T0))
+        for i, step in enumerate(steps):
+            assert held_gpus(step, pool) == a.held_gpus[i, 0], (pool.name, step)

@@ -33,8 +33,12 @@ def team_and_class(spec: StepSpec, quotas: Quotas) -> tuple[str, str]:
 
 
 def held_gpus(spec: StepSpec, pool: Pool) -> int:
-    """GPUs the step holds on `pool` while it runs: a gang takes whole nodes (as placement counts
-    them, `control_plane/placement/cost_model.py`), a single process what it asks."""
+    """GPUs the step holds on `pool` while it runs, as placement counts them
+    (`control_plane/placement/cost_model.py`): on a TPU pool whole slices, a gang whole nodes,
+    a single process what it asks."""
+    if pool.topology is not None and pool.topology.whole_domains and pool.domain_nodes:
+        hosts = max(spec.nodes, -(-spec.gpus // max(pool.gpus_per_node, 1)))
+        return -(-hosts // pool.domain_nodes) * (pool.domain_gpus or 0)
     return max(spec.nodes * pool.gpus_per_node, spec.gpus) if spec.gang else spec.gpus
 
 
