@@ -12,7 +12,11 @@ and talk to each other over the bridge, as on a real cluster; the file system is
 storage root, one Pipes folder). Processes in a namespace see only its `eth0` and loopback:
 gloo is told to use `eth0` (`GLOO_SOCKET_IFNAME`, in `env`, which `sbatch` passes on).
 
-One partition, `gang`, holds every node (one CPU each, no GPUs). Everything else (munge, the
+One partition, `gang`, holds every node (one CPU each, no GPUs). The network has a shape, as
+Slurm sees it: `topology.conf` (TopologyPlugin=topology/tree) puts every `per_switch` nodes under
+a leaf switch (`s0: sgn0 sgn1`, `s1: sgn2 sgn3`) and a spine over the leaves, so a tightly coupled
+gang's `--switches=1` keeps it under one (`cluster.switches`; the namespaces' bridge is flat: the
+switches are Slurm's view, what its scheduling honours). Everything else (munge, the
 controller, start, stop, leftovers of a killed run) is `SlurmCluster`'s, but its accounting: no
 slurmdbd here (gangs need no accounts; the single-node cluster tests those), so no associations
 are enforced and the priority is Slurm's basic one. Needs root and `ip`
@@ -26,6 +30,7 @@ import subprocess
 import tempfile
 from pathlib import Path
 
+from control_plane.compute.backends.slurm_topology import switch_layout, topology_conf
 from testbed import leftovers
 from testbed.ports import free_ports
 from testbed.slurm_cluster import SlurmCluster, SlurmClusterError
@@ -33,6 +38,10 @@ from testbed.slurm_conf import NO_ACCOUNTING, SLURM_CONF
 
 PREFIX = "sinewgrid-slurmmn-"
 NODES = 4
+PER_SWITCH = 2  # nodes under one leaf switch of topology.conf: the pool's `nodes_per_domain`
+# How long Slurm may hold a job for its `--switches` count (default 300 s): longer than any pool's
+# pending deadline here, so the platform's deadline, not Slurm, ends the wait.
+MAX_SWITCH_WAIT_SECONDS = 86400
 PARTITION = "gang"
 INTERFACE = "eth0"  # each namespace's end of its veth pair
 
@@ -61,18 +70,21 @@ def sweep_namespaces() -> None:
 
 
 class MultiNodeSlurmCluster(SlurmCluster):
-    """`nodes` Slurm nodes named sgn0… in network namespaces of their own, one partition."""
+    """`nodes` Slurm nodes named sgn0… in network namespaces of their own, one partition, and
+    leaf switches of `per_switch` nodes each in `topology.conf` (`switches`)."""
 
     partitions = (PARTITION,)
     accounting = False
 
-    def __init__(self, nodes: int = NODES):
+    def __init__(self, nodes: int = NODES, per_switch: int = PER_SWITCH):
         sweep_namespaces()
         leftovers.sweep(PREFIX)
         tag = f"{random.randrange(16**6):06x}"
         super().__init__(Path(tempfile.mkdtemp(prefix=PREFIX, suffix=tag)))
         self.tag = tag
         self.nodes = [f"sgn{i}" for i in range(nodes)]
+        self.per_switch = per_switch
+        self.switches = switch_layout(self.nodes, per_switch)  # leaf switch -> its nodes
         self.bridge = f"sgbr{tag}"
         self.subnet = self._free_subnet()
         self.host_address = f"{self.subnet}.1"
@@ -149,8 +161,13 @@ class MultiNodeSlurmCluster(SlurmCluster):
             if line.startswith(("NodeName=", "PartitionName=", "GresTypes=", "PreemptType=", "PreemptMode=")):
                 continue
             line = line.replace("(127.0.0.1)", f"({self.host_address})")
+            if line.startswith("SchedulerParameters="):
+                line += f",max_switch_wait={MAX_SWITCH_WAIT_SECONDS}"
             line = line.replace(f"{self.root}/spool", f"{self.root}/spool/%n").replace("slurmd.pid", "slurmd-%n.pid").replace("slurmd.log", "slurmd-%n.log")
             keep.append(line)
+        keep.append("# Leaf switches and a spine in topology.conf, beside this file: a gang's --switches counts leaves.")
+        keep.append("TopologyPlugin=topology/tree")
+        (self.conf.parent / "topology.conf").write_text(topology_conf(self.nodes, self.per_switch))
         keep.append("# One node per network namespace, each with its own address on the bridge.")
         keep += [f"NodeName={n} NodeHostname={n} NodeAddr={self.addresses[n]} CPUs=1 State=UNKNOWN" for n in self.nodes]
         keep.append(f"PartitionName={PARTITION} Nodes={','.join(self.nodes)} Default=YES MaxTime=INFINITE State=UP")
@@ -187,4 +204,5 @@ if __name__ == "__main__":
     with MultiNodeSlurmCluster() as cluster:
         print(f"Slurm cluster of {len(cluster.nodes)} nodes up: export SLURM_CONF={cluster.conf} GLOO_SOCKET_IFNAME={INTERFACE}")
         print(cluster.client(["sinfo", "-N"]).stdout)
+        print(cluster.client(["scontrol", "show", "topology"]).stdout)
         input("Enter stops it. ")

@@ -16,6 +16,9 @@ Whose job it is: the pool's `account` and `qos`, or, on a pool with `accounts: t
 team (`--account`) and priority class (`--qos`) from the quotas catalog, so Slurm's fair share
 and QOS priority order the teams' jobs (`slurm_accounts.py`, docs/queues_slurm.md).
 
+Where a gang may go: a tightly coupled one asks for at most as many leaf switches of the cluster's
+`topology.conf` as the plan allows (`--switches=COUNT@WAIT`, `slurm_topology.py`).
+
 Signals differ between the two. A bare step is the batch script's own process (`exec`): SIGTERM
 goes to the batch step (`--signal=B:TERM@N`, `scancel --full`). A container's step is run by
 `srun`, which on SIGTERM kills its step outright; so SIGTERM goes to the job's steps instead
@@ -40,6 +43,7 @@ from control_plane.catalog.step_spec import StepSpec
 from control_plane.compute.backends.base import RENDEZVOUS_PORTS
 from control_plane.compute.backends.engine import Launch
 from control_plane.compute.backends.slurm_accounts import account_and_qos
+from control_plane.compute.backends.slurm_topology import switches_option
 from control_plane.settings import REPO_ROOT
 from workload_runtime.allowed_env import for_container
 
@@ -101,6 +105,12 @@ def sbatch_options(
     options += [f"--time={settings.time_limit}", f"--nodes={spec.nodes}"]
     if spec.gang:
         options.append(f"--ntasks-per-node={spec.ranks_per_node or 1}")
+    # A tightly coupled gang stays inside the pool's fast domain (a leaf switch of the cluster's
+    # topology.conf): without `--switches`, Slurm would rather start it across switches than wait,
+    # at the slow links' speed the planner refused it (slurm_topology.py).
+    switches = switches_option(pool, spec)
+    if switches:
+        options.append(switches)
     if spec.exclude_nodes:
         options.append(f"--exclude={','.join(spec.exclude_nodes)}")
     if spec.gpus:
