@@ -1,8 +1,10 @@
-"""Kueue's `kueue.x-k8s.io/v1beta1` API for the four kinds Sinewgrid renders, as strict JSON Schemas,
+"""Kueue's `kueue.x-k8s.io/v1beta1` API for the kinds Sinewgrid renders, as strict JSON Schemas,
 and a check of objects against Kueue's own CRDs when a Kueue checkout is at hand.
 
 `KUEUE_V1BETA1` is written here from Kueue's API reference (v0.9 to v0.13: the fields of
-ResourceFlavor, ClusterQueue, LocalQueue and WorkloadPriorityClass, their types and enums). Unlike
+ResourceFlavor, ClusterQueue, LocalQueue and WorkloadPriorityClass, their types and enums; and
+Topology, which those releases serve as `kueue.x-k8s.io/v1alpha1`: apis/kueue/v1alpha1/topology_types.go
+and config/components/crd/bases/kueue.x-k8s.io_topologies.yaml; v0.14 moved it to v1beta1). Unlike
 the CRDs (the API server prunes unknown fields without a word), it refuses a field Kueue does not
 have. `check_against_crds` validates objects against a release's CRDs
 (`config/components/crd/bases/kueue.x-k8s.io_<kinds>.yaml` of a Kueue checkout, named by the
@@ -21,7 +23,14 @@ import yaml
 
 DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")  # at most 63 characters too
-PLURALS = {"ResourceFlavor": "resourceflavors", "ClusterQueue": "clusterqueues", "LocalQueue": "localqueues", "WorkloadPriorityClass": "workloadpriorityclasses"}
+PLURALS = {
+    "ResourceFlavor": "resourceflavors", "ClusterQueue": "clusterqueues", "LocalQueue": "localqueues",
+    "WorkloadPriorityClass": "workloadpriorityclasses", "Topology": "topologies",
+}  # fmt: skip
+VERSIONS = {"Topology": "v1alpha1"}  # the CRD version each kind is checked at; v1beta1 if not named
+# A Topology level's node label (the CRD's pattern for `levels[].nodeLabel`, at most 316 characters).
+NODE_LABEL_PATTERN = r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])$"
+HOSTNAME = "kubernetes.io/hostname"
 QUANTITY_PATTERN = r"^(\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))(([KMGTPE]i)|[numkMGTPE]|([eE](\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))))?$"
 
 
@@ -55,7 +64,8 @@ _PREEMPTION = _obj({
 
 
 def _kind(kind: str, required: tuple[str, ...] = (), **fields: dict[str, Any]) -> dict[str, Any]:
-    return _obj({"apiVersion": {"const": "kueue.x-k8s.io/v1beta1"}, "kind": {"const": kind}, "metadata": _METADATA, **fields}, ("apiVersion", "kind", "metadata", *required))
+    version = f"kueue.x-k8s.io/{VERSIONS.get(kind, 'v1beta1')}"
+    return _obj({"apiVersion": {"const": version}, "kind": {"const": kind}, "metadata": _METADATA, **fields}, ("apiVersion", "kind", "metadata", *required))
 
 
 KUEUE_V1BETA1: dict[str, dict[str, Any]] = {
@@ -77,6 +87,10 @@ KUEUE_V1BETA1: dict[str, dict[str, Any]] = {
     })),
     "LocalQueue": _kind("LocalQueue", spec=_obj({"clusterQueue": _str(), "stopPolicy": _STOP})),  # (v0.12 added `fairSharing`)
     "WorkloadPriorityClass": _kind("WorkloadPriorityClass", ("value",), value=_INT, description=_str()),
+    # v0.9 to v0.12 allow 8 levels, v0.13 16: the table holds the fewer.
+    "Topology": _kind("Topology", ("spec",), spec=_obj({
+        "levels": _arr(_obj({"nodeLabel": {**_str(pattern=NODE_LABEL_PATTERN), "minLength": 1, "maxLength": 316}}, ("nodeLabel",)), minItems=1, maxItems=8),
+    }, ("levels",))),
 }  # fmt: skip
 
 
@@ -86,15 +100,16 @@ def fits_the_api(obj: dict[str, Any]) -> None:
     name, namespace = obj["metadata"]["name"], obj["metadata"].get("namespace", "default")
     assert DNS_LABEL.match(name) and len(name) <= 63 and DNS_LABEL.match(namespace), f"{obj['kind']} {namespace}/{name}: not a DNS-1123 label"
     assert not (obj["kind"] == "LocalQueue") ^ ("namespace" in obj["metadata"]), f"{obj['kind']} {name}: only LocalQueues are namespaced"
+    assert cel_rules_broken(obj) == [], f"{obj['kind']} {name}: {cel_rules_broken(obj)}"
 
 
 # Kueue's own CRDs -----------------------------------------------------------------------------------
 def crd_schemas(folder: Path) -> dict[str, dict[str, Any]]:
-    """The `v1beta1` openAPIV3Schema of each kind, from a Kueue release's CRD files."""
+    """The openAPIV3Schema of each kind at its version (`VERSIONS`, else `v1beta1`), from a Kueue release's CRD files."""
     found = {}
     for kind, plural in PLURALS.items():
         crd = yaml.safe_load((folder / f"kueue.x-k8s.io_{plural}.yaml").read_text())
-        (version,) = [v for v in crd["spec"]["versions"] if v["name"] == "v1beta1"]
+        (version,) = [v for v in crd["spec"]["versions"] if v["name"] == VERSIONS.get(kind, "v1beta1")]
         found[kind] = version["schema"]["openAPIV3Schema"]
     return found
 
@@ -117,6 +132,13 @@ def cel_rules_broken(obj: dict[str, Any]) -> list[str]:
         limits = [r for f in group["flavors"] for r in f["resources"] if "borrowingLimit" in r or "lendingLimit" in r]
         if limits and "cohort" not in spec:
             said.append("borrowingLimit and lendingLimit must be nil when cohort is empty")
+    if obj["kind"] == "ResourceFlavor" and "topologyName" in spec and not spec.get("nodeLabels"):
+        said.append("at least one nodeLabel is required when topology is set")
+    labels = [level["nodeLabel"] for level in spec.get("levels", [])]
+    if len(set(labels)) != len(labels):
+        said.append("levels must be unique")
+    if HOSTNAME in labels[:-1]:
+        said.append("the kubernetes.io/hostname label can only be used at the lowest level of topology")
     preemption = spec.get("preemption") or {}
     if preemption.get("reclaimWithinCohort") == "Never" and (preemption.get("borrowWithinCohort") or {}).get("policy", "Never") != "Never":
         said.append("reclaimWithinCohort=Never and borrowWithinCohort.Policy!=Never")
@@ -144,7 +166,8 @@ def table_disagreements(table: dict[str, Any], crd: dict[str, Any], where: str =
             said.append(f"{where}.{name}: not in the CRD")
             continue
         said += table_disagreements(sub, crd["properties"][name], f"{where}.{name}")
-    if "properties" in table and set(table.get("required", [])) - {"apiVersion", "kind", "metadata"} != set(crd.get("required", [])):
+    # The table may require more than a release's CRD (Topology's `spec`, required from v0.12), never less.
+    if "properties" in table and not set(crd.get("required", [])) <= set(table.get("required", [])) - {"apiVersion", "kind", "metadata"}:
         said.append(f"{where}: required {table.get('required')} vs {crd.get('required')}")
     if "items" in table:
         said += table_disagreements(table["items"], crd.get("items") or {}, f"{where}[]")

@@ -89,7 +89,17 @@ class KubernetesSettings(BackendSettings):
     tolerations: list[dict[str, Any]] = Field(default_factory=list)
     service_account: str | None = None
     image_pull_secrets: list[str] = Field(default_factory=list)
-    gpu_resource: str = Field(default="nvidia.com/gpu", description="The extended resource GPUs are requested as.")
+    gpu_resource: str | None = Field(
+        default=None,
+        description="The extended resource a step's accelerators are requested as; unset: the accelerator's own "
+        "(`nvidia.com/gpu`, `amd.com/gpu`, `google.com/tpu`, `aws.amazon.com/neuron`: control_plane/catalog/accelerators.py).",
+    )
+    efa_per_node: int | None = Field(
+        default=None,
+        ge=1,
+        description="EFA interfaces each pod asks for (`vpc.amazonaws.com/efa`, the EKS EFA device plugin's resource) on "
+        "EFA instances such as trn1/trn2 or p5; unset: none.",
+    )
     env_from_secrets: list[str] = Field(default_factory=list, description="Secrets mounted as environment (object-store credentials).")
     labels: dict[str, str] = Field(default_factory=dict)
     kubeconfig: str | None = Field(default=None, description="Path to a kubeconfig; default: in-cluster config, then ~/.kube/config.")

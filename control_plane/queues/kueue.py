@@ -3,7 +3,11 @@
 The catalog's model is Kueue's, so the mapping is one to one (docs/queues_kubernetes.md):
 
 - each Kubernetes pool is a **ResourceFlavor** named after it, whose `nodeLabels` are the pool's
-  `node_selector` (Kueue counts a pod against the flavor its node selector matches);
+  node selector (its `node_selector` over what its accelerator's nodes carry: GKE's TPU labels;
+  Kueue counts a pod against the flavor its node selector matches); a pool whose `topology` names
+  a `domain_label` also gets a **Topology** of that label over `kubernetes.io/hostname`, named in
+  the flavor's `topologyName`, for Kueue's topology-aware scheduling of its gangs
+  (control_plane/compute/backends/kubernetes_devices.py);
 - each team is a **ClusterQueue** named after it, in its cohort, with one resource group per GPU
   resource name (`gpu_resource`) holding one flavor per pool: its `nominalQuota` there (0 where the
   file gives it none: it may only borrow), `borrowingLimit`, `lendingLimit`, `fairSharing.weight`,
@@ -30,9 +34,13 @@ from control_plane.catalog.backends import KubernetesSettings, settings_for
 from control_plane.catalog.pools import Pool
 from control_plane.catalog.quotas import Quota, Quotas, load_quotas
 from control_plane.catalog.step_spec import StepSpec
+from control_plane.compute.backends.kubernetes_devices import device_resource, kueue_topology, node_selector
 from control_plane.queues.requests import NoTeam, team_and_class
 
 API_VERSION = "kueue.x-k8s.io/v1beta1"
+# Kueue serves Topology as v1alpha1 up to v0.13 and as v1beta1 (only) from v0.14: this follows the
+# releases the rest is written for (tests/kueue_api.py); on Kueue v0.14 or later, write v1beta1 here.
+TOPOLOGY_API_VERSION = "kueue.x-k8s.io/v1alpha1"
 QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
 PRIORITY_LABEL = "kueue.x-k8s.io/priority-class"
 MANAGED_BY = {"app.kubernetes.io/managed-by": "sinewgrid"}  # `kubectl get clusterqueues -l app.kubernetes.io/managed-by=sinewgrid`
@@ -57,8 +65,11 @@ class NoTeamOnKueuePool(ValueError):
 
 # The objects ---------------------------------------------------------------------------------------
 def kubernetes_pools(pools: Mapping[str, Pool]) -> dict[str, tuple[Pool, KubernetesSettings]]:
-    """The catalog's Kubernetes pools, each with its settings."""
-    return {name: (pool, settings_for(pool)) for name, pool in pools.items() if pool.backend == "kubernetes"}
+    """The catalog's Kubernetes pools, each with its settings, its device resource and node selector resolved."""
+    return {
+        name: (pool, (s := settings_for(pool)).model_copy(update={"gpu_resource": device_resource(pool, s), "node_selector": node_selector(pool, s)}))
+        for name, pool in pools.items() if pool.backend == "kubernetes"
+    }  # fmt: skip
 
 
 def pool_gpus(pool: Pool) -> int:
@@ -77,7 +88,12 @@ def kueue_objects(quotas: Quotas, pools: Mapping[str, Pool]) -> list[dict[str, A
     problems = _problems(quotas, kube)
     if problems:
         raise KueueObjectsError("the quotas cannot be Kueue objects:\n  " + "\n  ".join(problems))
-    objects = [_object("ResourceFlavor", name, spec={"nodeLabels": dict(s.node_selector)}) for name, (_, s) in kube.items()]
+    objects = [{**_object("Topology", name, spec={"levels": levels}), "apiVersion": TOPOLOGY_API_VERSION}
+               for name, (pool, _) in kube.items() if (levels := kueue_topology(pool))]  # fmt: skip
+    objects += [
+        _object("ResourceFlavor", name, spec={"nodeLabels": dict(s.node_selector), **({"topologyName": name} if kueue_topology(pool) else {})})
+        for name, (pool, s) in kube.items()
+    ]
     for team, spec in quotas.teams.items():
         cohort = quotas.cohort_of(team)
         body: dict[str, Any] = {"cohort": cohort} if cohort else {}
@@ -171,6 +187,8 @@ def _problems(quotas: Quotas, kube: Mapping[str, tuple[Pool, KubernetesSettings]
             said.append(f"{file}: the nominal quotas on pool `{name}` add up to {nominal} GPUs, more than its {pool_gpus(pool)}; lower them")
         if len(settings.node_selector) > MAX_NODE_LABELS:
             said.append(f"pool `{name}`: `node_selector` has {len(settings.node_selector)} labels; its ResourceFlavor holds at most {MAX_NODE_LABELS}")
+        if kueue_topology(pool) and not settings.node_selector:
+            said.append(f"pool `{name}`: a ResourceFlavor with a Topology needs at least one node label; give the pool a `node_selector`")
     spare = {pool: gpus for pool, gpus in _unassigned(quotas, kube).items() if gpus}
     if spare and len(quotas.cohorts) > 1:
         said.append(

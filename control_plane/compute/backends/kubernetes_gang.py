@@ -3,7 +3,8 @@
 A step of `nodes: N` × `ranks_per_node: R` becomes a JobSet (`jobset.x-k8s.io/v1alpha2`) with one
 replicated job of N indexed pods (`completionMode: Indexed`, parallelism = completions = N,
 `backoffLimit: 0`). Each pod is the pod a single attempt would be (`pod_spec_for`: image, env,
-node selector, tolerations, secrets), running `torchrun --nnodes N --node-rank
+node selector, tolerations, secrets, one node's share of the devices, Kueue's topology annotations
+for a tightly coupled gang: kubernetes_devices.py), running `torchrun --nnodes N --node-rank
 $(JOB_COMPLETION_INDEX) --nproc-per-node R` (the command the local backend's nodes run,
 `gang.torchrun_command`), with:
 
@@ -62,6 +63,7 @@ from control_plane.compute.backends.base import (
     rendezvous_port,
 )
 from control_plane.compute.backends.gang import torchrun_command
+from control_plane.compute.backends.kubernetes_devices import TOPOLOGY_ANNOTATIONS
 from control_plane.compute.backends.kubernetes_pod import (
     CONTAINER,
     core_api,
@@ -131,19 +133,19 @@ def jobset_for(pod: dict[str, Any], spec: StepSpec, settings: KubernetesSettings
         {"name": "SINEWGRID_NODE", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}},
         *({"name": k, "value": v} for k, v in (env or {}).items()),
     ]
-    if spec.gpus:
-        container["resources"] = {"limits": {settings.gpu_resource: str(-(-spec.gpus // spec.nodes))}}  # per node
     template["spec"]["affinity"] = gang_affinity(name, spec.exclude_nodes)
     labels = dict(template["metadata"]["labels"])
     for kueue in (QUEUE_LABEL, PRIORITY_LABEL):  # Kueue admits the JobSet whole: its pods carry no queue of their own
         template["metadata"]["labels"].pop(kueue, None)
     if settings.queue:
         labels[QUEUE_LABEL] = settings.queue
+    # Kueue reads its topology annotations on the pod template only: the JobSet carries the others.
+    annotations = {k: v for k, v in (template["metadata"].get("annotations") or {}).items() if k not in TOPOLOGY_ANNOTATIONS}
     job = {"completionMode": "Indexed", "parallelism": spec.nodes, "completions": spec.nodes, "backoffLimit": 0, "template": template}
     return {
         "apiVersion": f"{GROUP}/{VERSION}",
         "kind": "JobSet",
-        "metadata": {"name": name, "labels": labels, "annotations": dict(template["metadata"].get("annotations") or {})},
+        "metadata": {"name": name, "labels": labels, "annotations": annotations},
         "spec": {
             "network": {"enableDNSHostnames": True},
             "failurePolicy": {"maxRestarts": 0},

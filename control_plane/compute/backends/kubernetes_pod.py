@@ -18,6 +18,7 @@ from control_plane.catalog.backends import KubernetesSettings, settings_for
 from control_plane.catalog.pools import Pool
 from control_plane.catalog.step_spec import StepSpec
 from control_plane.compute.backends.base import AttemptOutcome, JobState, JobStatus
+from control_plane.compute.backends.kubernetes_devices import device_limits, node_selector, topology_annotations
 from control_plane.queues.kueue import workload_labels
 from control_plane.settings import settings
 
@@ -75,23 +76,24 @@ def pod_spec_for(pool: Pool, spec: StepSpec, *, storage_root: str, run_id: str, 
     }
     if settings.env_from_secrets:
         container["envFrom"] = [{"secretRef": {"name": name}} for name in settings.env_from_secrets]
-    if spec.gpus:
-        container["resources"] = {"limits": {settings.gpu_resource: str(spec.gpus)}}
+    if limits := device_limits(pool, spec, settings):  # per pod: one node's share (kubernetes_devices.py)
+        container["resources"] = {"limits": limits}
     pod_spec: dict[str, Any] = {
         "restartPolicy": "Never",  # a failed attempt is the platform's to retry, elsewhere if need be
         # Time for the workload to save its checkpoint after SIGTERM (eviction, spot reclaim).
         "terminationGracePeriodSeconds": max(30, math.ceil(2 * spec.checkpoint_seconds + 10)),
         "containers": [container],
     }
-    if settings.node_selector:
-        pod_spec["nodeSelector"] = dict(settings.node_selector)
+    if selector := node_selector(pool, settings):
+        pod_spec["nodeSelector"] = selector
     if settings.tolerations:
         pod_spec["tolerations"] = [dict(t) for t in settings.tolerations]
     if settings.service_account:
         pod_spec["serviceAccountName"] = settings.service_account
     if settings.image_pull_secrets:
         pod_spec["imagePullSecrets"] = [{"name": name} for name in settings.image_pull_secrets]
-    metadata = {"labels": labels, "annotations": {f"{LABEL}/step": spec.name, f"{LABEL}/run-id": run_id}}
+    annotations = {f"{LABEL}/step": spec.name, f"{LABEL}/run-id": run_id, **topology_annotations(pool, spec)}  # Kueue TAS: a gang's template
+    metadata = {"labels": labels, "annotations": annotations}
     return {"metadata": metadata, "spec": pod_spec}
 
 
