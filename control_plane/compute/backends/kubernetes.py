@@ -4,7 +4,8 @@
 The pod takes its shape from the pool's `backend_settings` (namespace, node selector,
 tolerations for spot taints, service account, image pull secrets, secrets as environment,
 labels) and its image from the pool's runtime for the step (`runtimes.<runtime>: IMAGE`). It
-asks for `spec.gpus` of the pool's `gpu_resource` (default `nvidia.com/gpu`) as limits and runs
+asks for `spec.gpus` of the pool's `gpu_resource` (default: its accelerator's device resource,
+`kubernetes_devices.py`) as limits and runs
 `python -m <entry_point>`. The Dagster Pipes context travels in an environment variable and
 the workload's reports come back in the pod log, as PipesK8sClient does it.
 
