@@ -10,7 +10,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Self
 
@@ -213,3 +213,15 @@ def committed_episodes(folder: Path) -> dict[int, tuple]:
             {video.name.split(".", 1)[1]: video.read_bytes() for video in sorted(Path(record["episode_file"]).parent.glob(f"episode-{record['seed']:06d}.*.mp4"))},
         )
     return out
+
+
+def wait_for(what: str, ready: Callable[[], object], timeout: float = 60.0) -> object:
+    """Poll until `ready()` is truthy and return its value; fail naming `what` (a bound on a
+    wait, never a timing assertion)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = ready()
+        if value:
+            return value
+        time.sleep(0.2)
+    raise AssertionError(f"timed out waiting for {what}")

@@ -22,6 +22,7 @@ from control_plane.compute.backends.local import LocalBackend
 from control_plane.compute.inflight import InFlight
 from control_plane.settings import REPO_ROOT
 from sensors.inflight_watcher import make_inflight_watcher
+from tests.helpers import wait_for
 from shared_resources.resources import platform_resources
 from workload_runtime.storage import Storage
 
@@ -52,16 +53,6 @@ ORCHESTRATOR = textwrap.dedent(
 )
 
 
-def _wait_for(predicate, what: str, timeout: float = 60.0):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.2)
-    raise AssertionError(f"timed out waiting for {what}")
-
-
 def _watcher_tick(instance: dg.DagsterInstance, home: Path, pools: Path) -> dg.SensorResult:
     watcher = make_inflight_watcher(name="test_watcher", asset_prefix="counting")
     resources = platform_resources(root=str(home), pools_file=str(pools))
@@ -79,9 +70,9 @@ def test_watcher_stops_the_workload_of_a_dead_orchestrator(home: Path, tmp_path:
     orchestrator = subprocess.Popen([sys.executable, "-c", ORCHESTRATOR, str(home), str(pools)], env=env, cwd=REPO_ROOT)
     try:
         # (The pool's qualification probe is in flight first, for a moment.)
-        (record,) = _wait_for(lambda: [r for r in InFlight(storage).records() if r["owner"]["step"] == "test.counting"], "the step to be in flight")
+        (record,) = wait_for("the step to be in flight", lambda: [r for r in InFlight(storage).records() if r["owner"]["step"] == "test.counting"])
         workload = psutil.Process(int(record["handle"]["job_id"]))
-        _wait_for(lambda: storage.fs.exists(storage.checkpoints("counting").removeprefix("file://")), "a checkpoint")
+        wait_for("a checkpoint", lambda: storage.fs.exists(storage.checkpoints("counting").removeprefix("file://")))
         orchestrator.send_signal(signal.SIGKILL)  # the run worker dies; the GPU job does not
         orchestrator.wait(timeout=30)
         assert workload.is_running(), "the workload should outlive its orchestrator (that is the problem)"
@@ -193,7 +184,7 @@ def test_a_zombie_counts_as_ended():
     try:
         handle = LocalBackend.handle_for(load_pools()["local"], process.pid)
         os.kill(process.pid, signal.SIGKILL)  # not through Popen: nothing waits for it
-        _wait_for(lambda: psutil.Process(process.pid).status() == psutil.STATUS_ZOMBIE, "the killed child to be a zombie")
+        wait_for("the killed child to be a zombie", lambda: psutil.Process(process.pid).status() == psutil.STATUS_ZOMBIE)
         assert LocalBackend().status(handle).state.value == "gone"
         LocalBackend().signal(handle)  # nothing to signal, nothing raised
         LocalBackend().cancel(handle, grace_seconds=0)

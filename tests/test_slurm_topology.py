@@ -8,8 +8,7 @@ each kind of step gets is checked without a cluster.
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -22,6 +21,7 @@ from control_plane.compute.backends.slurm import SlurmBackend
 from control_plane.compute.backends.slurm_batch import sbatch_options
 from control_plane.compute.backends.slurm_topology import slurm_duration, topology_conf
 from testbed.slurm_multinode import PARTITION, MultiNodeSlurmCluster
+from tests.helpers import wait_for
 
 SWITCHES = {"s0": ["sgn0", "sgn1"], "s1": ["sgn2", "sgn3"]}
 
@@ -77,17 +77,6 @@ def test_slurm_durations_and_the_topology_file():
 
 
 # The real cluster -------------------------------------------------------------------------
-def _until(what: str, ready: Callable[[], object], timeout: float = 30.0) -> object:
-    """Poll until `ready()` is truthy and return it; fail naming `what` (a bound, not a timing)."""
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        value = ready()
-        if value:
-            return value
-        time.sleep(0.2)
-    pytest.fail(f"gave up waiting for {what}")
-
-
 def _job(cluster: MultiNodeSlurmCluster, job_id: str) -> dict[str, str]:
     text = cluster.client(["scontrol", "show", "job", "--oneliner", job_id]).stdout
     return dict(word.partition("=")[::2] for word in text.split() if "=" in word)
@@ -105,7 +94,7 @@ def _running_on(cluster: MultiNodeSlurmCluster, job_id: str) -> set[str]:
 def _hold(cluster: MultiNodeSlurmCluster, node: str) -> str:
     """A plain one-node job that keeps `node` busy (not the platform's: no `--switches`)."""
     job_id = cluster.client(["sbatch", "--parsable", f"--partition={PARTITION}", "-w", node, "--output=/dev/null", "--wrap", "exec sleep 600"]).stdout.strip()
-    _until(f"job {job_id} holding {node}", lambda: _running_on(cluster, job_id) == {node})
+    wait_for(f"job {job_id} holding {node}", lambda: _running_on(cluster, job_id) == {node})
     return job_id
 
 
@@ -117,7 +106,7 @@ def quiet(cluster: MultiNodeSlurmCluster) -> Iterator[MultiNodeSlurmCluster]:
         states = set(cluster.client(["sinfo", "-h", "-N", "-p", PARTITION, "-o", "%T"]).stdout.split())
         return states == {"idle"} and not cluster.client(["squeue", "-h", "-p", PARTITION]).stdout.strip()
 
-    _until("every node idle", idle)
+    wait_for("every node idle", idle)
     try:
         yield cluster
     finally:
@@ -152,7 +141,7 @@ def test_a_tightly_coupled_gang_lands_under_the_one_switch_with_room(quiet, tmp_
     _hold(cluster, "sgn0")
     backend, handle = _submit(cluster, tmp_path, _gang(2))
     assert "#SBATCH --switches=1@11:00" in Path(handle.info["script"]).read_text()
-    assert _until("the gang running", lambda: _running_on(cluster, handle.job_id)) == set(SWITCHES["s1"])
+    assert wait_for("the gang running", lambda: _running_on(cluster, handle.job_id)) == set(SWITCHES["s1"])
     assert _job(cluster, handle.job_id)["Switches"] == "1@00:11:00"  # the wait Slurm kept (max_switch_wait allows it)
     backend.cancel(handle)
 
@@ -166,11 +155,11 @@ def test_with_a_node_busy_under_each_switch_the_gang_waits_rather_than_span_them
     _hold(cluster, "sgn2")
     backend, tight = _submit(cluster, tmp_path / "tight", _gang(2))
     # Slurm has looked at it (a reason other than None) with sgn1 and sgn3 free, and not started it.
-    job = _until("Slurm to weigh the tight gang", lambda: ((j := _job(cluster, tight.job_id))["Reason"] != "None" or j["JobState"] != "PENDING") and j)
+    job = wait_for("Slurm to weigh the tight gang", lambda: ((j := _job(cluster, tight.job_id))["Reason"] != "None" or j["JobState"] != "PENDING") and j)
     assert (job["JobState"], job["Reason"], _hosts(cluster, job["NodeList"])) == ("PENDING", "Resources", set()), job
     assert backend.status(tight).state is JobState.pending
     _, loose = _submit(cluster, tmp_path / "loose", _gang(2, tightly_coupled=False))
     assert "--switches" not in Path(loose.info["script"]).read_text()
-    assert _until("the loose gang running", lambda: _running_on(cluster, loose.job_id)) == {"sgn1", "sgn3"}  # across both switches
+    assert wait_for("the loose gang running", lambda: _running_on(cluster, loose.job_id)) == {"sgn1", "sgn3"}  # across both switches
     job = _job(cluster, tight.job_id)
     assert (job["JobState"], _hosts(cluster, job["NodeList"])) == ("PENDING", set()), job
