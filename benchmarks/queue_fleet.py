@@ -36,6 +36,7 @@ import numpy as np
 from rich.table import Table
 
 from benchmarks.queue_sim import POLICIES, Interruption, Job, Simulation
+from benchmarks.tables import print_tables
 from control_plane.catalog.pools import Pool, Purchasing
 from control_plane.catalog.quotas import Quotas
 from control_plane.catalog.step_spec import StepSpec
@@ -351,11 +352,7 @@ def tables(result: dict[str, Any]) -> list[Table]:
 
 
 def main() -> None:
-    from rich.console import Console
-
-    console = Console(width=200)
-    for table in tables(run()):
-        console.print(table)
+    print_tables(tables(run()))
 
 
 if __name__ == "__main__":

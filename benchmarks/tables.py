@@ -17,6 +17,15 @@ from rich.table import Table
 from benchmarks import MIN_REPEAT_SECONDS
 
 
+def print_tables(tables: list[Table]) -> None:
+    """A figure's tables on the terminal, wide enough for their columns (a module's `main`)."""
+    from rich.console import Console
+
+    console = Console(width=200)
+    for table in tables:
+        console.print(table)
+
+
 def _ms(seconds: float) -> str:
     return f"{seconds * 1e3:,.2f}"
 

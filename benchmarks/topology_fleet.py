@@ -36,6 +36,7 @@ import numpy as np
 from rich.table import Table
 
 from benchmarks.topology_sim import POLICIES, Gang, Simulation
+from benchmarks.tables import print_tables
 from control_plane.catalog.pools import Pool
 from control_plane.catalog.step_spec import StepSpec
 from control_plane.placement.links import allreduce_seconds
@@ -257,11 +258,7 @@ def tables(result: dict[str, Any]) -> list[Table]:
 
 
 def main() -> None:
-    from rich.console import Console
-
-    console = Console(width=200)
-    for table in tables(run()):
-        console.print(table)
+    print_tables(tables(run()))
 
 
 if __name__ == "__main__":
