@@ -87,15 +87,15 @@ class Resealer:
         self._sealer = Sealer(keyring)
         self._check = Opener(lambda tenant, key_id: keyring, sealer=self._sealer)
 
-    def reseal(self, uri: str, stored: bytes) -> bytes | None:
+    def reseal(self, uri: str, stored: bytes) -> memoryview | None:
         """The object at `uri` sealed under the current key, checked; None when it already is."""
         if is_current(stored, self.keyring):
             return None
         if (sealed_for := read_header(stored).tenant) != self.keyring.tenant:
             raise NotSealedForTenant(uri, self.root, self.keyring.tenant, f"an object sealed for tenant `{sealed_for}`")
         plain = open_stored(uri, stored, self._opener)  # refuses a plain or another tenant's object
-        new = self._sealer.seal(plain)
-        if self._check.open(new) != plain:
+        new = self._sealer.seal_buffer(plain)
+        if self._check.open_buffer(new) != plain:
             raise ResealCheckFailed(f"{uri}: resealed, it does not open to what it held; the original is kept")
         return new
 

@@ -89,9 +89,9 @@ def test_sealed_dataset_round_trips_through_every_reader_and_holds_no_plain_byte
     stored = _files(Path(zarr_uri))
     assert stored and all(blob.startswith(PREFIX) for blob in stored.values()), [k for k, b in stored.items() if not b.startswith(PREFIX)]
     assert is_sealed_dataset(zarr_uri)
-    # One object per chunk: no shards in a sealed dataset (a sealed object cannot be range-read).
+    # The same layout as a plain dataset: X in shards, whose chunks are read by range (frames).
     array_meta = json.loads(access.opener().open(stored["X/data/zarr.json"]))
-    assert [c["name"] for c in array_meta["codecs"]] != ["sharding_indexed"]
+    assert [c["name"] for c in array_meta["codecs"]] == ["sharding_indexed"]
 
     # No gene or cell name, no annotation and no compressed chunk of the plain dataset in the stored bytes.
     plain_uri = str(tmp_path / "plain" / "dataset.zarr")

@@ -32,12 +32,13 @@ from typing import BinaryIO
 
 import aws_encryption_sdk
 from aws_encryption_sdk.exceptions import AWSEncryptionSDKClientError
-from aws_encryption_sdk.identifiers import Algorithm, CommitmentPolicy
+from aws_encryption_sdk.identifiers import Algorithm, CommitmentPolicy, ContentType
 from aws_encryption_sdk.internal.formatting.deserialize import deserialize_header
 from aws_encryption_sdk.materials_managers import EncryptionMaterialsRequest
 from cryptography.exceptions import InvalidTag
 
 from workload_runtime import legacy_seal
+from workload_runtime.frames import FrameError, FrameWriter, Layout, MessageKey, SealedDataError, SealedView, final_frame, new_buffer, seal_body, seal_frames
 from workload_runtime.keys import Keyring, KeyUnavailable
 from workload_runtime.master_keys import OneDataKey, key_id_of
 
@@ -47,12 +48,8 @@ CHUNK_BYTES = 8 << 20  # what a writer of plain bytes is handed at a time
 TENANT = "tenant"  # the encryption context's one entry
 PREFIX = b"\x02" + SUITE.algorithm_id.to_bytes(2, "big")  # message format version 2, then the suite
 FORMAT = "aws-encryption-sdk message v2, suite 0x0478"
-_HEADER_BYTES = 1 << 16  # a header (one data key, one context entry) is well under 64 KiB
+HEADER_BYTES = 1 << 16  # a header (one data key, one context entry) is well under 64 KiB
 _CLIENT = aws_encryption_sdk.EncryptionSDKClient(commitment_policy=CommitmentPolicy.REQUIRE_ENCRYPT_REQUIRE_DECRYPT, max_encrypted_data_keys=1)
-
-
-class SealedDataError(ValueError):
-    """Bytes that claim to be sealed and are not whole, or fail their integrity check."""
 
 
 @dataclass(frozen=True)
@@ -77,25 +74,11 @@ def read_header(blob: bytes | memoryview) -> SealedHeader:
     if bytes(blob[: len(PREFIX)]) != PREFIX:
         raise SealedDataError(f"not a sealed object (it does not start as a message in {FORMAT})")
     try:
-        header, _ = deserialize_header(io.BytesIO(bytes(blob[:_HEADER_BYTES])), max_encrypted_data_keys=1)
+        header, _ = deserialize_header(io.BytesIO(bytes(blob[:HEADER_BYTES])), max_encrypted_data_keys=1)
         (data_key,) = header.encrypted_data_keys
         return SealedHeader(header.encryption_context[TENANT], key_id_of(data_key))
     except (AWSEncryptionSDKClientError, KeyError, ValueError) as exc:
         raise SealedDataError(f"sealed object with an unreadable header ({type(exc).__name__}: {exc})") from None
-
-
-class _Feed:
-    """The plaintext a writer pushes, read by the SDK's encryptor a frame at a time."""
-
-    def __init__(self) -> None:
-        self.buffer = bytearray()
-        self.closed = False
-
-    def read(self, size: int = -1) -> bytes:
-        size = len(self.buffer) if size < 0 else min(size, len(self.buffer))
-        out = bytes(self.buffer[:size])
-        del self.buffer[:size]
-        return out
 
 
 class Sealer:
@@ -110,37 +93,42 @@ class Sealer:
             encryption_context=dict(self._context), frame_length=FRAME_BYTES, algorithm=SUITE, commitment_policy=_CLIENT.config.commitment_policy,
         ))  # fmt: skip
 
-    def _encryptor(self, source: object, length: int | None = None):  # type: ignore[no-untyped-def]
-        return _CLIENT.stream(
-            mode="e", source=source, materials_manager=self._materials, encryption_context=dict(self._context),
-            algorithm=SUITE, frame_length=FRAME_BYTES, source_length=length,
+    def message(self) -> tuple[bytes, MessageKey]:
+        """A new message's header and key, made by the SDK's own encryptor: a fresh message id, its
+        key derived from the data key, the key commitment and the header's tag."""
+        encryptor = _CLIENT.stream(
+            mode="e", source=io.BytesIO(b""), materials_manager=self._materials, encryption_context=dict(self._context),
+            algorithm=SUITE, frame_length=FRAME_BYTES,
         )  # fmt: skip
+        encryptor._prep_message()
+        key = MessageKey(SUITE, encryptor._derived_data_key, encryptor._header.message_id, FRAME_BYTES)
+        return bytes(encryptor.output_buffer), key
 
-    def seal_chunks(self, data: bytes | memoryview) -> Iterator[bytes]:
-        """The sealed object a frame at a time, so a writer writes and hashes one while the next is made."""
-        with self._encryptor(_reader(data), memoryview(data).nbytes) as encryptor:
-            while chunk := encryptor.read(FRAME_BYTES):
-                yield chunk
+    def seal_chunks(self, data: bytes | memoryview) -> Iterator[bytes | memoryview]:
+        """The sealed object a part at a time (the header, then runs of frames), so a writer writes
+        and hashes one part while the next is sealed."""
+        header, key = self.message()
+        yield header
+        view, length = memoryview(data).cast("B"), key.frame_length
+        whole, run = len(view) // length, max(1, CHUNK_BYTES // length)
+        for first in range(0, whole, run):
+            count = min(run, whole - first)
+            sealed = new_buffer(count * key.regular_bytes)  # a new buffer: the writer may still hold the last
+            seal_frames(key, view[first * length :], sealed, first + 1, count)
+            yield sealed
+        yield final_frame(key, whole + 1, view[whole * length :])
 
     def seal(self, data: bytes | memoryview) -> bytes:
-        return b"".join(self.seal_chunks(data))
+        return bytes(self.seal_buffer(data))
 
-
-class _ViewReader:
-    """A reader over a memoryview that hands out one frame's bytes at a time (no copy of the whole)."""
-
-    def __init__(self, data: bytes | memoryview) -> None:
-        self._view, self._at, self.closed = memoryview(data).cast("B"), 0, False
-
-    def read(self, size: int = -1) -> bytes:
-        end = len(self._view) if size < 0 else self._at + size
-        out = self._view[self._at : end].tobytes()
-        self._at += len(out)
+    def seal_buffer(self, data: bytes | memoryview) -> memoryview:
+        """`seal`, made in one new buffer (no copy to make it `bytes`)."""
+        header, key = self.message()
+        view = memoryview(data).cast("B")
+        out = new_buffer(len(header) + key.body_bytes(len(view)))
+        out[: len(header)] = header
+        seal_body(key, view, out[len(header) :])
         return out
-
-
-def _reader(data: bytes | memoryview) -> io.BytesIO | _ViewReader:
-    return io.BytesIO(data) if isinstance(data, bytes) else _ViewReader(data)  # BytesIO shares bytes, copies the rest
 
 
 class SealingStream(io.RawIOBase):
@@ -150,29 +138,26 @@ class SealingStream(io.RawIOBase):
 
     def __init__(self, sealer: Sealer, out: BinaryIO) -> None:
         super().__init__()
-        self._feed = _Feed()
-        self._encryptor = sealer._encryptor(self._feed)
-        self._out, self._written = out, 0
+        header, key = sealer.message()
+        out.write(header)
+        self._frames = FrameWriter(key, out)
+        self._written = 0
 
     def writable(self) -> bool:
         return True
 
     def write(self, data: bytes | memoryview) -> int:  # type: ignore[override]
-        self._feed.buffer += data
-        self._written += len(data)
-        while len(self._feed.buffer) > FRAME_BYTES:  # more than a frame: this one is not the last
-            self._out.write(self._encryptor.read(FRAME_BYTES))
-        return len(data)
+        self._frames.write(data)
+        size = memoryview(data).nbytes
+        self._written += size
+        return size
 
     def tell(self) -> int:
         return self._written
 
     def close(self) -> None:
         if not self.closed:
-            self._feed.closed = True
-            while chunk := self._encryptor.read(FRAME_BYTES):
-                self._out.write(chunk)
-            self._encryptor.close()
+            self._frames.close()
         super().close()
 
 
@@ -190,26 +175,54 @@ class Opener:
         self._legacy_keys: dict[bytes, bytes] = {}
 
     def open(self, blob: bytes | memoryview) -> bytes:
-        header = read_header(blob)
-        if header.format == "SGSEAL1":
+        """The plaintext of a sealed object, every frame checked (SGSEAL1 objects too)."""
+        if legacy_seal.is_legacy(blob):
             return self._open_legacy(blob)
+        return bytes(self.open_buffer(blob))
+
+    def open_buffer(self, blob: bytes | memoryview) -> memoryview:
+        """`open`, into a new buffer (no copy to make it `bytes`)."""
+        if legacy_seal.is_legacy(blob):
+            return memoryview(self._open_legacy(blob))
+        view = self.view(blob)
+        try:
+            return view.read_buffer()
+        finally:
+            view.close()
+
+    def view(self, blob: bytes | memoryview) -> SealedView | io.BytesIO:
+        """A sealed object read at random (`frames.SealedView`): its header and final frame checked
+        now, each frame checked as a read reaches it."""
+        if legacy_seal.is_legacy(blob):
+            return io.BytesIO(self._open_legacy(blob))
+        layout = self.layout(blob[:HEADER_BYTES], len(blob))
+        return SealedView(layout, layout.open_final(memoryview(blob)[layout.final_at :]), blob)
+
+    def layout(self, head: bytes | memoryview, stored: int) -> Layout:
+        """Where the frames of a sealed object lie, from its first bytes (`HEADER_BYTES` of them,
+        or all when it is shorter) and its stored size: its header read and checked by the SDK's
+        own decryptor (policy, the data key, key commitment, the header's tag)."""
+        header = read_header(head)
+        if header.format == "SGSEAL1":
+            raise SealedDataError("an SGSEAL1 object is opened whole (Opener.open), not by frames")
         materials = self._materials.get((header.tenant, header.key_id))
         if materials is None:
             keyring = self._resolve(header.tenant, header.key_id)
             if keyring.tenant != header.tenant:
                 raise KeyUnavailable(keyring.tenant, keyring.key_id, f"the object is sealed for tenant `{header.tenant}`", "A tenant's key opens only that tenant's data.")
             materials = self._materials[(header.tenant, header.key_id)] = OneDataKey(keyring, wrapped_by=header.key_id)
-        decryptor = _CLIENT.stream(mode="d", source=_reader(blob), materials_manager=materials)
-        parts = []
-        try:  # not `with`: a message that fails is dropped, never closed as if whole
-            if decryptor.header.encryption_context.get(TENANT) != header.tenant:
+        source = io.BytesIO(bytes(head[:HEADER_BYTES]))
+        decryptor = _CLIENT.stream(mode="d", source=source, materials_manager=materials)
+        try:
+            message = decryptor.header
+            if message.encryption_context.get(TENANT) != header.tenant:
                 raise SealedDataError(f"sealed object names tenant `{header.tenant}` but its message says otherwise")
-            while part := decryptor.read(FRAME_BYTES):
-                parts.append(part)
-            decryptor.close()  # checks the message ended with its final frame
-        except (AWSEncryptionSDKClientError, InvalidTag) as exc:
-            raise SealedDataError(f"sealed object of tenant `{header.tenant}` fails its integrity check: it was changed or cut short ({type(exc).__name__})") from None
-        return b"".join(parts)
+            if (message.algorithm, message.content_type, decryptor.verifier) != (SUITE, ContentType.FRAMED_DATA, None):
+                raise SealedDataError(f"sealed object of tenant `{header.tenant}` is not framed in {FORMAT}")
+            key = MessageKey(SUITE, decryptor._derived_data_key, message.message_id, message.frame_length)
+            return Layout.of(key, source.tell(), stored)
+        except (AWSEncryptionSDKClientError, FrameError, InvalidTag) as exc:
+            raise SealedDataError(f"sealed object of tenant `{header.tenant}` fails its integrity check: it was changed or cut short ({exc})") from None
 
     def _open_legacy(self, blob: bytes | memoryview) -> bytes:
         old = legacy_seal.read_legacy_header(blob)

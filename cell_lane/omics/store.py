@@ -19,8 +19,8 @@ size: chunks of ⌊2**18 / genes⌋ whole rows, 64 chunks to a shard.
 **A tenant's dataset is sealed** (issue 17): when this process holds a keyring for the storage
 root the dataset is written under (`runtime.tenant_access.keyring_for(uri)`), every object of it —
 chunks and metadata alike — is sealed with one data key for the version (`sealing.SealedStore`),
-and it is written **without shards**: one object per chunk, because a sealed object can only be
-opened whole, and zarr reads chunks out of a shard by byte range (`sealing.py` says more). Readers
+in the same layout: a sealed shard is opened by frames, so a reader that fetches one chunk out of
+a shard by byte range reads and opens only the frames that hold it (`sealing.py` says more). Readers
 (`read_dataset`, and `anndata.read_zarr(dataset_store(uri))`) see whether a dataset is sealed from
 its root `zarr.json` (one read of its first 8 bytes) and open it with the tenant's key this process
 holds; a dataset is sealed or plain as a whole. Without a keyring nothing changes: zarr's own
@@ -65,23 +65,16 @@ class XLayout:
                     f"XLayout.{name} must be a whole number of at least 1; got {value!r}"
                 )
 
-    def dataset_kwargs(self, matrix: Any, *, sharded: bool = True) -> dict[str, tuple[int, ...]]:
-        """`chunks` and `shards` for anndata's writer: 1-D runs for sparse, whole-row blocks for dense.
-
-        `sharded=False` (sealed datasets): the same chunks, each its own object.
-        """
+    def dataset_kwargs(self, matrix: Any) -> dict[str, tuple[int, ...]]:
+        """`chunks` and `shards` for anndata's writer: 1-D runs for sparse, whole-row blocks for dense."""
         if sp.issparse(matrix):
-            chunking = {"chunks": (self.chunk_values,), "shards": (self.chunk_values * self.shard_chunks,)}
-        else:
-            shape = np.shape(matrix)
-            if len(shape) != 2:
-                return {}
-            rows = max(1, self.chunk_values // max(1, shape[1]))
-            width = max(1, shape[1])
-            chunking = {"chunks": (rows, width), "shards": (rows * self.shard_chunks, width)}
-        if not sharded:
-            del chunking["shards"]
-        return chunking
+            return {"chunks": (self.chunk_values,), "shards": (self.chunk_values * self.shard_chunks,)}
+        shape = np.shape(matrix)
+        if len(shape) != 2:
+            return {}
+        rows = max(1, self.chunk_values // max(1, shape[1]))
+        width = max(1, shape[1])
+        return {"chunks": (rows, width), "shards": (rows * self.shard_chunks, width)}
 
 
 def _is_matrix(elem_name: str) -> bool:
@@ -91,7 +84,7 @@ def _is_matrix(elem_name: str) -> bool:
 
 def _write_local(adata: ad.AnnData, path: str, layout: XLayout, keyring: Keyring | None = None) -> None:
     store: Any = path
-    if keyring is not None:  # every object sealed with one data key, one object per chunk (no shards: see the module docstring)
+    if keyring is not None:  # every object sealed with one data key (the module docstring)
         Path(path).mkdir(parents=True, exist_ok=True)
         store = sealing_store(zarr.storage.LocalStore(path), keyring, where=path)
     group = zarr.open_group(store, mode="w", zarr_format=ZARR_FORMAT)
@@ -101,7 +94,7 @@ def _write_local(adata: ad.AnnData, path: str, layout: XLayout, keyring: Keyring
         write_func, store, elem_name: str, elem, *, dataset_kwargs, iospec
     ) -> None:
         if _is_matrix(elem_name):
-            dataset_kwargs = {**layout.dataset_kwargs(elem, sharded=keyring is None), **dataset_kwargs}
+            dataset_kwargs = {**layout.dataset_kwargs(elem), **dataset_kwargs}
         write_func(store, elem_name, elem, dataset_kwargs=dataset_kwargs)
 
     # Explicit shards for the matrices; anndata's automatic sharding off for the small rest.
