@@ -28,6 +28,7 @@ from __future__ import annotations
 import io
 import os
 import struct
+from collections import OrderedDict
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor, wait
 from dataclasses import dataclass
@@ -46,6 +47,7 @@ TAG = 16
 _REGULAR = get_aad_content_string(ContentType.FRAMED_DATA, is_final_frame=False)
 _FINAL = get_aad_content_string(ContentType.FRAMED_DATA, is_final_frame=True)
 _SEQ = struct.Struct(">I")
+_AAD_TAIL = struct.Struct(">IQ")  # a frame's sequence number and content length, after the message id and content string
 _FINAL_HEAD = struct.Struct(">II12sI")  # mark, sequence number, IV, length
 
 
@@ -64,14 +66,20 @@ class MessageKey:
         self._aes, self._algorithm = AESGCM(derived_key), algorithm
         self.message_id, self.frame_length = message_id, frame_length
         self.regular_bytes = 4 + algorithm.iv_len + frame_length + TAG  # one regular frame, stored
+        # The SDK's frame IV and body AAD (`frame_iv`, `assemble_content_aad`), made without their
+        # per-call checks and format strings: the first frame's are checked against the SDK's here.
+        self._iv_pad = bytes(algorithm.iv_len - 4)
+        self._aad_of = {final: message_id + (_FINAL if final else _REGULAR).value for final in (False, True)}
+        if (self.iv(1), self._aad(1, 5, True)) != (frame_iv(algorithm, 1), assemble_content_aad(message_id, _FINAL, 1, 5)):
+            raise FrameError("this SDK's frame IV or body AAD is not the one this module writes")
 
     def iv(self, sequence: int) -> bytes:
-        if sequence > MAX_FRAME_COUNT:
-            raise FrameError(f"a message holds at most {MAX_FRAME_COUNT} frames")
-        return frame_iv(self._algorithm, sequence)
+        if not 1 <= sequence <= MAX_FRAME_COUNT:
+            raise FrameError(f"a message holds frames 1 to {MAX_FRAME_COUNT}; not {sequence}")
+        return self._iv_pad + _SEQ.pack(sequence)
 
     def _aad(self, sequence: int, size: int, final: bool) -> bytes:
-        return assemble_content_aad(self.message_id, _FINAL if final else _REGULAR, sequence, size)
+        return self._aad_of[final] + _AAD_TAIL.pack(sequence, size)
 
     def body_bytes(self, size: int) -> int:
         """The stored size of the body of a message of `size` plaintext bytes."""
@@ -221,8 +229,7 @@ class SealedView(io.RawIOBase):
         self._whole = memoryview(stored)
         self._stored, self._offset = self._whole.cast("B"), offset
         self.size = layout.size
-        self._part = bytearray(self._key.frame_length)  # a regular frame read in part
-        self._kept = -1  # which one is in it
+        self._parts: OrderedDict[int, bytearray] = OrderedDict()  # the last regular frames read in part, by index
         self._at = 0
 
     @classmethod
@@ -285,11 +292,14 @@ class SealedView(io.RawIOBase):
         """The plaintext of frame `index` (from 0), checked by its tag."""
         if index == self._layout.frames:
             return memoryview(self._final)
-        if self._kept != index:
-            self._kept = -1
-            self._key.open_into(index + 1, self._sealed(index), False, memoryview(self._part))
-            self._kept = index
-        return memoryview(self._part)
+        part = self._parts.get(index)
+        if part is None:  # opened into the buffer of the frame read longest ago (a reader of a zip or a
+            # shard reads its end, its start, then its middle: three kept, none is opened twice)
+            part = self._parts.popitem(last=False)[1] if len(self._parts) >= _KEPT_FRAMES else bytearray(self._key.frame_length)
+            self._key.open_into(index + 1, self._sealed(index), False, memoryview(part))
+            self._parts[index] = part
+        self._parts.move_to_end(index)
+        return memoryview(part)
 
     def _sealed(self, index: int) -> memoryview:
         """Regular frame `index`'s ciphertext and tag, once its sequence number and IV are the ones
@@ -319,6 +329,7 @@ def new_buffer(size: int) -> memoryview:
     return memoryview(np.empty(size, dtype=np.uint8)).cast("B")
 
 
+_KEPT_FRAMES = 3
 _WORKERS = min(4, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1)
 _POOL: tuple[int, ThreadPoolExecutor] | None = None
 
