@@ -206,7 +206,7 @@ def measure_sharded(roots: _Roots, repeats: int) -> list[SealingResult]:
     keep_first_step()
     checkpoints = {kind: store.latest_valid() for kind, store in stores.items()}
     load = {kind: _quiet(lambda c=c: load_sharded(c, empty())) for kind, c in checkpoints.items()}
-    loaded = time_pair(load["sealed"], load["plain"], repeats=3 * repeats)  # ~50 ms a load: more repeats, less noise
+    loaded = time_pair(load["sealed"], load["plain"], repeats=repeats)
     roots.clean()
     return [
         SealingResult("gang_save", "save_sharded(store, step, {\"model\": state})", "gang checkpoint save, same state (DCP, sealed_dcp.py)", size, *saved),
@@ -275,9 +275,13 @@ def measure_reseal(work: Path, repeats: int) -> SealingResult:
                          {"objects": reseal.SMALL_OBJECTS + 2, "baseline": "every object read and written back in place, no cryptography"})  # fmt: skip
 
 
+SAMPLES = 3  # each row takes 3 × the repeats asked: the ratios are of tenths of a second on a noisy 2-core machine
+
+
 def run(repeats: int = REPEATS) -> list[SealingResult]:
     from workload_runtime import tenant_access as access
 
+    repeats *= SAMPLES
     work = Path(tempfile.mkdtemp(prefix="sinewgrid-bench-sealing-"))
     try:
         roots = _Roots(work)
@@ -291,7 +295,7 @@ def table(results: list[SealingResult], repeats: int) -> Table:
     out = Table(
         title="9. Sealing with the tenant's key: the same write sealed (AWS Encryption SDK messages, AES-256-GCM, one data key) vs plain",
         caption=(
-            f"Median of {repeats} repeats, sealed and plain alternating, one write each into fresh folders "
+            f"Median of {SAMPLES * repeats} repeats, sealed and plain alternating, one write each into fresh folders "
             "(time.perf_counter); the sealed folder has a local key registered, the plain one none. "
             "MB/s = bytes handled (the safetensors file; X's CSR arrays) ÷ seconds. Ratio = sealed ÷ plain "
             "(issue 17: at most 1.10). Both read back equal before timing."

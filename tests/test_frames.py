@@ -196,3 +196,23 @@ def test_a_sealed_shard_read_by_range_reads_only_the_frames_of_its_chunk(tmp_pat
     np.testing.assert_array_equal(rows, x[1_000:1_040].toarray())
     # Its header, its final frame (which holds the shard's index) and the frame or two of the rows.
     assert 0 < sum(read) < shard.stat().st_size / 3, read
+
+
+def _seal_in_child(keyring: LocalKeyring, out) -> None:  # noqa: ANN001
+    data = _data(12 * MIB, 12)
+    out.put(Opener(lambda tenant, key_id: keyring).open(Sealer(keyring).seal(data)) == data)
+
+
+def test_a_forked_child_seals_and_opens_on_threads_of_its_own(sealer, opener, keyring):
+    """Many frames are sealed and opened on a few threads; a process forked after its parent used
+    them (a DataLoader worker, a forkserver child) has none of them and makes its own."""
+    import multiprocessing
+
+    data = _data(12 * MIB, 13)
+    assert opener.open(sealer.seal(data)) == data  # the parent's threads are started
+    context = multiprocessing.get_context("fork")
+    out = context.Queue()
+    child = context.Process(target=_seal_in_child, args=(keyring, out))
+    child.start()
+    child.join(timeout=60)
+    assert child.exitcode == 0 and out.get(timeout=1) is True
