@@ -38,7 +38,7 @@ from workload_runtime.checkpoints import MANIFEST
 from workload_runtime.envelope import FORMAT, Opener, SealedDataError, Sealer, is_sealed, read_header
 from workload_runtime.keys import Keyring
 from workload_runtime.storage import fs_for, write_chunks_atomic, write_json_atomic
-from workload_runtime.tenant_access import PLAIN_AREAS, NotSealedForTenant, open_stored
+from workload_runtime.tenant_access import PLAIN_AREAS, NotSealedForTenant, check_seal, open_stored
 
 PENDING = ".reseal-"  # a resealed file waiting for its checkpoint step's new manifest
 REGISTRY = "registry"  # the data registry's git repository and DVC remote (resealed by version)
@@ -93,7 +93,8 @@ class Resealer:
             return None
         if (sealed_for := read_header(stored).tenant) != self.keyring.tenant:
             raise NotSealedForTenant(uri, self.root, self.keyring.tenant, f"an object sealed for tenant `{sealed_for}`")
-        plain = open_stored(uri, stored, self._opener)  # refuses a plain or another tenant's object
+        check_seal(uri, stored)  # refuses a plain or another tenant's object
+        plain = self._opener.open_buffer(stored)  # into one buffer: a checkpoint's 268 MB is not copied again
         new = self._sealer.seal_buffer(plain)
         if self._check.open_buffer(new) != plain:
             raise ResealCheckFailed(f"{uri}: resealed, it does not open to what it held; the original is kept")

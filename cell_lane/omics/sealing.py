@@ -72,8 +72,8 @@ class SealedStore(WrapperStore[Store]):
 
     # Writing ---------------------------------------------------------------------------------
     async def _seal(self, key: str, value: Buffer, *, surely_written: bool = True) -> Buffer:
-        """`value` sealed, on a worker thread: zarr's other reads and writes go on meanwhile. A
-        small one that is surely written is kept in plain for reading back."""
+        """`value` sealed, on a worker thread when large (zarr's other reads and writes go on
+        meanwhile). A small one that is surely written is kept in plain for reading back."""
         if self._sealer is None:
             raise PermissionError(f"{self._where}: opened for reading only; {key} cannot be written (a sealed dataset is written by write_dataset)")
         self._messages.pop(key, None)  # what was read of the object before is not what it now holds
@@ -82,6 +82,8 @@ class SealedStore(WrapperStore[Store]):
             self._written[key] = plain.tobytes()
         else:
             self._written.pop(key, None)
+        if len(plain) <= _KEEP_WRITTEN:  # metadata: sealed here, quicker than a thread's hand-over
+            return type(value).from_bytes(self._sealer.seal_buffer(plain))
         return type(value).from_bytes(await asyncio.to_thread(self._sealer.seal_buffer, plain))
 
     async def set(self, key: str, value: Buffer) -> None:
