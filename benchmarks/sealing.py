@@ -127,7 +127,7 @@ def checkpoint_state() -> dict[str, np.ndarray]:
 
 
 def measure_checkpoint(roots: _Roots, repeats: int) -> list[SealingResult]:
-    from workload_runtime.checkpoints import CheckpointStore, from_safetensors, to_safetensors
+    from workload_runtime.checkpoints import CheckpointStore, to_safetensors
     from workload_runtime.envelope import is_sealed
 
     state = checkpoint_state()

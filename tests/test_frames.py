@@ -12,7 +12,6 @@ from __future__ import annotations
 import io
 import struct
 import warnings
-from pathlib import Path
 
 import numpy as np
 import pytest
