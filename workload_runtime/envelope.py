@@ -1,7 +1,9 @@
 """Envelope encryption of weights and data, in the AWS Encryption SDK's message format.
 
 A sealed object is one ESDK message (docs.aws.amazon.com/encryption-sdk, "Message format
-reference"), made and opened by the `aws-encryption-sdk` library:
+reference"). The `aws-encryption-sdk` library makes and checks each message's header (its own
+encryptor and decryptor, asked for the header alone); `frames.py` writes and reads the body's
+frames in the SDK's layout, without the copies of the SDK's Python frame loop, and at random:
 
 - algorithm suite 0x0478, `AES_256_GCM_HKDF_SHA512_COMMIT_KEY`: AES-256-GCM with a key derived per
   message by HKDF-SHA512, and **key commitment** (the header commits to the one key that opens it,
