@@ -133,7 +133,7 @@ def seal_frames(key: MessageKey, data: memoryview, into: memoryview, first: int,
 
 class FrameWriter:
     """The body of a message written as its plaintext comes: the whole frames of each write sealed
-    straight out of it, the rest held until the next (at most one frame held)."""
+    straight out of it, the rest held until the next (less than a frame held)."""
 
     def __init__(self, key: MessageKey, out: io.RawIOBase | io.BufferedIOBase | object) -> None:
         self._key, self._out = key, out
@@ -147,22 +147,19 @@ class FrameWriter:
             take = min(length - len(self._held), len(view))
             self._held += view[:take]
             view = view[take:]
-            if len(self._held) < length or not view:
-                return  # a full held frame waits: it may be the last
+            if len(self._held) < length:
+                return
             self._frames(memoryview(self._held), 1)
             self._held = bytearray()
-        whole = (len(view) - 1) // length  # more than a frame after them: none is the last
-        if whole > 0:
+        whole = len(view) // length
+        if whole:
             self._frames(view, whole)
         self._held += view[whole * length :]
 
     def close(self) -> None:
-        """The held rest: a regular frame when whole, then the final frame."""
-        held = memoryview(self._held)
-        if len(held) == self._key.frame_length:
-            self._frames(held, 1)
-            held = held[:0]
-        self._out.write(final_frame(self._key, self._sequence, held))  # type: ignore[attr-defined]
+        """The final frame, with the held rest (less than a frame; nothing after whole frames, as
+        the SDK writes it)."""
+        self._out.write(final_frame(self._key, self._sequence, memoryview(self._held)))  # type: ignore[attr-defined]
 
     def _frames(self, plain: memoryview, count: int) -> None:
         size = count * self._key.regular_bytes
