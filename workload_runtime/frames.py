@@ -247,9 +247,7 @@ class SealedView(io.RawIOBase):
         if not self.closed:
             self._stored.release()
             self._whole.release()
-            _SPARE_FRAMES.extend(self._parts.values())  # for the next view: a reader opens many files in turn
-            del _SPARE_FRAMES[2 * _KEPT_FRAMES :]
-            self._parts.clear()
+            self._parts.clear()  # no plaintext outlives the view
         super().close()
 
     def tell(self) -> int:
@@ -295,7 +293,7 @@ class SealedView(io.RawIOBase):
         part = self._parts.get(index)
         if part is None:  # opened into the buffer of the frame read longest ago (a reader of a zip or a
             # shard reads its end, its start, then its middle: three kept, none is opened twice)
-            part = self._parts.popitem(last=False)[1] if len(self._parts) >= _KEPT_FRAMES else _spare_frame(self._key.frame_length)
+            part = self._parts.popitem(last=False)[1] if len(self._parts) >= _KEPT_FRAMES else bytearray(self._key.frame_length)
             self._key.open_into(index + 1, self._sealed(index), False, memoryview(part))
             self._parts[index] = part
         self._parts.move_to_end(index)
@@ -330,18 +328,6 @@ def new_buffer(size: int) -> memoryview:
 
 
 _KEPT_FRAMES = 3
-_SPARE_FRAMES: list[bytearray] = []  # frame buffers of closed views, kept: new memory costs a fault per page
-
-
-def _spare_frame(size: int) -> bytearray:
-    while _SPARE_FRAMES:  # list.pop is atomic: views on several threads take their own
-        try:
-            frame = _SPARE_FRAMES.pop()
-        except IndexError:
-            break
-        if len(frame) == size:
-            return frame
-    return bytearray(size)
 _WORKERS = min(4, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1)
 _POOL: tuple[int, ThreadPoolExecutor] | None = None
 
